@@ -1,0 +1,35 @@
+# Two commands for a newcomer:  `make run` (set up, then evaluate the embedded default)
+# and `make test` (set up, then run the test suite). Both install from the lock file.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test lint bench lock
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode --quiet requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps --compile-bytecode --quiet -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/ragexp run
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check ragexp tests
+	$(BIN)/ruff format --check ragexp tests
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python tests/benchmarks/bench_run.py
+
+# Re-pin every dependency after editing pyproject.toml.
+lock: setup
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --generate-hashes --quiet -o requirements.lock

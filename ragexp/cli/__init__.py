@@ -1,0 +1,1 @@
+"""The ``ragexp`` command line."""

@@ -1,0 +1,70 @@
+"""Compose ``conf/`` with Hydra and validate the result, once, into :class:`RagexpConfig`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ragexp.config.models import RagexpConfig
+from ragexp.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def conf_dir() -> Path:
+    """The config tree: ``RAGEXP_CONF_DIR`` if set, else ``conf/`` at the project root."""
+    return Path(os.environ.get("RAGEXP_CONF_DIR") or PROJECT_ROOT / "conf").resolve()
+
+
+def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
+    """Compose the config tree with command-line overrides and validate it."""
+    return validate(compose_raw(overrides))
+
+
+def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Compose with Hydra and resolve interpolations; errors become one-line ConfigErrors."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    directory = conf_dir()
+    if not (directory / "config.yaml").is_file():
+        raise ConfigError(f"{directory}: no config.yaml (set RAGEXP_CONF_DIR to a config tree)")
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base="1.3", job_name="ragexp"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"config: {_first_line(str(exc))}") from None
+    if not isinstance(raw, dict):  # pragma: no cover - config.yaml is a mapping by construction
+        raise ConfigError(f"{directory / 'config.yaml'}: the config must be a mapping")
+    return {str(key): value for key, value in raw.items()}
+
+
+def validate(raw: dict[str, Any]) -> RagexpConfig:
+    """Validate a plain composed config (``hydra`` node ignored) into typed models."""
+    data = {key: value for key, value in raw.items() if key != "hydra"}
+    try:
+        return RagexpConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        location = ".".join(str(part) for part in first["loc"]) or "config"
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif "input" in first and not isinstance(first["input"], dict | list):
+            message += f" (got {first['input']!r})"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(f"config: {location}: {message}{more}") from None
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "invalid config"

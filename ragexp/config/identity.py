@@ -1,0 +1,78 @@
+"""Config identity: the canonical, secret-free view of a config, its hash and its params."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+from ragexp.config.models import RagexpConfig
+
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no white space, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def identity_view(model: BaseModel) -> dict[str, Any]:
+    """The model as plain data without runtime-only fields, recursively."""
+    out: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get("runtime_only"):
+            continue
+        out[name] = _plain(getattr(model, name))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return identity_view(value)
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return redact(value)
+    return value
+
+
+def config_hash(config: RagexpConfig, dataset_file_sha256: str) -> str:
+    """sha256 over the canonical identity view plus the dataset file's content hash."""
+    payload = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256}
+    return sha256_text(canonical_json(payload))
+
+
+def redact(text: str) -> str:
+    """Mask credentials written into URLs (``https://user:pass@host``)."""
+    return _URL_USERINFO.sub(r"\g<scheme>***@", text)
+
+
+def resolved_config(config: RagexpConfig) -> dict[str, Any]:
+    """The full resolved config as plain data, with URL credentials masked."""
+    data = config.model_dump(mode="json")
+    redacted: dict[str, Any] = json.loads(redact(json.dumps(data, ensure_ascii=False)))
+    return redacted
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists and nulls become JSON text."""
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, str):
+            flat[name] = value
+        else:
+            flat[name] = json.dumps(value, ensure_ascii=False)
+    return flat

@@ -1,0 +1,176 @@
+"""Typed models of the composed config. Everything after composition works on these.
+
+Fields marked ``runtime_only`` change how a run executes, not what it measures, so they are
+left out of the config hash (see :mod:`ragexp.config.identity`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
+
+
+def runtime(default: Any, **kwargs: Any) -> Any:
+    """A field that does not enter the config hash."""
+    return Field(default, json_schema_extra=dict(RUNTIME_ONLY), **kwargs)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class DatasetConfig(Model):
+    name: str = Field(min_length=1)
+    """Short name of the evaluation set, logged as the ``ragexp.dataset`` tag."""
+    path: str = runtime(..., min_length=1)
+    """JSONL or MindSDK column file. Relative paths are tried against the working directory,
+    then the project root. Its content, not its location, enters the config hash."""
+    format: Literal["auto", "jsonl", "columns"] = "auto"
+    """File format; ``auto`` picks ``columns`` for a single JSON object, else JSONL."""
+    refusal_phrases: list[str] = Field(
+        default_factory=lambda: ["没有足够证据", "无法回答", "证据不足", "cannot answer"]
+    )
+    """An answer to an unanswerable case is correct when it contains one of these
+    (case-insensitive, after Unicode normalisation)."""
+    author: str = "unknown"
+    """Who wrote the cases: the report states that the dataset is self-defined."""
+    description: str = ""
+    """One sentence on what the cases cover."""
+
+
+class MetricsConfig(Model):
+    set: str = Field(min_length=1)
+    """Name of the metric set (the ``metrics`` config group option), logged as a tag."""
+    names: list[str]
+    """Metric names, checked against the registry (1 to 14 names, no duplicates)."""
+
+
+class SystemConfig(Model):
+    kind: str = Field(min_length=1)
+    """Which provider answers the questions: ``fake``, ``replay`` or ``http``."""
+    url: str | None = None
+    """Endpoint of the RAG service under test (``http`` only)."""
+    timeout_s: float = runtime(30.0, gt=0)
+    """Per-request timeout in seconds."""
+    max_retries: int = runtime(3, ge=0)
+    """HTTP retries after the first attempt, on connect errors, timeouts, 429 and 5xx."""
+    headers_env: dict[str, str] = Field(default_factory=dict)
+    """Header name -> environment variable holding its value (values never enter config)."""
+    ca_file: str | None = runtime(None)
+    """PEM bundle of a private CA for TLS."""
+    client_cert: str | None = runtime(None)
+    """PEM file with a client certificate (and key) for mutual TLS."""
+    client_key: str | None = runtime(None)
+    """PEM file with the client certificate's key, when it is not inside ``client_cert``."""
+
+
+class EmbeddingsConfig(Model):
+    kind: Literal["openai", "tei"] = "openai"
+    """``openai``: an OpenAI-compatible ``/embeddings`` API; ``tei``: text-embeddings-inference."""
+    url: str | None = runtime(None)
+    """Base URL of the embeddings server (ragexp adds ``/embed`` for TEI)."""
+    model: str = "embed-model"
+    """Embeddings model name; part of the judge identity."""
+
+
+class JudgeConfig(Model):
+    kind: Literal["openai", "mindie"] = "openai"
+    """``openai``: any OpenAI-compatible chat server; ``mindie``: MindIE on Ascend."""
+    base_url: str | None = runtime(None)
+    """Chat-completions base URL (ending in ``/v1``); not part of the judge identity."""
+    model: str = "judge-model"
+    """Judge model name; part of the judge identity."""
+    api_key_env: str | None = "RAGEXP_JUDGE_API_KEY"
+    """Environment variable holding the API key; null for a server without authentication."""
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    """Embeddings endpoint used by embedding-based metrics."""
+    ca_file: str | None = runtime(None)
+    """PEM bundle of a private CA, for chat and embeddings alike."""
+    language: Literal["english", "chinese"] = "english"
+    """Prompt language; ``chinese`` adapts each metric's prompts once and caches them."""
+    prompts_path: str | None = runtime(None)
+    """Folder for adapted prompts (default: inside the store folder)."""
+    concurrency: int = runtime(16, ge=1)
+    """Judge calls in flight at once, across all cases and metrics."""
+    timeout_s: float = runtime(120.0, gt=0)
+    """Per-call timeout in seconds."""
+    max_retries: int = runtime(3, ge=0)
+    """HTTP retries per judge call."""
+    max_tokens: int = Field(4096, ge=1)
+    """Completion budget per judge call (long Chinese answers need more than 1024)."""
+    repeats: int = Field(1, ge=1)
+    """Score each case this many times; the case's score is the mean, the spread is kept."""
+
+
+class ProviderConfig(Model):
+    name: str = Field(min_length=1)
+    """Preset name (the ``provider`` config group option), logged as a tag."""
+    system: SystemConfig
+    """The RAG system whose outputs are evaluated."""
+    judge: JudgeConfig | None = None
+    """LLM judge for ragas metrics; null when no judge metric is asked for."""
+
+
+class GateRule(Model):
+    max_drop: float | None = Field(None, ge=0)
+    """Largest allowed regression in the metric's bad direction (0: no regression)."""
+    max_increase_ratio: float | None = Field(None, ge=0)
+    """Largest allowed relative move in the bad direction (0.2: at most 20% worse)."""
+    min: float | None = None
+    """Absolute floor on the candidate's value."""
+    max: float | None = None
+    """Absolute ceiling on the candidate's value (e.g. on ``error_rate``)."""
+    statistical: bool = False
+    """``max_drop`` fails only when the confidence interval of the paired difference lies
+    wholly beyond the bound, so noise alone does not fail the gate."""
+
+
+class GatesConfig(Model):
+    name: str = Field(min_length=1)
+    """Preset name (the ``gates`` config group option)."""
+    rules: dict[str, GateRule] = Field(default_factory=dict)
+    """Metric name -> rule. Metrics not named here are compared but never fail the gate."""
+    max_error_rate: float | None = Field(0.0, ge=0, le=1)
+    """The candidate fails when more than this share of its cases errored (null: no cap)."""
+    confidence: float = Field(0.95, gt=0, lt=1)
+    """Confidence level of the intervals used by statistical rules and by ``ragexp diff``."""
+    resamples: int = Field(10_000, ge=100)
+    """Bootstrap resamples and randomization-test permutations."""
+    seed: int = 0
+    """Random seed of the bootstrap and the permutations, so results repeat."""
+
+
+class TrackingConfig(Model):
+    uri: str | None = runtime(None)
+    """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
+
+
+class RagexpConfig(Model):
+    experiment: str = Field("ragexp", min_length=1)
+    """MLflow experiment the run is logged to."""
+    k: int = Field(ge=1, le=10_000)
+    """Cut-off of Recall@K and nDCG@K, and how many ids are asked of the system."""
+    concurrency: int = runtime(8, ge=1, le=4096)
+    """Requests to the system under test in flight at once."""
+    progress: bool | None = runtime(None)
+    """Progress bar on stderr; null: only when stderr is a terminal."""
+    dataset: DatasetConfig
+    """The evaluation set."""
+    metrics: MetricsConfig
+    """What is measured."""
+    provider: ProviderConfig
+    """Who answers, and who judges."""
+    gates: GatesConfig
+    """Release-gate thresholds used by ``ragexp gate``."""
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    """Where runs are logged."""
+
+    @field_validator("experiment")
+    @classmethod
+    def _no_slash(cls, value: str) -> str:
+        if value.strip() != value:
+            raise ValueError("must not start or end with white space")
+        return value

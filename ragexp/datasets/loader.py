@@ -1,0 +1,397 @@
+"""Read a dataset file into :class:`~ragexp.records.Case` objects, or say exactly what is wrong.
+
+Validation is hand-written rather than a pydantic model per line: a 100,000-case file must load
+in well under a second, and each rejection must name file, line and field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ragexp.errors import DatasetError, DatasetErrors
+from ragexp.records import Case, SystemOutput
+
+MAX_TEXT = 1_000_000
+MAX_ERRORS = 50
+LABEL_FIELDS = ("id", "question", "relevant_ids", "expected_facts", "reference", "unanswerable")
+OUTPUT_FIELDS = ("response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds")
+KNOWN_FIELDS = frozenset((*LABEL_FIELDS, *OUTPUT_FIELDS, "metadata"))
+COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference")
+
+
+@dataclass(slots=True)
+class Dataset:
+    """A validated evaluation set."""
+
+    path: Path
+    format: str
+    cases: list[Case]
+    file_sha256: str
+    """sha256 of the file's bytes: enters the config hash."""
+    dataset_hash: str
+    """sha256 over the cases' inputs and labels only (not recorded outputs)."""
+    label_fields: frozenset[str]
+    """Label fields every case that needs them carries (e.g. ``relevant_ids``, ``reference``)."""
+    output_fields: frozenset[str]
+    """Recorded output fields every case carries (what ``provider=replay`` can give)."""
+
+    @property
+    def answerable_count(self) -> int:
+        return sum(not case.unanswerable for case in self.cases)
+
+
+def resolve_path(path: str, root: Path | None = None) -> Path:
+    """A relative path is tried against the working directory, then the project root."""
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute() or candidate.exists() or root is None:
+        return candidate
+    under_root = root / candidate
+    return under_root if under_root.exists() else candidate
+
+
+def load_dataset(path: Path, fmt: str = "auto") -> Dataset:
+    """Load and validate; raises :class:`DatasetErrors` listing every problem found."""
+    name = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetErrors([DatasetError(name, None, None, "no such file")]) from None
+    except OSError as exc:
+        raise DatasetErrors([DatasetError(name, None, None, f"cannot read: {exc.strerror}")]) from None
+    if not data.strip():
+        raise DatasetErrors([DatasetError(name, None, None, "empty file: no cases")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DatasetErrors([DatasetError(name, line, None, "not valid UTF-8")]) from None
+    if fmt == "auto":
+        fmt = "columns" if _is_single_object(text) else "jsonl"
+    cases = _parse_columns(name, text) if fmt == "columns" else _parse_jsonl(name, text)
+    file_sha = hashlib.sha256(data).hexdigest()
+    return Dataset(
+        path=path,
+        format=fmt,
+        cases=cases,
+        file_sha256=file_sha,
+        dataset_hash=dataset_hash(cases),
+        label_fields=_label_fields(cases, fmt),
+        output_fields=_output_fields(cases),
+    )
+
+
+def dataset_hash(cases: list[Case]) -> str:
+    """Order-independent hash of inputs and labels, so replays of the same cases compare."""
+    labels = sorted((case.labels() for case in cases), key=lambda item: item["id"])
+    return hashlib.sha256(orjson.dumps(labels, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _is_single_object(text: str) -> bool:
+    stripped = text.lstrip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and "user_input" in value
+
+
+def _label_fields(cases: list[Case], fmt: str) -> frozenset[str]:
+    fields = {"id", "question", "user_input", "unanswerable"}
+    answerable = [case for case in cases if not case.unanswerable]
+    if fmt == "jsonl":
+        fields.add("relevant_ids")  # validation guarantees them on every answerable case
+    if all(case.expected_facts for case in answerable):
+        fields.add("expected_facts")
+    if all(case.reference for case in cases):
+        fields.add("reference")
+    return frozenset(fields)
+
+
+def _output_fields(cases: list[Case]) -> frozenset[str]:
+    common: frozenset[str] | None = None
+    for case in cases:
+        common = case.recorded_fields if common is None else common & case.recorded_fields
+    return common or frozenset()
+
+
+class _Problems:
+    """Collects errors; stops collecting (not validating) after MAX_ERRORS."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.errors: list[DatasetError] = []
+
+    def add(self, line: int | None, field: str | None, reason: str) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(DatasetError(self.path, line, field, reason))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise DatasetErrors(self.errors)
+
+
+def _parse_jsonl(name: str, text: str) -> list[Case]:
+    problems = _Problems(name)
+    cases: list[Case] = []
+    first_line: dict[str, int] = {}
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            problems.add(number, None, f"invalid JSON ({str(exc).split(':')[0]})")
+            continue
+        if not isinstance(row, dict):
+            problems.add(number, None, f"expected a JSON object, got {_type_name(row)}")
+            continue
+        case = _fast_case(row, number)
+        if case is None:
+            case = _case_from_row(row, number, problems)
+        if case is None:
+            continue
+        if case.id in first_line:
+            problems.add(number, "id", f"duplicate id {case.id!r} (first on line {first_line[case.id]})")
+            continue
+        first_line[case.id] = number
+        cases.append(case)
+    if not cases and not problems.errors:
+        problems.add(None, None, "empty file: no cases")
+    problems.raise_if_any()
+    return cases
+
+
+def _fine_strings(value: Any) -> bool:
+    return type(value) is list and all(type(x) is str and x.strip() and len(x) <= MAX_TEXT for x in value)
+
+
+def _fast_case(row: dict[str, Any], line: int) -> Case | None:
+    """The common, valid row without output fields, checked with few calls; None sends the row
+    to :func:`_case_from_row`, which finds and words every problem."""
+    if not row.keys() <= _LABEL_KEYS:
+        return None
+    case_id, question = row.get("id"), row.get("question")
+    if type(case_id) is not str or type(question) is not str or not case_id.strip() or not question.strip():
+        return None
+    unanswerable = row.get("unanswerable", False)
+    relevant = row.get("relevant_ids", [])
+    facts = row.get("expected_facts", [])
+    reference = row.get("reference")
+    if (
+        type(unanswerable) is not bool
+        or len(question) > MAX_TEXT
+        or not _fine_strings(relevant)
+        or unanswerable == bool(relevant)
+        or not _fine_strings(facts)
+        or (
+            reference is not None and (type(reference) is not str or not reference.strip() or len(reference) > MAX_TEXT)
+        )
+    ):
+        return None
+    return Case(case_id, question, relevant, facts, reference, unanswerable, line)
+
+
+_LABEL_KEYS = frozenset(LABEL_FIELDS)
+
+
+def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
+    before = len(problems.errors)
+    for key in row:
+        if key not in KNOWN_FIELDS:
+            close = difflib.get_close_matches(key, sorted(KNOWN_FIELDS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.add(line, key, f"unknown field{hint}")
+    case_id = row.get("id")
+    if not isinstance(case_id, str) or not case_id.strip():
+        problems.add(line, "id", "required: a non-empty string")
+        case_id = ""
+    question = _text(row, "question", line, problems, required=True)
+    unanswerable = row.get("unanswerable", False)
+    if not isinstance(unanswerable, bool):
+        problems.add(line, "unanswerable", f"expected true or false, got {_type_name(unanswerable)}")
+        unanswerable = False
+    relevant = _str_list(row, "relevant_ids", line, problems)
+    if unanswerable and relevant:
+        problems.add(line, "relevant_ids", "an unanswerable case must not have relevant ids")
+    elif not unanswerable and not relevant and "relevant_ids" not in _bad_fields(problems, before):
+        problems.add(line, "relevant_ids", "an answerable case needs at least one relevant id")
+    facts = _str_list(row, "expected_facts", line, problems)
+    reference = _text(row, "reference", line, problems, required=False)
+    recorded, recorded_fields = _recorded(row, line, problems)
+    if len(problems.errors) != before:
+        return None
+    return Case(
+        id=case_id,
+        question=question or "",
+        relevant_ids=relevant,
+        expected_facts=facts,
+        reference=reference,
+        unanswerable=unanswerable,
+        line=line,
+        recorded=recorded,
+        recorded_fields=recorded_fields,
+    )
+
+
+def _bad_fields(problems: _Problems, since: int) -> set[str]:
+    return {error.field or "" for error in problems.errors[since:]}
+
+
+def _recorded(row: dict[str, Any], line: int, problems: _Problems) -> tuple[SystemOutput | None, frozenset[str]]:
+    present = frozenset(key for key in OUTPUT_FIELDS if row.get(key) is not None)
+    if not present:
+        return None, present
+    response = row.get("response")
+    if response is not None and not isinstance(response, str):
+        problems.add(line, "response", f"expected a string, got {_type_name(response)}")
+    ranked = _str_list(row, "retrieved_ids", line, problems)
+    contexts = _str_list(row, "retrieved_contexts", line, problems, allow_empty_items=True)
+    citations = row.get("citations") or []
+    if not isinstance(citations, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) and item >= 1 for item in citations
+    ):
+        problems.add(line, "citations", "expected a list of 1-based integers")
+        citations = []
+    latency = row.get("latency_seconds")
+    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0):
+        problems.add(line, "latency_seconds", "expected a non-negative number")
+        latency = None
+    output = SystemOutput(
+        ranked_ids=ranked,
+        contexts=contexts,
+        answer=response if isinstance(response, str) else "",
+        citations=list(citations),
+        latency_seconds=float(latency) if latency is not None else None,
+    )
+    return output, present
+
+
+def _text(row: dict[str, Any], key: str, line: int, problems: _Problems, *, required: bool) -> str | None:
+    value = row.get(key)
+    if value is None:
+        if required:
+            problems.add(line, key, "required: a string of 1 to 1,000,000 characters")
+        return None
+    if not isinstance(value, str):
+        problems.add(line, key, f"expected a string, got {_type_name(value)}")
+        return None
+    if not value.strip():
+        problems.add(line, key, "must not be empty")
+        return None
+    if len(value) > MAX_TEXT:
+        problems.add(line, key, f"too long: {len(value):,} characters (at most 1,000,000)")
+        return None
+    return value
+
+
+def _str_list(
+    row: dict[str, Any], key: str, line: int, problems: _Problems, *, allow_empty_items: bool = False
+) -> list[str]:
+    value = row.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(line, key, f"expected a list of strings, got {_type_name(value)}")
+        return []
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            problems.add(line, key, f"item {index} is {_type_name(item)}, expected a string")
+            return []
+        if not allow_empty_items and not item.strip():
+            problems.add(line, key, f"item {index} is an empty string")
+            return []
+        if len(item) > MAX_TEXT:
+            problems.add(line, key, f"item {index} is longer than 1,000,000 characters")
+            return []
+    return value
+
+
+def _type_name(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
+
+
+def _parse_columns(name: str, text: str) -> list[Case]:
+    """The MindSDK/ragas layout: one object of parallel lists, checked for equal lengths."""
+    problems = _Problems(name)
+    try:
+        table = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        line = _line_of_offset(text, exc.pos)
+        raise DatasetErrors([DatasetError(name, line, None, f"invalid JSON ({exc.msg})")]) from None
+    if not isinstance(table, dict):
+        raise DatasetErrors([DatasetError(name, 1, None, "expected one JSON object of parallel lists")])
+
+    def line_of(key: str) -> int:
+        match = re.search(rf'"{re.escape(key)}"\s*:', text)
+        return _line_of_offset(text, match.start()) if match else 1
+
+    for key in table:
+        if key not in COLUMN_KEYS:
+            problems.add(line_of(key), key, f"unknown column (expected {', '.join(COLUMN_KEYS)})")
+    questions = table.get("user_input")
+    if not isinstance(questions, list) or not questions:
+        problems.add(line_of("user_input"), "user_input", "required: a non-empty list of strings")
+        raise DatasetErrors(problems.errors)
+    count = len(questions)
+    for key in COLUMN_KEYS[1:]:
+        column = table.get(key)
+        if column is None:
+            continue
+        if not isinstance(column, list):
+            problems.add(line_of(key), key, f"expected a list, got {_type_name(column)}")
+        elif len(column) != count:
+            problems.add(
+                line_of(key), key, f"has {len(column)} items but user_input has {count}: lists must be equally long"
+            )
+    problems.raise_if_any()
+    cases: list[Case] = []
+    for index in range(count):
+        row: dict[str, Any] = {"id": f"row-{index + 1}", "question": questions[index]}
+        for key in ("response", "reference"):
+            if key in table:
+                row[key] = table[key][index]
+        if "retrieved_contexts" in table:
+            row["retrieved_contexts"] = table["retrieved_contexts"][index]
+        before = len(problems.errors)
+        question = _text(row, "question", 0, problems, required=True)
+        reference = _text(row, "reference", 0, problems, required=False) if "reference" in row else None
+        recorded, fields = _recorded(row, 0, problems)
+        for position in range(before, len(problems.errors)):
+            error = problems.errors[position]
+            column = "user_input" if error.field == "question" else error.field or "user_input"
+            problems.errors[position] = DatasetError(name, line_of(column), column, f"item {index}: {error.reason}")
+        if len(problems.errors) != before:
+            continue
+        cases.append(
+            Case(
+                id=row["id"],
+                question=question or "",
+                relevant_ids=[],
+                expected_facts=[],
+                reference=reference,
+                unanswerable=False,
+                line=line_of("user_input"),
+                recorded=recorded,
+                recorded_fields=fields,
+            )
+        )
+    problems.raise_if_any()
+    return cases
+
+
+def _line_of_offset(text: str, offset: int) -> int:
+    return text.count("\n", 0, max(offset, 0)) + 1

@@ -1,0 +1,180 @@
+"""Offline metrics: one Python pass reduces each case to a few numbers, numpy does the rest.
+
+Strings cannot be compared in numpy cheaply (converting them costs more than the comparison), so
+:func:`build_inputs` walks each ranking once and keeps only a top-K hit matrix, the rank of the
+first relevant id and a few counts. The kernels below are pure: arrays in, one score per case
+out, ``NaN`` where a case has no score.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragexp.records import Case, CaseResult
+
+
+@dataclass(slots=True)
+class OfflineInputs:
+    """Per-case arrays (length n) that the offline kernels read."""
+
+    k: int
+    hits: np.ndarray
+    """(n, k) bool: position i of the ranking holds a relevant id seen there for the first time."""
+    n_relevant: np.ndarray
+    """(n,) int: number of distinct relevant ids."""
+    first_rank: np.ndarray
+    """(n,) int: 1-based rank of the first relevant id anywhere in the ranking; 0 if none."""
+    empty_ranking: np.ndarray
+    """(n,) bool: the system retrieved nothing."""
+    unanswerable: np.ndarray
+    """(n,) bool."""
+    cited: np.ndarray
+    """(n,) int: number of citations."""
+    supported: np.ndarray
+    """(n,) int: citations pointing at a relevant id."""
+    answer_correct: np.ndarray
+    """(n,) bool: all expected facts present (a refusal phrase for unanswerable cases)."""
+    ok: np.ndarray
+    """(n,) bool: the system call succeeded."""
+    latency: np.ndarray
+    """(n,) float seconds, NaN where unknown."""
+
+
+def normalize(text: str) -> str:
+    """NFKC and case folding, so full-width digits and letter case do not fail a fact match."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def build_inputs(
+    cases: Sequence[Case], results: Sequence[CaseResult], k: int, refusal_phrases: Sequence[str]
+) -> OfflineInputs:
+    """Reduce cases and system outputs to arrays; no scoring happens here."""
+    n = len(cases)
+    hits = np.zeros((n, k), dtype=bool)
+    n_relevant = np.zeros(n, dtype=np.int64)
+    first_rank = np.zeros(n, dtype=np.int64)
+    empty = np.zeros(n, dtype=bool)
+    unanswerable = np.zeros(n, dtype=bool)
+    cited = np.zeros(n, dtype=np.int64)
+    supported = np.zeros(n, dtype=np.int64)
+    correct = np.zeros(n, dtype=bool)
+    ok = np.zeros(n, dtype=bool)
+    latency = np.full(n, np.nan)
+    refusals = [normalize(phrase) for phrase in refusal_phrases]
+    for i, (case, result) in enumerate(zip(cases, results, strict=True)):
+        unanswerable[i] = case.unanswerable
+        relevant = set(case.relevant_ids)
+        n_relevant[i] = len(relevant)
+        output = result.output
+        if result.error is not None or output is None:
+            continue
+        ok[i] = True
+        if output.latency_seconds is not None:
+            latency[i] = output.latency_seconds
+        ranked = output.ranked_ids
+        empty[i] = not ranked
+        if relevant and ranked:
+            seen: set[str] = set()
+            row = hits[i]
+            first = 0
+            for rank, item in enumerate(ranked):
+                if rank >= k and first:
+                    break
+                if item in seen:
+                    continue  # a repeated id earns nothing: counting it twice lifts nDCG above 1
+                seen.add(item)
+                if item in relevant:
+                    if not first:
+                        first = rank + 1
+                    if rank < k:
+                        row[rank] = True
+            first_rank[i] = first
+        citations = output.citations
+        if citations:
+            cited[i] = len(citations)
+            size = len(ranked)
+            supported[i] = sum(1 for c in citations if 0 < c <= size and ranked[c - 1] in relevant)
+        answer = normalize(output.answer)
+        if case.unanswerable:
+            correct[i] = any(phrase in answer for phrase in refusals)
+        else:
+            correct[i] = bool(case.expected_facts) and all(normalize(f) in answer for f in case.expected_facts)
+    return OfflineInputs(k, hits, n_relevant, first_rank, empty, unanswerable, cited, supported, correct, ok, latency)
+
+
+# --- pure kernels -------------------------------------------------------------------------------
+
+
+def recall_at_k(hits: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
+    """Relevant ids in the top K over all relevant ids; NaN when there are none."""
+    found = hits.sum(axis=1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n_relevant > 0, found / np.maximum(n_relevant, 1), np.nan)
+
+
+def reciprocal_rank(first_rank: np.ndarray) -> np.ndarray:
+    """1 / rank of the first relevant id (uncut); 0 when none was retrieved."""
+    return np.where(first_rank > 0, 1.0 / np.maximum(first_rank, 1), 0.0)
+
+
+def ndcg_at_k(hits: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
+    """Binary nDCG@K: DCG of the hits over the DCG of an ideal top K; NaN without relevant ids."""
+    k = hits.shape[1]
+    discounts = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+    ideal_prefix = np.concatenate(([0.0], np.cumsum(discounts)))
+    dcg = hits @ discounts
+    ideal = ideal_prefix[np.minimum(n_relevant, k)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), np.nan)
+
+
+def ratio_or(numerator: np.ndarray, denominator: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """numerator / denominator where the denominator is positive, else the fallback."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator > 0, numerator / np.maximum(denominator, 1), fallback)
+
+
+def nearest_rank(values: np.ndarray, q: float) -> float | None:
+    """Nearest-rank percentile (the smallest value with at least q% of values at or below it)."""
+    finite = np.sort(values[np.isfinite(values)])
+    if finite.size == 0:
+        return None
+    index = max(0, math.ceil(finite.size * q / 100.0) - 1)
+    return float(finite[index])
+
+
+# --- scorers: the seed's rules for unanswerable cases and failed calls on top of the kernels ---
+
+
+def _retrieval(inputs: OfflineInputs, scores: np.ndarray) -> np.ndarray:
+    # An unanswerable case that retrieved nothing behaved correctly: 1.0 for its own row.
+    scores = np.where(inputs.unanswerable, np.where(inputs.empty_ranking, 1.0, 0.0), scores)
+    return np.where(inputs.ok, scores, np.nan)
+
+
+def score_recall(inputs: OfflineInputs) -> np.ndarray:
+    return _retrieval(inputs, recall_at_k(inputs.hits, inputs.n_relevant))
+
+
+def score_mrr(inputs: OfflineInputs) -> np.ndarray:
+    return _retrieval(inputs, reciprocal_rank(inputs.first_rank))
+
+
+def score_ndcg(inputs: OfflineInputs) -> np.ndarray:
+    return _retrieval(inputs, ndcg_at_k(inputs.hits, inputs.n_relevant))
+
+
+def score_citation_precision(inputs: OfflineInputs) -> np.ndarray:
+    # No citation: wrong for an answerable case, right for an unanswerable one (it should refuse).
+    fallback = np.where(inputs.unanswerable, 1.0, 0.0)
+    scores = ratio_or(inputs.supported.astype(np.float64), inputs.cited, fallback)
+    return np.where(inputs.ok, scores, np.nan)
+
+
+def score_answer_accuracy(inputs: OfflineInputs) -> np.ndarray:
+    return np.where(inputs.ok, inputs.answer_correct.astype(np.float64), np.nan)

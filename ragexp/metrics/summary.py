@@ -1,0 +1,41 @@
+"""Per-case scores for a run and the run's summary, from the registry's entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ragexp.metrics.offline import OfflineInputs, nearest_rank
+from ragexp.metrics.registry import MetricSpec
+
+
+def score_cases(specs: Sequence[MetricSpec], inputs: OfflineInputs) -> dict[str, np.ndarray]:
+    """Run each per-case offline scorer: name -> scores (NaN: no score)."""
+    return {spec.name: spec.scorer(inputs) for spec in specs if spec.per_case and spec.scorer is not None}
+
+
+def summarize(
+    specs: Sequence[MetricSpec], scores: dict[str, np.ndarray], inputs: OfflineInputs, errored: np.ndarray
+) -> dict[str, float | None]:
+    """Run-level values; means leave out missing scores, never count them as zeros."""
+    answerable = ~inputs.unanswerable
+    if not answerable.any():
+        answerable = np.ones_like(answerable)
+    summary: dict[str, float | None] = {}
+    for spec in specs:
+        if spec.name == "p95_seconds":
+            summary[spec.name] = nearest_rank(inputs.latency[inputs.ok], 95)
+        elif spec.name == "error_rate":
+            summary[spec.name] = float(errored.mean()) if errored.size else None
+        elif spec.name in scores:
+            values = scores[spec.name]
+            if spec.population == "answerable":
+                values = values[answerable]
+            summary[spec.name] = mean_or_none(values)
+    return summary
+
+
+def mean_or_none(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else None

@@ -1,0 +1,63 @@
+"""The provider interface and its registry."""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ragexp.config.models import DatasetConfig, SystemConfig
+from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
+from ragexp.errors import ConfigError
+from ragexp.records import Case, CaseResult
+
+OnResult = Callable[[int, CaseResult], None]
+"""Called once per case as it completes, with the case's index in the input order."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What every provider may need besides its own config."""
+
+    k: int
+    concurrency: int
+    dataset: DatasetConfig
+
+
+class Provider(ABC):
+    """Turns cases into system outputs. Failures are per case, never exceptions."""
+
+    def __init__(self, config: SystemConfig, settings: RunSettings) -> None:
+        self.config = config
+        self.settings = settings
+
+    def output_fields(self, dataset: Dataset) -> frozenset[str]:
+        """Output fields this provider gives for every case of ``dataset``."""
+        return frozenset(OUTPUT_FIELDS)
+
+    def preflight(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default
+        """Check everything checkable before a run is created (secrets, files, recorded data)."""
+
+    @abstractmethod
+    def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
+        """Evaluate every case and report each through ``on_result``."""
+
+
+PROVIDERS: dict[str, str] = {
+    "fake": "ragexp.providers.fake:FakeProvider",
+    "replay": "ragexp.providers.replay:ReplayProvider",
+    "http": "ragexp.providers.http:HttpProvider",
+}
+"""Kind -> ``module:Class``; modules are imported only when their kind is used."""
+
+
+def build_provider(config: SystemConfig, settings: RunSettings) -> Provider:
+    target = PROVIDERS.get(config.kind)
+    if target is None:
+        raise ConfigError(
+            f"config: provider.system.kind: unknown provider '{config.kind}' (known: {', '.join(sorted(PROVIDERS))})"
+        )
+    module_name, _, class_name = target.partition(":")
+    cls: type[Provider] = getattr(importlib.import_module(module_name), class_name)
+    return cls(config, settings)

@@ -1,0 +1,78 @@
+"""The records that flow between packages: a case, what a system returned, a scored case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class SystemOutput:
+    """What the system under test returned for one case."""
+
+    ranked_ids: list[str] = field(default_factory=list)
+    """Retrieved chunk ids, best first."""
+    contexts: list[str] = field(default_factory=list)
+    """Retrieved texts, aligned with ``ranked_ids`` when both are given."""
+    answer: str = ""
+    """The generated answer."""
+    citations: list[int] = field(default_factory=list)
+    """1-based indexes into ``ranked_ids``/``contexts`` that the answer cites."""
+    latency_seconds: float | None = None
+    """End-to-end latency of the successful call (recorded latency for replay)."""
+    timings: dict[str, float] | None = None
+    """Per-stage seconds reported by the system (embedding, vector, keyword, rerank, model)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "ranked_ids": self.ranked_ids,
+            "contexts": self.contexts,
+            "answer": self.answer,
+            "citations": self.citations,
+        }
+        if self.timings is not None:
+            data["timings"] = self.timings
+        return data
+
+
+@dataclass(slots=True)
+class Case:
+    """One evaluation case: inputs and labels, plus a recorded output for replay."""
+
+    id: str
+    question: str
+    relevant_ids: list[str]
+    expected_facts: list[str]
+    reference: str | None
+    unanswerable: bool
+    line: int
+    """1-based line of the case in its file (the first line for the column format)."""
+    recorded: SystemOutput | None = None
+    recorded_fields: frozenset[str] = frozenset()
+    """Which recorded output fields the file gave for this case."""
+
+    def labels(self) -> dict[str, Any]:
+        """Inputs and labels only: what the dataset hash covers."""
+        return {
+            "id": self.id,
+            "question": self.question,
+            "relevant_ids": self.relevant_ids,
+            "expected_facts": self.expected_facts,
+            "reference": self.reference,
+            "unanswerable": self.unanswerable,
+        }
+
+
+@dataclass(slots=True)
+class CaseResult:
+    """A case after the system call: its output or the reason it failed."""
+
+    case_id: str
+    output: SystemOutput | None
+    error: str | None = None
+    metric_errors: dict[str, str] = field(default_factory=dict)
+    """Metric name -> why that metric could not be computed for this case."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.output is not None
