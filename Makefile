@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench lock
+.PHONY: setup run test lint bench bench-compare lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ lint: setup
 
 bench: setup
 	$(BIN)/python tests/benchmarks/bench_run.py
+
+bench-compare: setup
+	$(BIN)/python tests/benchmarks/bench_compare.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

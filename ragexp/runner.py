@@ -184,6 +184,17 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
             encoding="utf-8",
         )
         write_table(folder / "cases_table.json", _table(plan, results, columns, latency))
+        (folder / "scores.json").write_bytes(
+            orjson.dumps(
+                {
+                    "case_ids": [case.id for case in cases],
+                    "unanswerable": [case.unanswerable for case in cases],
+                    "errored": errored.tolist(),
+                    "latency_seconds": latency,
+                    "metrics": columns,
+                }
+            )
+        )
         store.log_dir(run_id, folder, tables=["cases_table.json"])
     scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
     return RunOutcome(

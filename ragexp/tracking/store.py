@@ -56,6 +56,8 @@ class Store:
 
     def __init__(self, uri: str | None = None) -> None:
         self.uri = resolve_uri(uri)
+        # MLflow draws download progress bars on stderr for every artifact read.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         self._client: MlflowClient | None = None
 
     @property
@@ -179,6 +181,17 @@ class Store:
     def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
         with self._calling(f"listing artifacts of run {run_id}"):
             return [item.path for item in self.client.list_artifacts(run_id, path)]
+
+    def newest_finished(self, experiment_id: str, *, exclude: str) -> RunRecord | None:
+        """The most recently started finished run of an experiment, other than ``exclude``."""
+        with self._calling(f"searching runs of experiment {experiment_id}"):
+            runs = self.client.search_runs(
+                [experiment_id],
+                filter_string="attributes.status = 'FINISHED'",
+                max_results=2,
+                order_by=["attributes.start_time DESC"],
+            )
+        return next((_record(run) for run in runs if run.info.run_id != exclude), None)
 
     def search(
         self, experiment: str, *, limit: int, filter_string: str = "", finished_only: bool = False

@@ -1,0 +1,1 @@
+"""Comparing a candidate run with a baseline: statistics, diff and release gate."""

@@ -1,0 +1,107 @@
+"""A logged run, read back for comparison: its tags and its per-case scores as arrays.
+
+Scores come from the run's columnar ``scores.json``; ``cases.jsonl`` (tens of MB at 100,000
+cases) is read only when a caller asks what a few cases retrieved and answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ragexp.errors import TrackingError
+from ragexp.tracking.store import FINISHED, RunRecord, Store
+
+
+@dataclass
+class RunData:
+    record: RunRecord
+    case_ids: list[str]
+    unanswerable: np.ndarray
+    errored: np.ndarray
+    """(n,) bool: the case has a system or metric error."""
+    scores: dict[str, np.ndarray]
+    """Per-case metric -> (n,) float, NaN where missing."""
+    latency: np.ndarray
+    line_index: np.ndarray
+    """(n,) int: where each case stands in the run's cases.jsonl."""
+    read_lines: Callable[[], list[bytes]] = field(repr=False)
+    _lines: list[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def metrics(self) -> list[str]:
+        return [name for name in self.record.tag("metrics").split(",") if name]
+
+    def summary(self, name: str) -> float | None:
+        """The run's logged value of a metric (None when it had no score)."""
+        if name == "error_rate" and name not in self.record.metrics:
+            return float(self.errored.mean()) if self.errored.size else None
+        return self.record.metrics.get(name)
+
+    def per_case(self, name: str) -> np.ndarray | None:
+        """Per-case values behind a metric: its scores, latency for p95, the error flag."""
+        if name in self.scores:
+            return self.scores[name]
+        if name == "p95_seconds":
+            return self.latency
+        if name == "error_rate":
+            return self.errored.astype(np.float64)
+        return None
+
+    def row(self, position: int) -> dict[str, Any]:
+        """The full cases.jsonl record of the case at ``position``."""
+        if self._lines is None:
+            self._lines = self.read_lines()
+        row: dict[str, Any] = orjson.loads(self._lines[int(self.line_index[position])])
+        return row
+
+    def select(self, case_ids: list[str]) -> RunData:
+        """The same run restricted to ``case_ids``, in that order (each id must be present)."""
+        if case_ids == self.case_ids:
+            return self
+        position = {case_id: i for i, case_id in enumerate(self.case_ids)}
+        order = np.array([position[case_id] for case_id in case_ids], dtype=np.int64)
+        return RunData(
+            self.record,
+            list(case_ids),
+            self.unanswerable[order],
+            self.errored[order],
+            {name: values[order] for name, values in self.scores.items()},
+            self.latency[order],
+            self.line_index[order],
+            self.read_lines,
+            self._lines,
+        )
+
+
+def load_run(store: Store, run_id: str) -> RunData:
+    record = store.get_run(run_id)
+    if not record.tag("config_hash"):
+        raise TrackingError(f"run {run_id} was not logged by ragexp run (no ragexp.config_hash tag)")
+    if record.status != FINISHED:
+        raise TrackingError(f"run {run_id} is {record.status.lower()}, not finished: it cannot be compared")
+    columns = orjson.loads(store.read_artifact(run_id, "scores.json"))
+    count = len(columns["case_ids"])
+
+    def read_lines() -> list[bytes]:
+        return [line for line in store.read_artifact(run_id, "cases.jsonl").splitlines() if line.strip()]
+
+    return RunData(
+        record=record,
+        case_ids=columns["case_ids"],
+        unanswerable=np.array(columns["unanswerable"], dtype=bool),
+        errored=np.array(columns["errored"], dtype=bool),
+        # dtype float turns None into NaN: a missing score stays missing.
+        scores={name: np.array(values, dtype=np.float64) for name, values in columns["metrics"].items()},
+        latency=np.array(columns["latency_seconds"], dtype=np.float64),
+        line_index=np.arange(count, dtype=np.int64),
+        read_lines=read_lines,
+    )

@@ -1,0 +1,250 @@
+"""``ragexp diff``: per-metric and per-case comparison of two runs, and the likely stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragexp.compare.data import RunData
+from ragexp.compare.stats import paired
+from ragexp.errors import IncomparableRunsError
+from ragexp.metrics.registry import METRICS
+
+TOLERANCE = 1e-9
+"""Per-case changes smaller than this are rounding, not change."""
+
+
+@dataclass
+class MetricDiff:
+    name: str
+    direction: str
+    baseline: float | None
+    candidate: float | None
+    delta: float | None
+    """candidate - baseline of the logged values."""
+    ci_low: float | None
+    ci_high: float | None
+    """Confidence interval of the mean paired difference (None for run-level figures)."""
+    p_value: float | None
+    improved: int
+    regressed: int
+    unchanged: int
+    paired_cases: int
+
+    def moved(self) -> str:
+        """'better', 'worse' or 'flat': by the interval when there is one, else by the delta."""
+        if self.delta is None:
+            return "flat"
+        if self.ci_low is not None and self.ci_high is not None:
+            if self.ci_low > 0:
+                signed = 1
+            elif self.ci_high < 0:
+                signed = -1
+            else:
+                return "flat"
+        else:
+            signed = int(np.sign(self.delta)) if abs(self.delta) > TOLERANCE else 0
+        if signed == 0:
+            return "flat"
+        good = signed > 0 if self.direction == "higher" else signed < 0
+        return "better" if good else "worse"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "direction": self.direction,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "delta": self.delta,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_value": self.p_value,
+            "improved": self.improved,
+            "regressed": self.regressed,
+            "unchanged": self.unchanged,
+        }
+
+
+@dataclass
+class DiffResult:
+    baseline: RunData
+    candidate: RunData
+    metrics: list[MetricDiff]
+    cases: list[dict[str, Any]]
+    diagnosis: list[str]
+    differences: list[str] = field(default_factory=list)
+    """What makes the runs incomparable (empty when comparable)."""
+
+    def metric(self, name: str) -> MetricDiff | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline.run_id,
+            "candidate": self.candidate.run_id,
+            "comparable": not self.differences,
+            "differences": self.differences,
+            "metrics": [m.to_json() for m in self.metrics],
+            "cases": self.cases,
+            "diagnosis": self.diagnosis,
+        }
+
+
+def differences(baseline: RunData, candidate: RunData) -> list[str]:
+    """Everything that makes two runs' scores incomparable, worded for the user."""
+    found = []
+    for tag, what in [
+        ("dataset_hash", "dataset content hash"),
+        ("k", "K"),
+        ("metrics", "metric set"),
+        ("judge", "judge identity"),
+    ]:
+        a, b = baseline.record.tag(tag), candidate.record.tag(tag)
+        if a != b:
+            found.append(f"{what} differs ({_short(a)} vs {_short(b)})")
+    if set(baseline.case_ids) != set(candidate.case_ids):
+        only_a = len(set(baseline.case_ids) - set(candidate.case_ids))
+        only_b = len(set(candidate.case_ids) - set(baseline.case_ids))
+        found.append(f"case ids differ ({only_a} only in the baseline, {only_b} only in the candidate)")
+    return found
+
+
+def check_comparable(baseline: RunData, candidate: RunData, *, allow: bool) -> list[str]:
+    found = differences(baseline, candidate)
+    if found and not allow:
+        raise IncomparableRunsError(
+            f"runs {baseline.run_id} and {candidate.run_id} are not comparable: {'; '.join(found)} "
+            "(--allow-incomparable to compare anyway)"
+        )
+    return found
+
+
+def compute_diff(
+    baseline: RunData,
+    candidate: RunData,
+    *,
+    resamples: int,
+    confidence: float,
+    seed: int,
+    top: int = 10,
+    allow_incomparable: bool = False,
+) -> DiffResult:
+    found = check_comparable(baseline, candidate, allow=allow_incomparable)
+    candidate_ids = set(candidate.case_ids)
+    shared = [case_id for case_id in baseline.case_ids if case_id in candidate_ids]
+    base, cand = baseline.select(shared), candidate.select(shared)
+    names = [name for name in baseline.metrics if name in candidate.metrics or found]
+    for name in candidate.metrics:
+        if name not in names:
+            names.append(name)
+    metrics = [_metric_diff(name, base, cand, baseline, candidate, resamples, confidence, seed) for name in names]
+    return DiffResult(baseline, candidate, metrics, _worst_cases(base, cand, top), diagnose(metrics), found)
+
+
+def _metric_diff(
+    name: str,
+    base: RunData,
+    cand: RunData,
+    baseline: RunData,
+    candidate: RunData,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> MetricDiff:
+    spec = METRICS.get(name)
+    direction = spec.direction if spec else "higher"
+    b_value, c_value = baseline.summary(name), candidate.summary(name)
+    delta = c_value - b_value if b_value is not None and c_value is not None else None
+    b_cases, c_cases = base.per_case(name), cand.per_case(name)
+    improved = regressed = unchanged = pairs = 0
+    ci_low = ci_high = p_value = None
+    if b_cases is not None and c_cases is not None:
+        mask = np.isfinite(b_cases) & np.isfinite(c_cases)
+        if spec is not None and spec.population == "answerable" and (~base.unanswerable).any():
+            mask &= ~base.unanswerable
+        change = c_cases[mask] - b_cases[mask]
+        if direction == "lower":
+            change = -change
+        improved = int((change > TOLERANCE).sum())
+        regressed = int((change < -TOLERANCE).sum())
+        unchanged = int(change.size - improved - regressed)
+        pairs = int(change.size)
+        if (spec is not None and spec.per_case) or name == "error_rate":
+            stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
+            if stats is not None:
+                ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
+    return MetricDiff(
+        name, direction, b_value, c_value, delta, ci_low, ci_high, p_value, improved, regressed, unchanged, pairs
+    )
+
+
+def _worst_cases(base: RunData, cand: RunData, top: int) -> list[dict[str, Any]]:
+    """Cases ranked by how much worse the candidate did, summed over the bounded per-case metrics."""
+    if top <= 0 or not base.case_ids:
+        return []
+    total = np.zeros(len(base.case_ids))
+    for name, values in base.scores.items():
+        if name not in cand.scores:
+            continue
+        change = np.nan_to_num(cand.scores[name] - values, nan=0.0)
+        total += change if METRICS[name].direction == "higher" else -change
+    newly_failed = cand.errored & ~base.errored
+    total[newly_failed] -= len(base.scores) or 1  # a case that broke is the worst regression of all
+    order = np.argsort(total, kind="stable")
+    worst = []
+    for i in order[:top]:
+        if total[i] >= -TOLERANCE:
+            break
+        b_row, c_row = base.row(int(i)), cand.row(int(i))
+        worst.append(
+            {
+                "id": base.case_ids[i],
+                "regression": round(float(-total[i]), 6),
+                "metrics": {
+                    name: {"baseline": b_row["metrics"].get(name), "candidate": c_row["metrics"].get(name)}
+                    for name in base.scores
+                    if name in cand.scores
+                },
+                "baseline": _what_it_did(b_row),
+                "candidate": _what_it_did(c_row),
+            }
+        )
+    return worst
+
+
+def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
+    output = row.get("output") or {}
+    return {"retrieved_ids": output.get("ranked_ids", []), "answer": output.get("answer"), "error": row.get("error")}
+
+
+def diagnose(metrics: list[MetricDiff]) -> list[str]:
+    """The first seed's decision table: which stage a pattern of moves points at."""
+    moved = {m.name: m.moved() for m in metrics}
+    worse = {name for name, move in moved.items() if move == "worse"}
+    better = {name for name, move in moved.items() if move == "better"}
+    retrieval = {"recall_at_k", "mrr", "ndcg_at_k"}
+    found = []
+    if {"recall_at_k", "mrr"} <= worse:
+        found.append("recall and MRR down: look at parsing, chunking and recall first")
+    elif moved.get("recall_at_k") == "flat" and "mrr" in worse:
+        found.append("recall flat but MRR down: fusion or rerank regressed")
+    if not (retrieval & worse) and "answer_accuracy" in worse:
+        found.append("retrieval flat but answer accuracy down: prompt, model or context assembly")
+    if "citation_precision" in worse and "answer_accuracy" not in worse:
+        found.append("citation precision down: the citation protocol or its validation")
+    p95 = next((m for m in metrics if m.name == "p95_seconds"), None)
+    if (
+        (better - {"p95_seconds", "error_rate"})
+        and p95
+        and p95.baseline
+        and p95.candidate
+        and p95.candidate >= 2 * p95.baseline
+    ):
+        found.append("quality up but P95 latency doubled: a product trade-off, not an automatic accept")
+    return found
+
+
+def _short(value: str) -> str:
+    return value[:12] if len(value) == 64 else value or "none"
