@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench bench-compare lock
+.PHONY: setup run test lint bench bench-compare bench-http lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ bench: setup
 
 bench-compare: setup
 	$(BIN)/python tests/benchmarks/bench_compare.py
+
+bench-http: setup
+	$(BIN)/python tests/benchmarks/bench_http.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

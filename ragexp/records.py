@@ -34,6 +34,18 @@ class SystemOutput:
             data["timings"] = self.timings
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any], latency_seconds: float | None = None) -> SystemOutput:
+        """Inverse of :meth:`to_json` (for checkpoints written by this module)."""
+        return cls(
+            ranked_ids=list(data.get("ranked_ids", [])),
+            contexts=list(data.get("contexts", [])),
+            answer=str(data.get("answer", "")),
+            citations=list(data.get("citations", [])),
+            latency_seconds=latency_seconds,
+            timings=data.get("timings"),
+        )
+
 
 @dataclass(slots=True)
 class Case:

@@ -7,7 +7,9 @@ exists, so bad input never leaves a half-written run behind.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +19,13 @@ import numpy as np
 import orjson
 
 from ragexp import __version__
+from ragexp.checkpoint import Checkpoint, read_checkpoint
 from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.identity import config_hash, flatten, resolved_config
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
-from ragexp.errors import MetricError
-from ragexp.metrics.offline import build_inputs
+from ragexp.errors import ConfigError, MetricError, RagexpError
+from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.progress import Progress
@@ -31,6 +34,7 @@ from ragexp.records import CaseResult
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
 
 TEXT_IN_TABLE = 300
+CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
 
 
 @dataclass
@@ -73,6 +77,8 @@ class RunOutcome:
     scored: dict[str, int]
     """Metric -> number of cases with a score."""
     specs: list[MetricSpec]
+    timings: dict[str, dict[str, float]]
+    """Stage -> p50/p95 seconds, from the timings the system reported."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,43 +116,95 @@ def plan_run(config: RagexpConfig) -> Plan:
     return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256), judge="none")
 
 
-def execute(plan: Plan, store: Store) -> RunOutcome:
-    """Create the MLflow run, evaluate every case, score, log; mark the run's real status."""
+def execute(plan: Plan, store: Store, *, resume: str | None = None) -> RunOutcome:
+    """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status."""
     cfg = plan.config
-    params = flatten(resolved_config(cfg))
-    run_name = f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"
-    run_id = store.create_run(cfg.experiment, run_name, plan.tags(), params)
+    if resume is None:
+        run_name = f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"
+        run_id = store.create_run(cfg.experiment, run_name, plan.tags(), flatten(resolved_config(cfg)))
+        done: dict[str, CaseResult] = {}
+    else:
+        run_id, done = resume, _resume_state(plan, store, resume)
+        store.set_running(run_id)
+    checkpoint = Checkpoint(store.checkpoint_path(run_id)) if plan.provider.remote else None
     status = FAILED
     try:
-        results = _evaluate(plan)
+        started = time.perf_counter()
+        results = _evaluate(plan, done, checkpoint)
+        store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
         outcome = _score_and_log(plan, store, run_id, results)
         status = FINISHED
+        if checkpoint is not None:
+            checkpoint.remove()
         return outcome
     except KeyboardInterrupt:
         status = KILLED
-        store.set_tags(run_id, {TAG_PREFIX + "status": "interrupted"})
+        _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
+        raise
+    except RagexpError as exc:
+        _save_for_resume(store, run_id, checkpoint, "aborted", str(exc))
         raise
     finally:
+        if checkpoint is not None:
+            checkpoint.close()
         store.end_run(run_id, status)
 
 
-def _evaluate(plan: Plan) -> list[CaseResult]:
-    cases = plan.dataset.cases
-    results: list[CaseResult | None] = [None] * len(cases)
-    progress = Progress(len(cases), "evaluating", enabled=plan.config.progress)
+def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
+    """Mark why the run stopped and upload what was done, so another machine can resume it too."""
+    store.set_tags(run_id, {TAG_PREFIX + "status": status, TAG_PREFIX + "stopped_because": reason[:500]})
+    if checkpoint is not None:
+        checkpoint.flush()
+        if checkpoint.path.exists():
+            store.log_files(run_id, {CHECKPOINT_ARTIFACT: checkpoint.path.read_bytes()})
 
-    def on_result(index: int, result: CaseResult) -> None:
-        results[index] = result
+
+def _resume_state(plan: Plan, store: Store, run_id: str) -> dict[str, CaseResult]:
+    record = store.get_run(run_id)
+    if record.status == FINISHED:
+        raise RagexpError(f"run {run_id} is finished: there is nothing to resume")
+    if record.tag("config_hash") != plan.config_hash:
+        raise ConfigError(
+            f"run {run_id} was made with config hash {record.tag('config_hash')[:12]}, these overrides give "
+            f"{plan.config_hash[:12]}: resume with the same config and dataset"
+        )
+    if not plan.provider.remote:
+        return {}  # local providers are recomputed: deterministic and instant
+    local = store.checkpoint_path(run_id)
+    if local.exists():
+        return read_checkpoint(local.read_bytes())
+    if CHECKPOINT_ARTIFACT in store.list_artifacts(run_id, "checkpoint"):
+        return read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
+    return {}
+
+
+def _evaluate(plan: Plan, done: dict[str, CaseResult], checkpoint: Checkpoint | None) -> list[CaseResult]:
+    cases = plan.dataset.cases
+    results: list[CaseResult | None] = [done.get(case.id) for case in cases]
+    todo = [i for i, result in enumerate(results) if result is None]
+    if done:
+        info(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already evaluated")
+    progress = Progress(len(todo), "evaluating", enabled=plan.config.progress)
+
+    def on_result(position: int, result: CaseResult) -> None:
+        results[todo[position]] = result
+        if checkpoint is not None:
+            checkpoint.add(result)
         progress.advance(error=result.error is not None)
 
     try:
-        plan.provider.run(cases, on_result)
+        if todo:
+            plan.provider.run([cases[i] for i in todo], on_result)
     finally:
         progress.close()
     missing = [cases[i].id for i, result in enumerate(results) if result is None]
     if missing:  # a provider bug, not a user error: never score a missing case as anything
         raise RuntimeError(f"provider {plan.config.provider.name} returned no result for case {missing[0]}")
     return [result for result in results if result is not None]
+
+
+def info(message: str) -> None:
+    sys.stderr.write(message + "\n")
 
 
 def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResult]) -> RunOutcome:
@@ -158,9 +216,13 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     summary = summarize(plan.specs, scores, inputs, errored)
     error_count = int(errored.sum())
 
+    timings = stage_timings(results)
     metrics = {name: value for name, value in summary.items() if value is not None}
     metrics["case_count"] = float(len(cases))
     metrics["error_count"] = float(error_count)
+    for stage, figures in timings.items():
+        for figure, value in figures.items():
+            metrics[f"timing.{stage}.{figure}"] = value
     store.log_metrics(run_id, metrics)
 
     columns = {name: _nullable(values) for name, values in scores.items()}
@@ -208,7 +270,26 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
         summary,
         scored,
         plan.specs,
+        timings,
     )
+
+
+def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
+    """p50 and p95 (nearest rank) of each stage the system reported timings for."""
+    per_stage: dict[str, list[float]] = {}
+    for result in results:
+        if result.output is not None and result.output.timings:
+            for stage, seconds in result.output.timings.items():
+                per_stage.setdefault(stage, []).append(seconds)
+    figures: dict[str, dict[str, float]] = {}
+    for stage, values in sorted(per_stage.items()):
+        array = np.array(values, dtype=np.float64)
+        figures[stage] = {
+            "p50_seconds": nearest_rank(array, 50) or 0.0,
+            "p95_seconds": nearest_rank(array, 95) or 0.0,
+            "cases": float(array.size),
+        }
+    return figures
 
 
 def _nullable(values: np.ndarray) -> list[float | None]:

@@ -34,6 +34,11 @@ TrackingUri = Annotated[
 ]
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM ends a run like Ctrl-C does: marked interrupted, checkpoint kept for --resume.
+    raise KeyboardInterrupt
+
+
 def emit_json(payload: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
 
@@ -45,9 +50,17 @@ def info(message: str) -> None:
 @app.command()
 def run(
     overrides: Overrides = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume", help="Continue this interrupted run (same config): only the cases it lacks are evaluated."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
+    import signal
+
     from ragexp.config.compose import compose
     from ragexp.runner import execute, plan_run
     from ragexp.tracking.store import Store
@@ -55,7 +68,14 @@ def run(
     config = compose(overrides or [])
     plan = plan_run(config)
     store = Store(config.tracking.uri)
-    outcome = execute(plan, store)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        outcome = execute(plan, store, resume=resume)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    errors = f"{outcome.error_count} of {outcome.case_count} cases errored"
+    if outcome.error_count:
+        info(f"warning: {errors}; their scores are missing, not zero (see cases.jsonl)")
     if as_json:
         emit_json(outcome.to_json())
         return
@@ -70,15 +90,16 @@ def run(
         )
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
     print()
-    errors = f"{outcome.error_count} of {outcome.case_count} cases errored"
+    for stage, figures in outcome.timings.items():
+        print(f"stage {stage:10} p50 {figures['p50_seconds']:.4f} s  p95 {figures['p95_seconds']:.4f} s")
+    if outcome.timings:
+        print()
     print(f"run {outcome.run_id}  experiment {outcome.experiment}  ({outcome.tracking_uri})")
     print(
         f"config {outcome.config_hash[:12]}  dataset {config.dataset.name} "
         f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {config.provider.name}  "
         f"k={config.k}  {errors}"
     )
-    if outcome.error_count:
-        info(f"warning: {errors}; their scores are missing, not zero (see cases.jsonl)")
 
 
 @app.command()

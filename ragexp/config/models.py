@@ -65,6 +65,10 @@ class SystemConfig(Model):
     """PEM file with a client certificate (and key) for mutual TLS."""
     client_key: str | None = runtime(None)
     """PEM file with the client certificate's key, when it is not inside ``client_cert``."""
+    backoff_s: float = runtime(0.5, ge=0)
+    """First retry delay; doubles per attempt (capped at 30 s) with random jitter."""
+    abort_after: int = runtime(8, ge=1)
+    """Stop the run when this many first cases all failed to reach the service and none succeeded."""
 
 
 class EmbeddingsConfig(Model):

@@ -28,6 +28,10 @@ class RunSettings:
 class Provider(ABC):
     """Turns cases into system outputs. Failures are per case, never exceptions."""
 
+    remote = False
+    """True when outputs come from an outside service: results are checkpointed as they arrive.
+    Local providers are deterministic and instant, so a resumed run simply recomputes them."""
+
     def __init__(self, config: SystemConfig, settings: RunSettings) -> None:
         self.config = config
         self.settings = settings

@@ -154,6 +154,20 @@ class Store:
                 entries = [{"path": name, "type": "table"} for name in tables]
                 self.client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(entries))
 
+    def set_running(self, run_id: str) -> None:
+        """Reopen a stopped run (for ``--resume``)."""
+        with self._calling(f"reopening run {run_id}"):
+            self.client.update_run(run_id, status=RUNNING)
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        """Where a run's local checkpoint lives: beside a SQLite store, else in the user's cache."""
+        db = _sqlite_path(self.uri)
+        if db is not None:
+            base = db.resolve().parent / "checkpoints"
+        else:
+            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragexp" / "checkpoints"
+        return base / f"{run_id}.jsonl"
+
     def end_run(self, run_id: str, status: str) -> None:
         with self._calling(f"ending run {run_id}"):
             self.client.set_terminated(run_id, status=status)

@@ -1,0 +1,114 @@
+"""A fault-injecting RAG service for tests: the case id's prefix chooses the behaviour.
+
+    python tests/servers/faulty.py --port 0        # prints "listening on URL"
+
+ok-*        answers at once (retrieves rel-<id>, cites it, states "fact <id>", reports timings)
+flaky500-*  500 on the first two attempts, then answers
+rate-*      429 with Retry-After: 1 on the first attempt, then answers
+drop-*      closes the connection without a reply on the first attempt, then answers
+dropall-*   always closes the connection without a reply
+slow-*      answers after 2 s (longer than the tests' timeout)
+always500-* 500 on every attempt
+bad400-*    400 (not retryable)
+badjson-*   200 with a body that is not JSON
+contract-*  200 with JSON that lacks "answer"
+leak-*      200 with a non-JSON body that echoes the request's Authorization header
+GET /stats  the attempts seen per case id, with their times
+
+Set FAULTY_TOKEN to require "Authorization: Bearer $FAULTY_TOKEN" (401 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ATTEMPTS: dict[str, list[float]] = {}
+LOCK = threading.Lock()
+DELAY = 0.0
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_GET(self) -> None:
+        with LOCK:
+            self.reply(200, json.dumps(ATTEMPTS).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        case_id = str(body.get("case_id"))
+        with LOCK:
+            ATTEMPTS.setdefault(case_id, []).append(time.time())
+            attempt = len(ATTEMPTS[case_id])
+        token = os.environ.get("FAULTY_TOKEN")
+        if token and self.headers.get("Authorization") != f"Bearer {token}":
+            return self.reply(401, b'{"error": "unauthorized"}')
+        kind = case_id.split("-", 1)[0]
+        if DELAY:
+            time.sleep(DELAY)
+        if (kind == "flaky500" and attempt <= 2) or kind == "always500":
+            return self.reply(500, b'{"error": "boom"}')
+        if kind == "rate" and attempt == 1:
+            return self.reply(429, b'{"error": "slow down"}', {"Retry-After": "1"})
+        if (kind == "drop" and attempt == 1) or kind == "dropall":
+            self.close_connection = True
+            self.connection.close()
+            return None
+        if kind == "slow":
+            time.sleep(2.0)
+        if kind == "bad400":
+            return self.reply(400, b'{"error": "bad request"}')
+        if kind == "badjson":
+            return self.reply(200, b"<html>not json</html>")
+        if kind == "leak":
+            return self.reply(200, f"oops {self.headers.get('Authorization')}".encode())
+        number = case_id.split("-", 1)[-1]
+        payload: dict[str, Any] = {
+            "ranked_ids": [f"rel-{number}", f"noise-{number}"],
+            "contexts": [f"fact {number}.", "noise"],
+            "answer": f"fact {number}. [1]",
+            "citations": [1],
+            "timings": {"embedding": 0.001, "vector": 0.002, "rerank": 0.004, "model": 0.02},
+        }
+        if kind == "contract":
+            del payload["answer"]
+        self.reply(200, json.dumps(payload).encode())
+
+    def reply(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def main() -> None:
+    global DELAY
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="latency added to every reply")
+    args = parser.parse_args()
+    DELAY = args.delay_ms / 1000
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    server.request_queue_size = 128
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}/query", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
