@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -31,6 +31,10 @@ from ragexp.metrics.summary import score_cases, summarize
 from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
+
+if TYPE_CHECKING:
+    from ragexp.metrics.judge.scorer import JudgeScorer
+
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
 
 TEXT_IN_TABLE = 300
@@ -47,6 +51,8 @@ class Plan:
     provider: Provider
     config_hash: str
     judge: str
+    """Judge identity (``none`` without judge metrics)."""
+    scorer: JudgeScorer | None = None
 
     def tags(self) -> dict[str, str]:
         cfg = self.config
@@ -92,8 +98,11 @@ class RunOutcome:
         }
 
 
-def plan_run(config: RagexpConfig) -> Plan:
-    """Load and check everything a run needs; raises a RagexpError on any bad input."""
+def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
+    """Load and check everything a run needs; raises a RagexpError on any bad input.
+
+    ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
+    """
     specs = parse_metric_names(config.metrics.names)
     path = resolve_path(config.dataset.path, PROJECT_ROOT)
     dataset = load_dataset(path, config.dataset.format)
@@ -101,7 +110,7 @@ def plan_run(config: RagexpConfig) -> Plan:
     if judge_specs and config.provider.judge is None:
         raise MetricError(
             f"metric '{judge_specs[0]}' needs an LLM judge, and provider {config.provider.name} has none "
-            "(use provider=npu or set provider.judge)"
+            "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
         )
     settings = RunSettings(k=config.k, concurrency=config.concurrency, dataset=config.dataset)
     provider = build_provider(config.provider.system, settings)
@@ -113,7 +122,14 @@ def plan_run(config: RagexpConfig) -> Plan:
         provider=config.provider.name,
     )
     provider.preflight(dataset)
-    return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256), judge="none")
+    scorer, judge = None, "none"
+    if judge_specs and config.provider.judge is not None:
+        from ragexp.metrics.judge.scorer import JudgeScorer
+
+        scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
+        scorer.preflight()
+        judge = scorer.identity
+    return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256, judge), judge, scorer)
 
 
 def execute(plan: Plan, store: Store, *, resume: str | None = None) -> RunOutcome:
@@ -212,6 +228,22 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     cases = plan.dataset.cases
     inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
     scores = score_cases(plan.specs, inputs)
+    judge_metrics: dict[str, float] = {}
+    spread: dict[str, list[float | None]] = {}
+    if plan.scorer is not None:
+        judged = plan.scorer.score(cases, results, progress=cfg.progress)
+        scores.update(judged.scores)
+        for index, reasons in judged.errors.items():
+            results[index].metric_errors.update(reasons)
+        usage = judged.usage.as_metrics()
+        for name, value in plan.scorer.adaptation_usage.as_metrics().items():
+            usage[name] += value
+        judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits)}
+        for name, values in judged.spread.items():
+            spread[name] = _nullable(values)
+            mean_spread = float(np.nanmean(values)) if np.isfinite(values).any() else None
+            if mean_spread is not None:
+                judge_metrics[f"judge_spread.{name}"] = mean_spread
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     error_count = int(errored.sum())
@@ -220,6 +252,7 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     metrics = {name: value for name, value in summary.items() if value is not None}
     metrics["case_count"] = float(len(cases))
     metrics["error_count"] = float(error_count)
+    metrics.update(judge_metrics)
     for stage, figures in timings.items():
         for figure, value in figures.items():
             metrics[f"timing.{stage}.{figure}"] = value
@@ -229,7 +262,7 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     latency = _nullable(inputs.latency)
     with tempfile.TemporaryDirectory(prefix="ragexp-run-") as tmp:
         folder = Path(tmp)
-        _write_cases_jsonl(folder / "cases.jsonl", plan, results, columns, latency)
+        _write_cases_jsonl(folder / "cases.jsonl", plan, results, columns, latency, spread)
         (folder / "config.yaml").write_bytes(_yaml(resolved_config(cfg)))
         (folder / "summary.json").write_text(
             json.dumps(
@@ -302,6 +335,7 @@ def _write_cases_jsonl(
     results: Sequence[CaseResult],
     columns: dict[str, list[float | None]],
     latency: list[float | None],
+    spread: dict[str, list[float | None]],
 ) -> None:
     names = list(columns)
     with path.open("wb") as out:
@@ -316,6 +350,8 @@ def _write_cases_jsonl(
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors
+            if spread:
+                row["spread"] = {name: values[i] for name, values in spread.items()}
             out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
 
 

@@ -66,8 +66,8 @@ def run(
     from ragexp.tracking.store import Store
 
     config = compose(overrides or [])
-    plan = plan_run(config)
     store = Store(config.tracking.uri)
+    plan = plan_run(config, store.state_dir())
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         outcome = execute(plan, store, resume=resume)

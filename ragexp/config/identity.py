@@ -46,9 +46,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def config_hash(config: RagexpConfig, dataset_file_sha256: str) -> str:
-    """sha256 over the canonical identity view plus the dataset file's content hash."""
-    payload = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256}
+def config_hash(config: RagexpConfig, dataset_file_sha256: str, judge: str = "none") -> str:
+    """sha256 over the canonical identity view, the dataset file's content hash and the judge
+    identity (which adds the prompts in use and the ragas version to the judge's config)."""
+    payload = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256, "judge": judge}
     return sha256_text(canonical_json(payload))
 
 

@@ -105,8 +105,12 @@ class JudgeConfig(Model):
     """HTTP retries per judge call."""
     max_tokens: int = Field(4096, ge=1)
     """Completion budget per judge call (long Chinese answers need more than 1024)."""
-    repeats: int = Field(1, ge=1)
+    repeats: int = Field(1, ge=1, le=100)
     """Score each case this many times; the case's score is the mean, the spread is kept."""
+    cache: bool = runtime(True)
+    """Keep judge results in a persistent cache, so an unchanged case costs no call on a rerun."""
+    temperature: float = Field(0.01, ge=0, le=2)
+    """Sampling temperature of judge calls (ragas' default)."""
 
 
 class ProviderConfig(Model):

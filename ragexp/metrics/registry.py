@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from ragexp.metrics.offline import OfflineInputs
 
-MAX_METRICS = 14
+MAX_JUDGE_METRICS = 14
+"""MindSDK's evaluate() takes (0, 14] metrics; it applies to what is sent to the judge."""
 MAX_NAME = 50
 
 Direction = Literal["higher", "lower"]
@@ -55,6 +56,10 @@ class MetricSpec:
     """Other accepted spellings (``answer_similarity`` is logged as ``semantic_similarity``)."""
     scorer: Callable[[OfflineInputs], np.ndarray] | None = field(default=None, compare=False)
     """Offline per-case kernel: arrays in, one score per case out (NaN: no score)."""
+    ragas_class: str | None = None
+    """Judge metrics: the ``ragas.metrics.collections`` class that computes it."""
+    ragas_args: tuple[str, ...] = ()
+    """Judge metrics: the fields passed to the class's ``ascore``, in ragas' names."""
 
     @property
     def official(self) -> bool:
@@ -80,9 +85,10 @@ def register(spec: MetricSpec) -> MetricSpec:
 
 
 def parse_metric_names(names: Sequence[str]) -> list[MetricSpec]:
-    """Check a metric list (1 to 14 names of 1 to 50 characters, no duplicates, all known)."""
-    if not 1 <= len(names) <= MAX_METRICS:
-        raise MetricError(f"metrics: give 1 to {MAX_METRICS} metric names, got {len(names)}")
+    """Check a metric list: known names of 1 to 50 characters, no duplicates (an alias counts as its
+    metric), at least one metric, at most 14 judge metrics."""
+    if not names:
+        raise MetricError("metrics: give at least one metric name")
     specs: list[MetricSpec] = []
     seen: dict[str, str] = {}
     for name in names:
@@ -97,6 +103,11 @@ def parse_metric_names(names: Sequence[str]) -> list[MetricSpec]:
             raise MetricError(f"metrics: '{name}' repeats '{seen[canonical]}'")
         seen[canonical] = name
         specs.append(METRICS[canonical])
+    judged = [spec.name for spec in specs if spec.judge]
+    if len(judged) > MAX_JUDGE_METRICS:
+        raise MetricError(
+            f"metrics: at most {MAX_JUDGE_METRICS} judge metrics per run (MindSDK's limit), got {len(judged)}"
+        )
     return specs
 
 
@@ -120,105 +131,118 @@ def check_requirements(
 
 
 def _judge(
-    name: str, direction: Direction, labels: set[str], outputs: set[str], definition: str, aliases: tuple[str, ...] = ()
+    name: str,
+    direction: Direction,
+    ragas_class: str,
+    args: tuple[str, ...],
+    definition: str,
+    aliases: tuple[str, ...] = (),
 ) -> None:
+    outputs = {"response", "retrieved_contexts"} & set(args)
     register(
         MetricSpec(
             name=name,
             direction=direction,
             low=0.0,
             high=1.0,
-            needs_labels=frozenset(labels),
+            needs_labels=frozenset(set(args) - outputs),
             needs_output=frozenset(outputs),
             source=RAGAS,
             definition=definition,
             judge=True,
             aliases=aliases,
+            ragas_class=ragas_class,
+            ragas_args=args,
         )
     )
 
 
 def _register_judge_metrics() -> None:
+    # (the ascore arguments of each ragas class; MindSDK's table gives the same fields)
     q, ref, resp, ctx = "user_input", "reference", "response", "retrieved_contexts"
     _judge(
         "answer_correctness",
         "higher",
-        {q, ref},
-        {resp},
+        "AnswerCorrectness",
+        (q, resp, ref),
         "Correctness of the answer against the reference: factual overlap combined with semantic similarity.",
     )
     _judge(
         "answer_relevancy",
         "higher",
-        {q},
-        {resp},
+        "AnswerRelevancy",
+        (q, resp),
         "How relevant the answer is to the question; incomplete or redundant answers score lower.",
     )
     _judge(
         "semantic_similarity",
         "higher",
-        {ref},
-        {resp},
+        "SemanticSimilarity",
+        (ref, resp),
         "Semantic closeness of the answer to the reference, from embeddings.",
         aliases=("answer_similarity",),
     )
     _judge(
         "context_precision",
         "higher",
-        {q, ref},
-        {ctx},
+        "ContextPrecision",
+        (q, ref, ctx),
         "Share of relevant chunks among the retrieved contexts, averaged precision@k over their ranks.",
     )
     _judge(
         "context_recall",
         "higher",
-        {q, ref},
-        {ctx},
+        "ContextRecall",
+        (q, ctx, ref),
         "How much of the reference is supported by the retrieved contexts: nothing relevant left out.",
     )
     _judge(
         "context_entity_recall",
         "higher",
-        {ref},
-        {ctx},
+        "ContextEntityRecall",
+        (ref, ctx),
         "Share of the reference's entities that appear in the retrieved contexts.",
     )
     _judge(
         "context_utilization",
         "higher",
-        {q},
-        {resp, ctx},
+        "ContextUtilization",
+        (q, resp, ctx),
         "Precision of the retrieved contexts judged against the answer rather than a reference.",
     )
     _judge(
-        "faithfulness", "higher", {q}, {resp, ctx}, "Share of the answer's claims that the retrieved contexts support."
+        "faithfulness",
+        "higher",
+        "Faithfulness",
+        (q, resp, ctx),
+        "Share of the answer's claims that the retrieved contexts support.",
     )
     _judge(
         "noise_sensitivity",
         "lower",
-        {q, ref},
-        {resp, ctx},
+        "NoiseSensitivity",
+        (q, resp, ref, ctx),
         "How often the answer makes incorrect claims under relevant or irrelevant contexts (lower is better).",
     )
     _judge(
         "nv_accuracy",
         "higher",
-        {q, ref},
-        {resp},
+        "AnswerAccuracy",
+        (q, resp, ref),
         "Agreement of answer and reference: two judge prompts rate 0/2/4, rescaled to [0,1] and averaged.",
     )
     _judge(
         "nv_context_relevance",
         "higher",
-        {q},
-        {ctx},
+        "ContextRelevance",
+        (q, ctx),
         "Relevance of the retrieved contexts to the question: two judge prompts rate 0/1/2, rescaled and averaged.",
     )
     _judge(
         "nv_response_groundedness",
         "higher",
-        set(),
-        {resp, ctx},
+        "ResponseGroundedness",
+        (resp, ctx),
         "How far each claim of the answer is supported by the retrieved contexts.",
     )
 

@@ -8,28 +8,21 @@ which measured faster here than one client under a semaphore.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
-import random
-import socket
 import ssl
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from ragexp.config.identity import redact
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider
 from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.transport import RETRY_STATUS, backoff, check_reachable, describe, retry_after, ssl_context
 
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-MAX_BACKOFF = 30.0
-MAX_RETRY_AFTER = 120.0
 STAGES = ("embedding", "vector", "keyword", "rerank", "model")
 
 
@@ -53,9 +46,6 @@ class HttpProvider(Provider):
         cfg = self.config
         if not cfg.url:
             raise ProviderError("provider.system.url: required for provider kind http")
-        parts = urlsplit(cfg.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ProviderError(f"provider.system.url: not an http(s) URL: {redact(cfg.url)}")
         for header, variable in cfg.headers_env.items():
             value = os.environ.get(variable)
             if not value:
@@ -67,26 +57,11 @@ class HttpProvider(Provider):
             if path and not Path(path).is_file():
                 raise ProviderError(f"provider.system.{key}: no such file: {path}")
         self._ssl_context()  # a broken PEM file fails here, before any run exists
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            with socket.create_connection((parts.hostname, port), timeout=min(cfg.timeout_s, 5.0)):
-                pass
-        except OSError as exc:
-            raise ProviderError(
-                f"provider.system.url: cannot connect to {parts.hostname}:{port} ({exc.strerror or exc}); "
-                "is the service running?"
-            ) from None
+        check_reachable("provider.system.url", cfg.url, cfg.timeout_s)
 
     def _ssl_context(self) -> ssl.SSLContext:
-        # One context for all workers: httpx would otherwise build one per client (tens of ms each).
         cfg = self.config
-        try:
-            context = ssl.create_default_context(cafile=cfg.ca_file) if cfg.ca_file else ssl.create_default_context()
-            if cfg.client_cert:
-                context.load_cert_chain(cfg.client_cert, cfg.client_key)
-        except (ssl.SSLError, OSError) as exc:
-            raise ProviderError(f"provider.system: TLS files cannot be used ({exc})") from None
-        return context
+        return ssl_context("provider.system", cfg.ca_file, cfg.client_cert, cfg.client_key)
 
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         asyncio.run(self._run(cases, on_result))
@@ -165,11 +140,7 @@ class HttpProvider(Provider):
                 last = f"timed out after {cfg.timeout_s:g} s"
                 transport_only = False
             except httpx.TransportError as exc:
-                last = (
-                    f"connection failed ({type(exc).__name__}: {exc})"
-                    if str(exc)
-                    else f"connection failed ({type(exc).__name__})"
-                )
+                last = describe(exc)
             else:
                 latency = time.perf_counter() - started
                 transport_only = False
@@ -180,9 +151,9 @@ class HttpProvider(Provider):
                 if status not in RETRY_STATUS:
                     raise _Failed(f"{last} (not retried)")
                 if status == 429:
-                    delay = _retry_after(response.headers.get("retry-after"))
+                    delay = retry_after(response.headers.get("retry-after"))
             if attempt + 1 < attempts:
-                await asyncio.sleep(delay if delay is not None else _backoff(cfg.backoff_s, attempt))
+                await asyncio.sleep(delay if delay is not None else backoff(cfg.backoff_s, attempt))
         message = f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}"
         if transport_only:
             raise Unreachable(message)
@@ -220,25 +191,6 @@ class _StartWatch:
                 self.aborted = f"the service did not answer the first {self.window} cases: {reason}"
             return True
         return False
-
-
-def _backoff(base: float, attempt: int) -> float:
-    # Full jitter: spread retries so that failed requests do not come back in lockstep.
-    delay: float = min(MAX_BACKOFF, base * (2**attempt)) * (0.5 + random.random() / 2)
-    return delay
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        if parsed is None:
-            return None
-        seconds = parsed.timestamp() - time.time()
-    return max(0.0, min(seconds, MAX_RETRY_AFTER))
 
 
 def _parse(response: httpx.Response, latency: float) -> SystemOutput:

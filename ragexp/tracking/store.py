@@ -159,14 +159,16 @@ class Store:
         with self._calling(f"reopening run {run_id}"):
             self.client.update_run(run_id, status=RUNNING)
 
-    def checkpoint_path(self, run_id: str) -> Path:
-        """Where a run's local checkpoint lives: beside a SQLite store, else in the user's cache."""
+    def state_dir(self) -> Path:
+        """Local state (checkpoints, judge cache, adapted prompts): beside a SQLite store, else in
+        the user's cache folder."""
         db = _sqlite_path(self.uri)
         if db is not None:
-            base = db.resolve().parent / "checkpoints"
-        else:
-            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragexp" / "checkpoints"
-        return base / f"{run_id}.jsonl"
+            return db.resolve().parent
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragexp"
+
+    def checkpoint_path(self, run_id: str) -> Path:
+        return self.state_dir() / "checkpoints" / f"{run_id}.jsonl"
 
     def end_run(self, run_id: str, status: str) -> None:
         with self._calling(f"ending run {run_id}"):

@@ -1,0 +1,61 @@
+"""A persistent cache of judge scores (SQLite), so an unchanged case costs no call on a rerun.
+
+Keys cover the metric, the judge identity (model, embeddings, language, prompts in use, ragas
+version), the fields the metric reads and the repeat index. Failures are never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+COMMIT_EVERY = 1.0
+
+
+def cache_key(metric: str, judge: str, inputs: dict[str, Any], repeat: int) -> str:
+    payload = {"metric": metric, "judge": judge, "inputs": inputs, "repeat": repeat}
+    return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class JudgeCache:
+    def __init__(self, path: Path | None) -> None:
+        self.hits = 0
+        self._db: sqlite3.Connection | None = None
+        self._committed = time.monotonic()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), timeout=30, isolation_level="DEFERRED")
+            self._db.execute("pragma journal_mode=wal")
+            self._db.execute("create table if not exists scores (key text primary key, value real, at real)")
+
+    def get(self, key: str) -> float | None:
+        if self._db is None:
+            return None
+        row = self._db.execute("select value from scores where key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self.hits += 1
+        return float(row[0])
+
+    def put(self, key: str, value: float) -> None:
+        if self._db is None:
+            return
+        self._db.execute("insert or replace into scores values (?, ?, ?)", (key, value, time.time()))
+        if time.monotonic() - self._committed > COMMIT_EVERY:
+            self.commit()
+
+    def commit(self) -> None:
+        if self._db is not None:
+            self._db.commit()
+            self._committed = time.monotonic()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.commit()
+            self._db.close()
+            self._db = None

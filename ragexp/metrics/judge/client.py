@@ -1,0 +1,220 @@
+"""The judge's HTTP side: chat completions and embeddings behind one limit on calls in flight.
+
+ragas metrics talk to an ``InstructorBaseRagasLLM`` and a ``BaseRagasEmbedding``. Both are
+implemented here directly over httpx rather than through the OpenAI SDK and instructor: the
+client CPU per call is what bounds throughput on a small machine, and this way one place owns
+retries, timeouts, the concurrency bound across all cases and metrics, and token accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+import threading
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+from ragas.embeddings.base import BaseRagasEmbedding
+from ragas.llms.base import InstructorBaseRagasLLM
+
+from ragexp.config.models import JudgeConfig
+from ragexp.metrics.judge.scorer import Usage
+from ragexp.transport import RETRY_STATUS, backoff, describe, retry_after
+
+Model = TypeVar("Model", bound=BaseModel)
+FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+PARSE_ATTEMPTS = 2
+"""A reply that does not match the output schema is asked again once (as instructor does)."""
+
+
+class JudgeCallError(Exception):
+    """A judge call failed for good (after retries); the message is the reason."""
+
+
+class JudgeUnreachable(JudgeCallError):
+    """Nothing answered at the transport level."""
+
+
+class JudgeHTTP:
+    """A pool of ``concurrency`` keep-alive clients: taking one is the limit on calls in flight."""
+
+    def __init__(self, config: JudgeConfig, api_key: str | None, verify: ssl.SSLContext) -> None:
+        self.config = config
+        self.usage = Usage()
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._verify = verify
+        self._pool: asyncio.Queue[httpx.AsyncClient] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread: int | None = None
+
+    async def __aenter__(self) -> JudgeHTTP:
+        self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
+        self._pool = asyncio.Queue()
+        for _ in range(self.config.concurrency):
+            self._pool.put_nowait(
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(self.config.timeout_s),
+                    verify=self._verify,
+                    headers=self._headers,
+                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                    trust_env=False,
+                )
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._pool is not None
+        while not self._pool.empty():
+            await self._pool.get_nowait().aclose()
+
+    async def post(self, url: str, body: dict[str, Any]) -> Any:
+        """POST JSON with retries on connect errors, timeouts, 429 and 5xx; returns parsed JSON."""
+        assert self._pool is not None, "use JudgeHTTP as an async context manager"
+        attempts = self.config.max_retries + 1
+        last, transport_only = "no attempt made", True
+        for attempt in range(attempts):
+            delay: float | None = None
+            client = await self._pool.get()
+            try:
+                response = await client.post(url, json=body)
+            except httpx.TimeoutException:
+                last, transport_only = f"timed out after {self.config.timeout_s:g} s", False
+            except httpx.TransportError as exc:
+                last = describe(exc)
+            else:
+                transport_only = False
+                if response.status_code < 300:
+                    try:
+                        data = response.json()
+                    except ValueError:
+                        self.usage.failed_calls += 1
+                        raise JudgeCallError(f"judge reply from {url} is not JSON") from None
+                    self.usage.successes += 1
+                    return data
+                last = f"HTTP {response.status_code} from {url}"
+                if response.status_code not in RETRY_STATUS:
+                    self.usage.failed_calls += 1
+                    raise JudgeCallError(f"{last} (not retried)")
+                if response.status_code == 429:
+                    delay = retry_after(response.headers.get("retry-after"))
+            finally:
+                self._pool.put_nowait(client)
+            if attempt + 1 < attempts:
+                await asyncio.sleep(delay if delay is not None else backoff(0.5, attempt))
+        self.usage.failed_calls += 1
+        message = f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}"
+        if transport_only:
+            self.usage.transport_failures += 1
+            raise JudgeUnreachable(message)
+        raise JudgeCallError(message)
+
+
+class JudgeLLM(InstructorBaseRagasLLM):
+    """Chat completions in JSON mode, parsed into the metric's output model."""
+
+    def __init__(self, http: JudgeHTTP, config: JudgeConfig, json_mode: bool) -> None:
+        self.http = http
+        self.config = config
+        self.json_mode = json_mode
+        self.url = (config.base_url or "").rstrip("/") + "/chat/completions"
+
+    def generate(self, prompt: str, response_model: type[Model]) -> Model:
+        raise TypeError("the ragexp judge is asynchronous: use agenerate")
+
+    async def agenerate(self, prompt: str, response_model: type[Model]) -> Model:
+        # As instructor's JSON mode does: the schema goes in a system message, since not every
+        # ragas prompt (the translation one, for one) spells it out.
+        schema = json.dumps(response_model.model_json_schema(), ensure_ascii=False)
+        system = "Answer with one JSON object (not the schema itself) that matches this json_schema:\n" + schema
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
+        if self.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        problem = ""
+        for _ in range(PARSE_ATTEMPTS):
+            data = await self.http.post(self.url, body)
+            self.http.usage.chat_calls += 1
+            usage = data.get("usage") if isinstance(data, dict) else None
+            if isinstance(usage, dict):
+                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                self.http.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+            try:
+                content = data["choices"][0]["message"]["content"]
+                return response_model.model_validate_json(_json_text(content))
+            except (KeyError, IndexError, TypeError):
+                problem = "the reply has no choices[0].message.content"
+            except ValidationError as exc:
+                problem = f"the reply does not match {response_model.__name__} ({exc.errors()[0]['msg']})"
+            if len(body["messages"]) == 2:
+                body["messages"] = [
+                    *body["messages"],
+                    {"role": "user", "content": "Reply with one JSON object that follows the schema exactly."},
+                ]
+        raise JudgeCallError(f"judge output unusable: {problem}")
+
+
+def _json_text(content: str) -> str:
+    """The JSON object in a reply, without Markdown fences or prose around it."""
+    fenced = FENCE.search(content)
+    if fenced:
+        content = fenced.group(1)
+    start, end = content.find("{"), content.rfind("}")
+    if start == -1 or end < start:
+        return content
+    return content[start : end + 1]
+
+
+class JudgeEmbeddings(BaseRagasEmbedding):
+    """OpenAI-compatible ``/embeddings`` or TEI ``/embed``, through the same pool and limit.
+
+    ragas' SemanticSimilarity calls the synchronous ``embed_text`` inside a coroutine; ragexp
+    runs that metric in a worker thread, and the synchronous call here hands the request to the
+    event loop's pool and waits for it, so it neither blocks the loop nor escapes the limit.
+    """
+
+    def __init__(self, http: JudgeHTTP, config: JudgeConfig) -> None:
+        super().__init__()
+        self.http = http
+        self.config = config
+        base = (config.embeddings.url or "").rstrip("/")
+        self.url = base + ("/embed" if config.embeddings.kind == "tei" else "/embeddings")
+
+    def embed_text(self, text: str, **kwargs: Any) -> list[float]:
+        loop = self.http.loop
+        if loop is None or threading.get_ident() == self.http.loop_thread:
+            raise RuntimeError("embed_text must be called from a worker thread while the judge loop runs")
+        return asyncio.run_coroutine_threadsafe(self.aembed_text(text), loop).result()
+
+    async def aembed_text(self, text: str, **kwargs: Any) -> list[float]:
+        return (await self._embed([text]))[0]
+
+    async def aembed_texts(self, texts: list[str], **kwargs: Any) -> list[list[float]]:
+        return await self._embed(list(texts))
+
+    async def _embed(self, texts: list[str]) -> list[list[float]]:
+        if self.config.embeddings.kind == "tei":
+            data = await self.http.post(self.url, {"inputs": texts, "truncate": True})
+            vectors = data
+        else:
+            data = await self.http.post(self.url, {"model": self.config.embeddings.model, "input": texts})
+            items = data.get("data") if isinstance(data, dict) else None
+            vectors = [item.get("embedding") for item in sorted(items or [], key=lambda item: item.get("index", 0))]
+            usage = data.get("usage") if isinstance(data, dict) else None
+            if isinstance(usage, dict):
+                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.http.usage.embedding_calls += 1
+        if (
+            not isinstance(vectors, list)
+            or len(vectors) != len(texts)
+            or not all(isinstance(v, list) and v and all(isinstance(x, int | float) for x in v) for v in vectors)
+        ):
+            raise JudgeCallError(f"embeddings reply from {self.url} is not {len(texts)} vector(s)")
+        return [[float(x) for x in v] for v in vectors]

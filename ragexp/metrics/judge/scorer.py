@@ -1,0 +1,354 @@
+"""Scoring cases with ragas judge metrics: bounded concurrency, a persistent cache, repeats,
+and every failure kept as that case's error for that metric (never a score).
+
+ragas (about 3 s to import here) and the HTTP client are imported only when a judge call is
+needed: a rerun whose scores all come from the cache costs what an offline run costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragexp.config.models import JudgeConfig
+from ragexp.errors import ProviderError
+from ragexp.metrics.judge.cache import JudgeCache, cache_key
+from ragexp.metrics.judge.prompts import dump_prompt, fingerprint, load_prompt, prompts_of, saved_path
+from ragexp.metrics.registry import MetricSpec
+from ragexp.progress import Progress
+from ragexp.records import Case, CaseResult
+from ragexp.transport import check_reachable, ssl_context
+
+JSON_MODE = {"openai": True, "mindie": False}
+"""Judge kind -> send ``response_format: json_object`` (MindIE's OpenAI API does not take it)."""
+SYNC_EMBEDDINGS = frozenset({"SemanticSimilarity"})
+"""ragas classes whose ``ascore`` calls the synchronous ``embed_text``: run in a worker thread."""
+ABORT_AFTER = 8
+"""Stop when this many first judge tasks all failed to reach the judge and none succeeded."""
+RAGAS_VERSION = version("ragas")
+
+
+@dataclass
+class Usage:
+    """Judge calls and tokens of a run."""
+
+    chat_calls: int = 0
+    embedding_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failed_calls: int = 0
+    transport_failures: int = 0
+    successes: int = 0
+
+    def add(self, other: Usage) -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "judge.chat_calls": self.chat_calls,
+            "judge.embedding_calls": self.embedding_calls,
+            "judge.prompt_tokens": self.prompt_tokens,
+            "judge.completion_tokens": self.completion_tokens,
+            "judge.failed_calls": self.failed_calls,
+        }
+
+
+class JudgeScoreError(Exception):
+    """The judge answered, but the metric produced no usable score."""
+
+
+@dataclass
+class JudgeOutcome:
+    scores: dict[str, np.ndarray]
+    """Metric -> (n,) per-case score (mean over repeats), NaN where missing."""
+    errors: dict[int, dict[str, str]]
+    """Case index -> metric -> reason."""
+    spread: dict[str, np.ndarray] = field(default_factory=dict)
+    """Metric -> (n,) standard deviation over repeats (only when repeats > 1)."""
+    usage: Usage = field(default_factory=Usage)
+    cache_hits: int = 0
+
+
+class JudgeScorer:
+    def __init__(
+        self, config: JudgeConfig, specs: Sequence[MetricSpec], state_dir: Path, warn: Callable[[str], None]
+    ) -> None:
+        self.config = config
+        self.specs = [spec for spec in specs if spec.judge]
+        self.state_dir = state_dir
+        self.warn = warn
+        self.api_key: str | None = None
+        self.prompts: dict[str, dict[str, dict[str, Any]]] = {}
+        self.identity = ""
+        self.sources: dict[str, dict[str, Any]] = {}
+        self._verify = ssl_context("provider.judge", None)
+        self.adaptation_usage = Usage()
+
+    # --- before the run --------------------------------------------------------------------------
+
+    def _needs(self, what: str) -> bool:
+        """Whether a selected metric takes an ``llm`` / ``embeddings`` (from the source dump)."""
+        return any(what in self.sources[spec.name]["components"] for spec in self.specs)
+
+    def preflight(self) -> None:
+        """Secrets, TLS, reachability and prompt adaptation: everything before a run exists."""
+        cfg = self.config
+        if cfg.api_key_env is not None:
+            self.api_key = os.environ.get(cfg.api_key_env)
+            if not self.api_key:
+                raise ProviderError(f"provider.judge.api_key_env: environment variable {cfg.api_key_env} is not set")
+        if cfg.ca_file and not Path(cfg.ca_file).is_file():
+            raise ProviderError(f"provider.judge.ca_file: no such file: {cfg.ca_file}")
+        self._verify = ssl_context("provider.judge", cfg.ca_file)
+        self.sources = self._source_prompts()
+        if self._needs("llm"):
+            if not cfg.base_url:
+                raise ProviderError("provider.judge.base_url: required for the judge metrics asked for")
+            check_reachable("provider.judge.base_url", cfg.base_url, cfg.timeout_s)
+        if self._needs("embeddings"):
+            if not cfg.embeddings.url:
+                raise ProviderError("provider.judge.embeddings.url: required for the embedding-based metrics")
+            check_reachable("provider.judge.embeddings.url", cfg.embeddings.url, cfg.timeout_s)
+        self._prepare_prompts()
+        self.identity = (
+            f"{cfg.kind}:{cfg.model}|embeddings={cfg.embeddings.kind}:{cfg.embeddings.model}|"
+            f"language={cfg.language}|prompts={fingerprint(self.prompts)[:12]}|ragas={RAGAS_VERSION}"
+        )
+
+    def _prompts_folder(self) -> Path:
+        return Path(self.config.prompts_path) if self.config.prompts_path else self.state_dir / "prompts"
+
+    def _source_prompts(self) -> dict[str, dict[str, Any]]:
+        """Each metric's English prompts as ragas ships them, dumped once per ragas version."""
+        path = self._prompts_folder() / f"source-ragas-{RAGAS_VERSION}.json"
+        known: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        missing = [spec for spec in self.specs if spec.name not in known]
+        if missing:
+            from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM
+
+            http = JudgeHTTP(self.config, None, self._verify)  # never entered: no call is made
+            llm, embeddings = JudgeLLM(http, self.config, True), JudgeEmbeddings(http, self.config)
+            for spec in missing:
+                metric = self._build(spec, llm, embeddings)
+                components = [name for name in ("llm", "embeddings") if getattr(metric, name, None) is not None]
+                known[spec.name] = {
+                    "components": components,
+                    "prompts": {name: dump_prompt(prompt) for name, prompt in prompts_of(metric).items()},
+                }
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, ensure_ascii=False, indent=1), encoding="utf-8")
+        return known
+
+    def _prepare_prompts(self) -> None:
+        """The prompts in use: the source ones, or their adaptation (saved once, then reused)."""
+        cfg = self.config
+        pending = []
+        for spec in self.specs:
+            source = self.sources[spec.name]["prompts"]
+            if cfg.language == "english" or not source:
+                self.prompts[spec.name] = source
+                continue
+            path = saved_path(
+                self._prompts_folder(), cfg.language, cfg.model, spec.name, fingerprint({spec.name: source})
+            )
+            if path.exists():
+                self._use_saved(spec, json.loads(path.read_text(encoding="utf-8")))
+            else:
+                pending.append((spec, path))
+        if pending:
+            asyncio.run(self._adapt_all(pending))
+
+    def _use_saved(self, spec: MetricSpec, saved: dict[str, Any]) -> None:
+        if saved.get("unadaptable"):
+            self.warn(
+                f"warning: metric {spec.name}: ragas cannot adapt its prompts to {self.config.language} "
+                f"({saved['unadaptable']}); its English prompts are used"
+            )
+        self.prompts[spec.name] = saved["prompts"]
+
+    async def _adapt_all(self, pending: list[tuple[MetricSpec, Path]]) -> None:
+        from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM
+
+        cfg = self.config
+        async with JudgeHTTP(cfg, self.api_key, self._verify) as http:
+            llm, embeddings = JudgeLLM(http, cfg, JSON_MODE[cfg.kind]), JudgeEmbeddings(http, cfg)
+            for spec, path in pending:
+                metric = self._build(spec, llm, embeddings)
+                saved = await self._adapt(spec, prompts_of(metric), self.sources[spec.name]["prompts"], llm)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
+                self._use_saved(spec, saved)
+            self.adaptation_usage.add(http.usage)
+
+    async def _adapt(
+        self, spec: MetricSpec, prompts: dict[str, Any], source: dict[str, Any], llm: Any
+    ) -> dict[str, Any]:
+        from ragexp.metrics.judge.client import JudgeCallError
+
+        adapted: dict[str, Any] = {}
+        for name, prompt in prompts.items():
+            try:
+                adapted[name] = dump_prompt(await prompt.adapt(self.config.language, llm))
+            except JudgeCallError as exc:  # the judge is down: say so now, do not remember it
+                raise ProviderError(f"provider.judge: adapting the prompts of {spec.name} failed: {exc}") from None
+            except Exception as exc:
+                return {"unadaptable": f"{type(exc).__name__}: {exc}"[:200], "prompts": source}
+        return {"language": self.config.language, "prompts": adapted}
+
+    def _build(self, spec: MetricSpec, llm: Any, embeddings: Any) -> Any:
+        import ragas.metrics.collections as collections
+
+        cls = getattr(collections, spec.ragas_class or "")
+        parameters = inspect.signature(cls.__init__).parameters
+        kwargs: dict[str, Any] = {}
+        if "llm" in parameters:
+            kwargs["llm"] = llm
+        if "embeddings" in parameters:
+            kwargs["embeddings"] = embeddings
+        metric = cls(**kwargs)
+        for name, data in self.prompts.get(spec.name, {}).items():
+            prompt = getattr(metric, name, None)
+            if prompt is not None:
+                load_prompt(prompt, data)
+        return metric
+
+    # --- during the run --------------------------------------------------------------------------
+
+    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+        return asyncio.run(self._score(cases, results, progress))
+
+    async def _score(
+        self, cases: Sequence[Case], results: Sequence[CaseResult], progress_on: bool | None
+    ) -> JudgeOutcome:
+        cfg = self.config
+        repeats = cfg.repeats
+        values = {spec.name: np.full((len(cases), repeats), np.nan) for spec in self.specs}
+        errors: dict[int, dict[str, str]] = {}
+        cache = JudgeCache(self.state_dir / "judge_cache.sqlite" if cfg.cache else None)
+        todo: deque[tuple[int, MetricSpec, int, dict[str, Any], str]] = deque()
+        for index, (case, result) in enumerate(zip(cases, results, strict=True)):
+            if not result.ok or result.output is None:
+                continue  # the system call failed: every metric is already missing
+            fields = {
+                "user_input": case.question,
+                "response": result.output.answer,
+                "retrieved_contexts": result.output.contexts,
+                "reference": case.reference or "",
+            }
+            for spec in self.specs:
+                inputs = {name: fields[name] for name in spec.ragas_args}
+                empty = [
+                    name
+                    for name, value in inputs.items()
+                    if not value or not any(str(v).strip() for v in (value if isinstance(value, list) else [value]))
+                ]
+                if empty:  # ragas would refuse it too; saying so here needs no judge (and no ragas import)
+                    errors.setdefault(index, {})[spec.name] = f"{empty[0]} is empty: the metric cannot be computed"
+                    continue
+                for repeat in range(repeats):
+                    key = cache_key(spec.name, self.identity, inputs, repeat)
+                    hit = cache.get(key)
+                    if hit is not None:
+                        values[spec.name][index, repeat] = hit
+                    else:
+                        todo.append((index, spec, repeat, inputs, key))
+        usage = Usage()
+        aborted: list[str] = []
+        try:
+            if todo:
+                usage = await self._call_judge(todo, values, errors, cache, aborted, progress_on)
+        finally:
+            cache.close()
+        if aborted:
+            raise ProviderError(aborted[0])
+        scores, spread = {}, {}
+        for name, table in values.items():
+            complete = np.isfinite(table).all(axis=1)
+            scores[name] = np.where(complete, np.nanmean(np.where(complete[:, None], table, 0.0), axis=1), np.nan)
+            if repeats > 1:
+                spread[name] = np.where(complete, np.std(np.where(complete[:, None], table, 0.0), axis=1), np.nan)
+        for index, reasons in errors.items():
+            for name in reasons:
+                scores[name][index] = np.nan
+        return JudgeOutcome(scores, errors, spread, usage, cache.hits)
+
+    async def _call_judge(
+        self,
+        todo: deque[tuple[int, MetricSpec, int, dict[str, Any], str]],
+        values: dict[str, np.ndarray],
+        errors: dict[int, dict[str, str]],
+        cache: JudgeCache,
+        aborted: list[str],
+        progress_on: bool | None,
+    ) -> Usage:
+        from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM, JudgeUnreachable
+
+        cfg = self.config
+        repeats = cfg.repeats
+        progress = Progress(len(todo), "judging", enabled=progress_on)
+        async with JudgeHTTP(cfg, self.api_key, self._verify) as http:
+            llm, embeddings = JudgeLLM(http, cfg, JSON_MODE[cfg.kind]), JudgeEmbeddings(http, cfg)
+            metrics = {spec.name: self._build(spec, llm, embeddings) for spec in self.specs}
+            unreachable = 0
+
+            async def worker() -> None:
+                nonlocal unreachable
+                while todo and not aborted:
+                    index, spec, repeat, inputs, key = todo.popleft()
+                    try:
+                        value = await self._one(metrics[spec.name], spec, inputs)
+                    except JudgeUnreachable as exc:
+                        reason = str(exc)
+                        unreachable += 1
+                        if http.usage.successes == 0 and unreachable >= min(ABORT_AFTER, len(todo) + unreachable):
+                            aborted.append(f"the judge did not answer the first {unreachable} calls: {reason}")
+                    except Exception as exc:
+                        reason = _reason(exc)
+                    else:
+                        values[spec.name][index, repeat] = value
+                        cache.put(key, value)
+                        progress.advance()
+                        continue
+                    prefix = f"repeat {repeat + 1}: " if repeats > 1 else ""
+                    errors.setdefault(index, {}).setdefault(spec.name, prefix + reason)
+                    progress.advance(error=True)
+
+            try:
+                await asyncio.gather(*(worker() for _ in range(min(len(todo), cfg.concurrency * 2))))
+            finally:
+                progress.close()
+            return http.usage
+
+    async def _one(self, metric: Any, spec: MetricSpec, inputs: dict[str, Any]) -> float:
+        if spec.ragas_class in SYNC_EMBEDDINGS:
+            result = await asyncio.to_thread(asyncio.run, metric.ascore(**inputs))
+        else:
+            result = await metric.ascore(**inputs)
+        value = float(getattr(result, "value", result))
+        if not math.isfinite(value):
+            raise JudgeScoreError("the judge gave no usable score (NaN)")
+        high = spec.high if spec.high is not None else math.inf
+        if not spec.low - 1e-9 <= value <= high + 1e-9:
+            raise JudgeScoreError(f"score {value:g} is outside [{spec.low:g}, {high:g}]")
+        return min(max(value, spec.low), high)
+
+
+def _reason(exc: BaseException) -> str:
+    from ragexp.metrics.judge.client import JudgeCallError
+
+    if isinstance(exc, JudgeCallError | JudgeScoreError):
+        return str(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300].rstrip(": ")
