@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench bench-compare bench-http lock
+.PHONY: setup run test lint bench bench-compare bench-http bench-judge lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ bench-compare: setup
 
 bench-http: setup
 	$(BIN)/python tests/benchmarks/bench_http.py
+
+bench-judge: setup
+	$(BIN)/python tests/benchmarks/bench_judge.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

@@ -231,14 +231,16 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     judge_metrics: dict[str, float] = {}
     spread: dict[str, list[float | None]] = {}
     if plan.scorer is not None:
+        started = time.perf_counter()
         judged = plan.scorer.score(cases, results, progress=cfg.progress)
+        judge_seconds = time.perf_counter() - started
         scores.update(judged.scores)
         for index, reasons in judged.errors.items():
             results[index].metric_errors.update(reasons)
         usage = judged.usage.as_metrics()
         for name, value in plan.scorer.adaptation_usage.as_metrics().items():
             usage[name] += value
-        judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits)}
+        judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits), "judge.seconds": judge_seconds}
         for name, values in judged.spread.items():
             spread[name] = _nullable(values)
             mean_spread = float(np.nanmean(values)) if np.isfinite(values).any() else None

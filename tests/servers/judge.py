@@ -14,6 +14,7 @@ is not JSON; one containing JUDGE-NAN gets an out-of-range rating. GET /stats co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 DIM = 64
-COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0}
+COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
 LOCK = threading.Lock()
 SENTENCES = re.compile(r"[^。！？.!?;；\n]+")
 
@@ -72,7 +73,7 @@ def prompt_input(prompt: str) -> dict[str, Any]:
     if at == -1:
         return {}
     try:
-        value, _ = json.JSONDecoder().raw_decode(prompt[at + len("input: "):])
+        value, _ = json.JSONDecoder().raw_decode(prompt[at + len("input: ") :])
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -87,8 +88,12 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         return {"statements": sentences(str(data.get("answer", "")))}
     if title in ("NLIStatementOutput", "StatementFaithfulnessOutput"):
         context = str(data.get("context", ""))
-        return {"statements": [{"statement": s, "reason": "overlap", "verdict": int(coverage(s, context) >= 0.5)}
-                               for s in data.get("statements", [])]}
+        return {
+            "statements": [
+                {"statement": s, "reason": "overlap", "verdict": int(coverage(s, context) >= 0.5)}
+                for s in data.get("statements", [])
+            ]
+        }
     if title == "ClassificationWithReason":
         answer, truth = list(data.get("answer", [])), list(data.get("ground_truth", []))
         joined_truth, joined_answer = " ".join(truth), " ".join(answer)
@@ -106,9 +111,12 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         return {"reason": "overlap", "verdict": int(useful)}
     if title == "ContextRecallOutput":
         context = str(data.get("context", ""))
-        return {"classifications": [
-            {"statement": s, "reason": "overlap", "attributed": int(coverage(s, context) >= 0.5)}
-            for s in sentences(str(data.get("answer", "")))]}
+        return {
+            "classifications": [
+                {"statement": s, "reason": "overlap", "attributed": int(coverage(s, context) >= 0.5)}
+                for s in sentences(str(data.get("answer", "")))
+            ]
+        }
     if title == "EntitiesList":
         text = str(data.get("text", ""))
         return {"entities": sorted({w for w in re.findall(r"[A-Z][a-z]+|\d{4}|[\u4e00-\u9fff]{2,4}", text)})}
@@ -148,11 +156,11 @@ class Handler(BaseHTTPRequestHandler):
     api_key: str | None = None
     fail_all = False
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         with LOCK:
             self.reply(200, dict(COUNTS))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         if self.api_key and self.headers.get("Authorization") != f"Bearer {self.api_key}":
             return self.reply(401, {"error": {"message": "bad key"}})
@@ -166,8 +174,13 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 COUNTS["embeddings"] += 1
             inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            return self.reply(200, {"data": [{"index": i, "embedding": embed(t)} for i, t in enumerate(inputs)],
-                                    "usage": {"prompt_tokens": sum(len(t) for t in inputs) // 4}})
+            return self.reply(
+                200,
+                {
+                    "data": [{"index": i, "embedding": embed(t)} for i, t in enumerate(inputs)],
+                    "usage": {"prompt_tokens": sum(len(t) for t in inputs) // 4},
+                },
+            )
         if self.path.endswith("/embed"):
             with LOCK:
                 COUNTS["tei"] += 1
@@ -178,18 +191,29 @@ class Handler(BaseHTTPRequestHandler):
     def chat(self, body: dict[str, Any]) -> None:
         with LOCK:
             COUNTS["chat"] += 1
+            COUNTS["json_mode"] += "response_format" in body
         messages = body.get("messages", [])
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         prompt = next((m["content"] for m in messages if m["role"] == "user"), "")
         match = re.search(r"json_schema:\s*(\{.*\})\s*$", system, re.DOTALL)
         schema = json.loads(match.group(1)) if match else {}
-        content = "this is not json" if "JUDGE-BROKEN" in prompt else json.dumps(reply_for(schema, prompt),
-                                                                                 ensure_ascii=False)
-        self.reply(200, {
-            "id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4},
-        })
+        content = (
+            "this is not json"
+            if "JUDGE-BROKEN" in prompt
+            else json.dumps(reply_for(schema, prompt), ensure_ascii=False)
+        )
+        self.reply(
+            200,
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4},
+            },
+        )
 
     def reply(self, status: int, payload: Any) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode()
@@ -223,10 +247,8 @@ def main() -> None:
         server.socket = context.wrap_socket(server.socket, server_side=True)
         scheme = "https"
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

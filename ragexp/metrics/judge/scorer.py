@@ -293,7 +293,7 @@ class JudgeScorer:
         aborted: list[str],
         progress_on: bool | None,
     ) -> Usage:
-        from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM, JudgeUnreachable
+        from ragexp.metrics.judge.client import JudgeCallError, JudgeEmbeddings, JudgeHTTP, JudgeLLM
 
         cfg = self.config
         repeats = cfg.repeats
@@ -301,20 +301,20 @@ class JudgeScorer:
         async with JudgeHTTP(cfg, self.api_key, self._verify) as http:
             llm, embeddings = JudgeLLM(http, cfg, JSON_MODE[cfg.kind]), JudgeEmbeddings(http, cfg)
             metrics = {spec.name: self._build(spec, llm, embeddings) for spec in self.specs}
-            unreachable = 0
+            failed = 0
 
             async def worker() -> None:
-                nonlocal unreachable
+                nonlocal failed
                 while todo and not aborted:
                     index, spec, repeat, inputs, key = todo.popleft()
                     try:
                         value = await self._one(metrics[spec.name], spec, inputs)
-                    except JudgeUnreachable as exc:
+                    except JudgeCallError as exc:
                         reason = str(exc)
-                        unreachable += 1
-                        if http.usage.successes == 0 and unreachable >= min(ABORT_AFTER, len(todo) + unreachable):
-                            aborted.append(f"the judge did not answer the first {unreachable} calls: {reason}")
-                    except Exception as exc:
+                        failed += 1
+                        if http.usage.successes == 0 and failed >= min(ABORT_AFTER, len(todo) + failed):
+                            aborted.append(f"the judge failed the first {failed} calls and answered none: {reason}")
+                    except Exception as exc:  # ragas raises anything; it is this case's error
                         reason = _reason(exc)
                     else:
                         values[spec.name][index, repeat] = value
