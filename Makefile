@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup run test lint bench bench-compare bench-http bench-judge lock
+.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,12 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/ragexp run
 
-test: setup
+# The report test renders HTML in Debian's headless Chromium (with CJK fonts for the Chinese report).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
+
+test: setup browser
 	$(BIN)/python -m pytest
 
 lint: setup

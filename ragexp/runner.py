@@ -344,6 +344,7 @@ def _write_cases_jsonl(
         for i, (case, result) in enumerate(zip(plan.dataset.cases, results, strict=True)):
             row: dict[str, Any] = {
                 "id": case.id,
+                "question": case.question,
                 "unanswerable": case.unanswerable,
                 "metrics": {name: columns[name][i] for name in names},
                 "error": _error_text(result),

@@ -382,6 +382,39 @@ def diff(
                 print(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}")
 
 
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="Run id to report on.")],
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this run.")] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", help="Folder for report.md, report.html and plots (default: reports/RUN_ID).")
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option("--language", help="zh or en (default: the run's report.language).")
+    ] = None,
+    tracking_uri: TrackingUri = None,
+    allow_incomparable: AllowIncomparable = False,
+) -> None:
+    """Markdown + self-contained HTML report with plots, also logged to the run."""
+    from pathlib import Path
+
+    from ragexp.errors import ConfigError
+    from ragexp.report.build import build_report, write_report
+    from ragexp.tracking.store import Store
+
+    if language not in (None, "zh", "en"):
+        raise ConfigError(f"--language: expected zh or en, got {language!r}")
+    store = Store(tracking_uri)
+    built, used = build_report(store, run_id, baseline, language, allow_incomparable)
+    folder = Path(out) if out else Path("reports") / run_id
+    written = write_report(built, folder)
+    files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
+    store.log_files(run_id, files)
+    print(
+        f"report ({used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} under report/"
+    )
+
+
 def main() -> None:
     """Console entry point: one line on stderr and the contract's exit code for any error."""
     # Commands build hundreds of thousands of long-lived objects (cases, rows) and exit soon after;

@@ -156,6 +156,11 @@ class TrackingConfig(Model):
     """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
 
 
+class ReportConfig(Model):
+    language: Literal["zh", "en"] = runtime("zh")
+    """Language of ``ragexp report`` (Chinese by default)."""
+
+
 class RagexpConfig(Model):
     experiment: str = Field("ragexp", min_length=1)
     """MLflow experiment the run is logged to."""
@@ -175,6 +180,8 @@ class RagexpConfig(Model):
     """Release-gate thresholds used by ``ragexp gate``."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Where runs are logged."""
+    report: ReportConfig = Field(default_factory=ReportConfig)
+    """How ``ragexp report`` presents the run."""
 
     @field_validator("experiment")
     @classmethod

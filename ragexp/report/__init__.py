@@ -1,0 +1,1 @@
+"""``ragexp report``: an evaluation report (Markdown and one self-contained HTML file)."""

@@ -1,0 +1,381 @@
+"""Gather a run (and optionally its baseline) from the store and write the report.
+
+The report keeps MindSDK's two columns apart: what is official (metric definitions, ranges,
+directions, required fields, sources) and what this project defined itself (thresholds, dataset,
+baseline), and says in plain words what the run therefore does not prove.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ragexp import __version__
+from ragexp.compare.data import RunData, load_run
+from ragexp.compare.diff import DiffResult, compute_diff
+from ragexp.compare.gate import GateResult, evaluate_gate
+from ragexp.config.models import GatesConfig
+from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.report import plots
+from ragexp.report.text import DEFINITIONS_ZH, t
+from ragexp.tracking.store import Store
+
+WORST = 5
+HEADLINE = ["answer_accuracy", "recall_at_k", "mrr", "faithfulness", "answer_correctness", "context_recall"]
+
+
+@dataclass
+class Report:
+    markdown: str
+    html: str
+    svgs: dict[str, str] = field(default_factory=dict)
+    """File name -> SVG text (the Markdown links them; the HTML has them inline)."""
+
+
+class _Doc:
+    """Builds the Markdown and the HTML side by side from the same calls."""
+
+    def __init__(self) -> None:
+        self.md: list[str] = []
+        self.html: list[str] = []
+        self.svgs: dict[str, str] = {}
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.md.append(f"\n{'#' * level} {text}\n")
+        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+
+    def para(self, text: str) -> None:
+        self.md.append(f"\n{text}\n")
+        self.html.append(f"<p>{html.escape(text)}</p>")
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        def cell(value: str) -> str:
+            return value.replace("|", "\\|").replace("\n", " ")
+
+        self.md.append("")
+        self.md.append("| " + " | ".join(cell(h) for h in headers) + " |")
+        self.md.append("|" + "---|" * len(headers))
+        self.md.extend("| " + " | ".join(cell(c) for c in row) + " |" for row in rows)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        self.html.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+    def figure(self, name: str, svg: str, caption: str) -> None:
+        self.svgs[name] = svg
+        self.md.append(f"\n![{caption}](plots/{name})\n")
+        self.html.append(f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None or (isinstance(value, float) and not np.isfinite(value)) else f"{value:.{digits}f}"
+
+
+def build_report(
+    store: Store, run_id: str, baseline_id: str | None, language: str | None, allow_incomparable: bool = False
+) -> tuple[Report, str]:
+    """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language."""
+    run = load_run(store, run_id)
+    config = yaml.safe_load(store.read_artifact(run_id, "config.yaml")) or {}
+    language = language or config.get("report", {}).get("language") or "zh"
+    base = load_run(store, baseline_id) if baseline_id else None
+    diff: DiffResult | None = None
+    verdict: GateResult | None = None
+    if base is not None:
+        gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
+        diff = compute_diff(
+            base,
+            run,
+            resamples=gates.resamples,
+            confidence=gates.confidence,
+            seed=gates.seed,
+            top=0,
+            allow_incomparable=allow_incomparable,
+        )
+        verdict = evaluate_gate(gates, diff)
+    specs = [METRICS[name] for name in run.metrics if name in METRICS]
+    doc = _Doc()
+    doc.heading(f"{t('title', language)} · {run.record.name}", 1)
+    _identity(doc, run, base, language)
+    _columns(doc, run, base, config, specs, language)
+    _results(doc, run, specs, language)
+    if diff is not None and verdict is not None and base is not None:
+        _comparison(doc, diff, verdict, base, run, language)
+    return Report("\n".join(doc.md).strip() + "\n", _page(doc, language, run), doc.svgs), language
+
+
+def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> None:
+    record = run.record
+    doc.heading(t("identity", language))
+    rows = [
+        [t("run", language), record.run_id],
+        [t("config_hash", language), record.tag("config_hash")],
+        [t("dataset_hash", language), f"{record.tag('dataset_hash')} ({len(run.case_ids)} {t('cases', language)})"],
+        [t("dataset", language), record.tag("dataset")],
+        [t("provider", language), record.tag("provider")],
+        [t("k", language), record.tag("k")],
+        [t("judge", language), record.tag("judge")],
+        [t("version", language), f"{record.tag('version')} (report: {__version__})"],
+        [t("date", language), datetime.fromtimestamp(record.start_time / 1000).isoformat(timespec="seconds")],
+    ]
+    if base is not None:
+        rows.append(
+            [
+                t("baseline", language),
+                f"{base.run_id} ({t('config_hash', language)} {base.record.tag('config_hash')[:12]})",
+            ]
+        )
+    doc.table([t("item", language), t("value", language)], rows)
+    spreads = {
+        name.split(".", 1)[1]: value for name, value in record.metrics.items() if name.startswith("judge_spread.")
+    }
+    if spreads:
+        doc.heading(t("spread", language), 3)
+        doc.table([t("metric", language), "mean per-case std"], [[n, _fmt(v)] for n, v in sorted(spreads.items())])
+
+
+def _columns(
+    doc: _Doc, run: RunData, base: RunData | None, config: dict[str, Any], specs: list[MetricSpec], language: str
+) -> None:
+    doc.heading(t("official", language))
+    rows = []
+    for spec in specs:
+        high = "∞" if spec.high is None else f"{spec.high:g}"
+        source = t("project", language) if not spec.official else spec.source
+        definition = DEFINITIONS_ZH.get(spec.name, spec.definition) if language == "zh" else spec.definition
+        rows.append(
+            [
+                spec.name,
+                definition,
+                f"[{spec.low:g}, {high}]",
+                t(spec.direction, language),
+                ", ".join(sorted(spec.needs)) or "—",
+                source,
+            ]
+        )
+    doc.table(
+        [
+            t("metric", language),
+            t("definition", language),
+            t("range", language),
+            t("direction", language),
+            t("fields", language),
+            t("source", language),
+        ],
+        rows,
+    )
+    doc.heading(t("self_defined", language))
+    dataset = config.get("dataset", {})
+    gates = config.get("gates", {})
+    rules = "; ".join(
+        f"{metric}: " + ", ".join(f"{k}={v}" for k, v in rule.items() if v is not None and v is not False)
+        for metric, rule in gates.get("rules", {}).items()
+    )
+    if gates.get("max_error_rate") is not None:
+        rules += f"; max_error_rate={gates['max_error_rate']}"
+    doc.table(
+        [t("item", language), t("value", language), t("who", language)],
+        [
+            [t("thresholds", language), f"{gates.get('name', '—')}: {rules or '—'}", t("self", language)],
+            [
+                t("dataset", language),
+                f"{dataset.get('name', '—')} · {len(run.case_ids)} {t('cases', language)} · "
+                f"{dataset.get('description', '')}",
+                t("self", language),
+            ],
+            [t("author", language), str(dataset.get("author", "unknown")), t("self", language)],
+            [t("baseline", language), base.run_id if base is not None else t("none", language), t("self", language)],
+        ],
+    )
+    doc.heading(t("not_proved", language), 3)
+    doc.para(t("honesty", language).format(n=len(run.case_ids), author=dataset.get("author", "unknown")))
+
+
+def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) -> None:
+    doc.heading(t("results", language))
+    rows = []
+    for spec in specs:
+        values = run.per_case(spec.name)
+        scored = int(np.isfinite(values).sum()) if values is not None and spec.per_case else None
+        missing = len(run.case_ids) - scored if scored is not None else int(run.errored.sum())
+        rows.append(
+            [
+                spec.name,
+                _fmt(run.summary(spec.name)),
+                t(spec.direction, language),
+                str(scored) if scored is not None else "—",
+                str(missing),
+            ]
+        )
+    doc.table(
+        [
+            t("metric", language),
+            t("mean", language),
+            t("direction", language),
+            t("scored", language),
+            t("errored", language),
+        ],
+        rows,
+    )
+    for spec in specs:
+        values = run.scores.get(spec.name)
+        if values is not None:
+            doc.figure(
+                f"hist_{spec.name}.svg",
+                plots.histogram(values, spec.name, spec.low, spec.high),
+                f"{t('histogram', language)}: {spec.name} ({t(spec.direction, language)})",
+            )
+    doc.heading(t("errors_list", language), 3)
+    errored = [i for i in range(len(run.case_ids)) if run.errored[i]]
+    if errored:
+        doc.table(
+            ["id", t("why", language)], [[run.case_ids[i], str(run.row(i).get("error"))[:300]] for i in errored[:50]]
+        )
+    else:
+        doc.para(t("no_errors", language))
+    doc.heading(t("worst", language), 3)
+    badness = np.zeros(len(run.case_ids))
+    for name, values in run.scores.items():
+        spec = METRICS[name]
+        if spec.high is None:
+            continue
+        normal = np.nan_to_num(values, nan=0.0)
+        badness += (1 - normal) if spec.direction == "higher" else normal
+    rows = []
+    for i in np.argsort(-badness, kind="stable")[:WORST]:
+        row = run.row(int(i))
+        output = row.get("output") or {}
+        rows.append(
+            [
+                row["id"],
+                str(row.get("question", ""))[:120],
+                str(output.get("answer", ""))[:160],
+                ", ".join(output.get("ranked_ids", [])[:5]),
+                ", ".join(f"{k}={_fmt(v, 2)}" for k, v in row["metrics"].items()),
+            ]
+        )
+    doc.table(
+        ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)], rows
+    )
+
+
+def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData, run: RunData, language: str) -> None:
+    doc.heading(t("comparison", language))
+    rows = []
+    for m in diff.metrics:
+        ci = f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]" if m.ci_low is not None and m.ci_high is not None else "—"
+        rows.append(
+            [
+                m.name,
+                t(m.direction, language),
+                _fmt(m.baseline),
+                _fmt(m.candidate),
+                f"{m.delta:+.4f}" if m.delta is not None else "—",
+                ci,
+                _fmt(m.p_value),
+                f"{m.improved}/{m.regressed}/{m.unchanged}",
+            ]
+        )
+    doc.table(
+        [
+            t("metric", language),
+            t("direction", language),
+            t("baseline", language),
+            t("candidate", language),
+            t("delta", language),
+            t("ci", language),
+            t("p", language),
+            t("updown", language),
+        ],
+        rows,
+    )
+    with_ci = [m for m in diff.metrics if m.ci_low is not None and m.ci_high is not None and m.delta is not None]
+    if with_ci:
+        doc.figure(
+            "deltas.svg",
+            plots.deltas(
+                [m.name for m in with_ci],
+                [float(m.delta or 0) for m in with_ci],
+                [float(m.ci_low or 0) for m in with_ci],
+                [float(m.ci_high or 0) for m in with_ci],
+            ),
+            f"{t('delta', language)} ({t('ci', language)})",
+        )
+    shared = [name for name in HEADLINE if name in base.scores and name in run.scores][:3]
+    candidate = run.select(base.case_ids) if set(base.case_ids) == set(run.case_ids) else None
+    for name in shared:
+        if candidate is None:
+            break
+        doc.figure(
+            f"scatter_{name}.svg",
+            plots.scatter(base.scores[name], candidate.scores[name], name),
+            f"{t('scatter', language)}: {name}",
+        )
+    doc.heading(t("gate", language), 3)
+    word = t("passed", language) if verdict.passed else t("failed", language)
+    doc.para(f"{verdict.gates}: {word} ({len(verdict.failures)}/{verdict.checked})")
+    if verdict.failures:
+        doc.table(
+            [
+                t("metric", language),
+                t("rule", language),
+                t("baseline", language),
+                t("candidate", language),
+                t("threshold", language),
+                t("why", language),
+            ],
+            [
+                [f.metric, f.rule, _fmt(f.baseline), _fmt(f.candidate), _fmt(f.threshold), f.message]
+                for f in verdict.failures
+            ],
+        )
+    doc.heading(t("diagnosis", language), 3)
+    for line in diff.diagnosis or [t("no_diagnosis", language)]:
+        doc.para(line)
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Noto Sans CJK SC","PingFang SC","Microsoft YaHei",sans-serif;
+margin:2rem auto;max-width:1100px;color:#222;line-height:1.5;padding:0 1rem}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem;width:100%}
+th,td{border:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f3f5f8} figure{display:inline-block;margin:.5rem 1rem .5rem 0}
+figure svg{max-width:100%;height:auto} figcaption{font-size:.8rem;color:#555}
+h1{font-size:1.6rem} h2{border-bottom:2px solid #4C78A8;padding-bottom:.2rem;margin-top:2rem}
+"""
+
+# Lets a headless browser (and a person) check the page: counts and any script error land on <body>.
+CHECK = """
+window.__errors=[];window.addEventListener('error',function(e){window.__errors.push(String(e.message));});
+document.addEventListener('DOMContentLoaded',function(){var b=document.body;
+b.setAttribute('data-svgs',document.querySelectorAll('figure svg').length);
+b.setAttribute('data-tables',document.querySelectorAll('table').length);
+b.setAttribute('data-errors',window.__errors.length);b.setAttribute('data-ready','1');});
+"""
+
+
+def _page(doc: _Doc, language: str, run: RunData) -> str:
+    lang = "zh-CN" if language == "zh" else "en"
+    title = html.escape(f"{t('title', language)} · {run.run_id}")
+    body = "\n".join(doc.html)
+    return (
+        f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{STYLE}</style><script>{CHECK}</script></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def write_report(report: Report, out: Path) -> list[Path]:
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    written = [out / "report.md", out / "report.html"]
+    written[0].write_text(report.markdown, encoding="utf-8")
+    written[1].write_text(report.html, encoding="utf-8")
+    for name, svg in report.svgs.items():
+        path = out / "plots" / name
+        path.write_text(svg, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,68 @@
+"""Plots as inline SVG strings (matplotlib, already a dependency of mlflow)."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _figure(width: float = 4.2, height: float = 2.6):  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Text stays text in the SVG (the browser's fonts render it), and output is reproducible.
+    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "ragexp", "font.size": 9})
+    return plt.subplots(figsize=(width, height))
+
+
+def _svg(fig) -> str:  # type: ignore[no-untyped-def]
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def histogram(values: np.ndarray, name: str, low: float, high: float | None) -> str:
+    fig, ax = _figure()
+    finite = values[np.isfinite(values)]
+    top = high if high is not None else (float(finite.max()) if finite.size else 1.0) or 1.0
+    ax.hist(finite, bins=20, range=(low, top), color="#4C78A8", edgecolor="white")
+    ax.set_xlabel(name)
+    ax.set_ylabel("cases")
+    ax.set_title(f"{name} (n={finite.size})")
+    return _svg(fig)
+
+
+def deltas(names: Sequence[str], delta: Sequence[float], low: Sequence[float], high: Sequence[float]) -> str:
+    fig, ax = _figure(5.6, 0.45 * len(names) + 1.0)
+    y = np.arange(len(names))
+    centre = np.array(delta, dtype=float)
+    errors = np.vstack([centre - np.array(low, dtype=float), np.array(high, dtype=float) - centre])
+    ax.errorbar(centre, y, xerr=np.abs(errors), fmt="o", color="#E45756", capsize=3)
+    ax.axvline(0, color="#888888", linewidth=0.8)
+    ax.set_yticks(y, labels=list(names))
+    ax.set_xlabel("candidate - baseline (mean, 95% CI)")
+    ax.invert_yaxis()
+    return _svg(fig)
+
+
+def scatter(baseline: np.ndarray, candidate: np.ndarray, name: str) -> str:
+    fig, ax = _figure(3.2, 3.2)
+    both = np.isfinite(baseline) & np.isfinite(candidate)
+    rng = np.random.default_rng(0)  # a little jitter so that equal scores do not hide each other
+    jitter = rng.uniform(-0.01, 0.01, size=(2, int(both.sum())))
+    ax.scatter(baseline[both] + jitter[0], candidate[both] + jitter[1], s=10, alpha=0.6, color="#54A24B")
+    top = max(1.0, float(np.nanmax(np.concatenate([baseline[both], candidate[both]]))) if both.any() else 1.0)
+    ax.plot([0, top], [0, top], color="#888888", linewidth=0.8)
+    ax.set_xlabel(f"baseline {name}")
+    ax.set_ylabel(f"candidate {name}")
+    return _svg(fig)

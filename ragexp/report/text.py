@@ -1,0 +1,107 @@
+"""Every sentence of the report, in Chinese and English."""
+
+from __future__ import annotations
+
+TEXT: dict[str, dict[str, str]] = {
+    "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},
+    "identity": {"zh": "运行身份", "en": "Identity"},
+    "official": {
+        "zh": "第一栏 · 指标的定义与出处（官方刻度）",
+        "en": "Column 1 · What the metrics are, and who defines them",
+    },
+    "self_defined": {"zh": "第二栏 · 本项目自建的基线与判断", "en": "Column 2 · Self-defined baseline and judgement"},
+    "honesty": {
+        "zh": "本报告中合格线（门禁阈值）与评估数据集均为本项目自定，官方未给出任何阈值，也不提供考题。"
+        "评估数据集共 {n} 条，由 {author} 编写，只能证明系统在这些题目上的表现，"
+        "不能证明在客户真实问题分布上的表现；离线指标（召回、MRR、nDCG、引用精度、答案准确率、P95）"
+        "由本项目定义，judge 指标的定义与取值范围来自 ragas / MindSDK 评估模块，但其分数依赖所用判官模型。",
+        "en": "The pass marks (gate thresholds) and the evaluation dataset in this report are self-defined by this "
+        "project: no official source gives thresholds or test questions. The dataset has {n} cases written by "
+        "{author}; it shows how the system does on these questions, not on the distribution of a customer's "
+        "real questions. The offline metrics (recall, MRR, nDCG, citation precision, answer accuracy, P95) are "
+        "defined by this project; the judge metrics' definitions and ranges come from ragas / the MindSDK "
+        "evaluation module, but their scores depend on the judge model used.",
+    },
+    "metric": {"zh": "指标", "en": "Metric"},
+    "definition": {"zh": "定义", "en": "Definition"},
+    "range": {"zh": "取值范围", "en": "Range"},
+    "direction": {"zh": "方向", "en": "Direction"},
+    "fields": {"zh": "所需字段", "en": "Required fields"},
+    "source": {"zh": "出处", "en": "Source"},
+    "higher": {"zh": "越高越好", "en": "higher is better"},
+    "lower": {"zh": "越低越好", "en": "lower is better"},
+    "project": {"zh": "本项目定义", "en": "defined by this project"},
+    "item": {"zh": "项", "en": "Item"},
+    "value": {"zh": "取值", "en": "Value"},
+    "who": {"zh": "谁定的", "en": "Set by"},
+    "self": {"zh": "自定", "en": "self-defined"},
+    "dataset": {"zh": "评估数据集", "en": "Evaluation dataset"},
+    "cases": {"zh": "条", "en": "cases"},
+    "thresholds": {"zh": "合格线（门禁规则）", "en": "Pass marks (gate rules)"},
+    "baseline": {"zh": "对比基线", "en": "Baseline"},
+    "none": {"zh": "无", "en": "none"},
+    "results": {"zh": "结果与分布", "en": "Results and distributions"},
+    "mean": {"zh": "均值", "en": "Mean"},
+    "scored": {"zh": "有分数的样本", "en": "Scored cases"},
+    "errored": {"zh": "出错样本（已排除）", "en": "Errored cases (excluded)"},
+    "errors_list": {"zh": "出错样本清单", "en": "Errored cases"},
+    "no_errors": {"zh": "没有出错的样本。", "en": "No case errored."},
+    "histogram": {"zh": "逐条分数分布", "en": "Per-case score distribution"},
+    "worst": {"zh": "最差样本", "en": "Worst cases"},
+    "question": {"zh": "问题", "en": "Question"},
+    "answer": {"zh": "回答", "en": "Answer"},
+    "retrieved": {"zh": "召回的 id", "en": "Retrieved ids"},
+    "comparison": {"zh": "与基线对比", "en": "Comparison with the baseline"},
+    "delta": {"zh": "差值", "en": "Delta"},
+    "ci": {"zh": "95% 置信区间", "en": "95% CI"},
+    "p": {"zh": "p 值", "en": "p-value"},
+    "updown": {"zh": "变好/变差/不变", "en": "Up/down/same"},
+    "scatter": {"zh": "逐条对比（基线 vs 候选）", "en": "Per case: baseline vs candidate"},
+    "gate": {"zh": "发布门禁", "en": "Release gate"},
+    "passed": {"zh": "通过", "en": "PASSED"},
+    "failed": {"zh": "未通过", "en": "FAILED"},
+    "rule": {"zh": "规则", "en": "Rule"},
+    "why": {"zh": "原因", "en": "Why"},
+    "threshold": {"zh": "阈值", "en": "Threshold"},
+    "candidate": {"zh": "候选", "en": "Candidate"},
+    "diagnosis": {"zh": "可能出问题的环节", "en": "Likely stage"},
+    "no_diagnosis": {"zh": "指标变化未指向特定环节。", "en": "The metric moves point at no particular stage."},
+    "spread": {"zh": "判官重复评分的波动", "en": "Spread between judge repeats"},
+    "run": {"zh": "运行", "en": "Run"},
+    "config_hash": {"zh": "配置哈希", "en": "Config hash"},
+    "dataset_hash": {"zh": "数据集哈希", "en": "Dataset hash"},
+    "provider": {"zh": "被测系统", "en": "Provider"},
+    "judge": {"zh": "判官身份", "en": "Judge identity"},
+    "version": {"zh": "ragexp 版本", "en": "ragexp version"},
+    "date": {"zh": "运行时间", "en": "Run date"},
+    "k": {"zh": "K", "en": "K"},
+    "author": {"zh": "作者", "en": "Author"},
+    "not_proved": {"zh": "本次运行没有证明什么", "en": "What this run does not prove"},
+}
+
+
+def t(key: str, language: str) -> str:
+    return TEXT[key][language]
+
+
+DEFINITIONS_ZH: dict[str, str] = {
+    "recall_at_k": "前 K 个召回结果中命中的相关项数 / 全部相关项数。",
+    "mrr": "第一个相关项名次的倒数（不截断，排在任何位置都算），再对问题取平均。",
+    "ndcg_at_k": "二元相关的 nDCG@K：命中位置的折损累计增益除以理想排序的增益；重复 id 只计一次。",
+    "citation_precision": "回答引用的位置中，指向相关项的比例。",
+    "answer_accuracy": "期望事实全部出现在回答中记 1；不可回答样本要求回答拒答。",
+    "p95_seconds": "得到回答的样本的延迟的第 95 百分位（nearest-rank）。",
+    "error_rate": "出错样本（系统调用或指标计算出错）的比例。",
+    "answer_correctness": "结合事实准确性和语义相似度，衡量答案与标准答案之间的正确性。",
+    "answer_relevancy": "根据问题评估答案的相关性；不完整或有多余信息会扣分。",
+    "semantic_similarity": "生成答案与标准答案在语义上的接近程度（answer_similarity，返回键为 semantic_similarity）。",
+    "context_precision": "检索到的上下文中相关片段所占比例（对各片段的 precision@k 求平均）。",
+    "context_recall": "系统成功检索出多少相关内容，重点在不遗漏。",
+    "context_entity_recall": "按参考答案与检索上下文中的实体数量衡量召回。",
+    "context_utilization": "回答与检索上下文的相关性（以回答而非参考答案为准）。",
+    "faithfulness": "回答与检索上下文在事实层面的一致程度。",
+    "noise_sensitivity": "使用相关或不相关的检索文档时，因给出错误回答而出错的频率（越低越好）。",
+    "nv_accuracy": "两条判官提示各打 0/2/4 分，转到 [0,1] 后取平均，衡量回答与标准答案的一致程度。",
+    "nv_context_relevance": "两条判官提示各打 0/1/2 分，转到 [0,1] 后取平均，衡量检索上下文与问题的相关性。",
+    "nv_response_groundedness": "回答中的每条论断能否在检索上下文中找到依据。",
+}
