@@ -28,7 +28,8 @@ def _svg(fig) -> str:  # type: ignore[no-untyped-def]
     fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
     text = buffer.getvalue()
-    return text[text.index("<svg") :]
+    # The RDF metadata block only names its vocabularies; inline SVG needs none of it.
+    return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.DOTALL)
 
 
 def histogram(values: np.ndarray, name: str, low: float, high: float | None) -> str:
