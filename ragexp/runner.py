@@ -132,12 +132,25 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256, judge), judge, scorer)
 
 
-def execute(plan: Plan, store: Store, *, resume: str | None = None) -> RunOutcome:
-    """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status."""
+def execute(
+    plan: Plan,
+    store: Store,
+    *,
+    resume: str | None = None,
+    parent: str | None = None,
+    tags: dict[str, str] | None = None,
+) -> RunOutcome:
+    """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status.
+
+    ``parent`` nests the run under another (a sweep) in the MLflow UI; ``tags`` are added to it.
+    """
     cfg = plan.config
     if resume is None:
         run_name = f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"
-        run_id = store.create_run(cfg.experiment, run_name, plan.tags(), flatten(resolved_config(cfg)))
+        all_tags = {**plan.tags(), **(tags or {})}
+        if parent is not None:
+            all_tags["mlflow.parentRunId"] = parent
+        run_id = store.create_run(cfg.experiment, run_name, all_tags, flatten(resolved_config(cfg)))
         done: dict[str, CaseResult] = {}
     else:
         run_id, done = resume, _resume_state(plan, store, resume)

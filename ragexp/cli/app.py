@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import click
 import typer
+from typer.exceptions import TyperException
 
 from ragexp.errors import RagexpError
 
@@ -56,10 +57,26 @@ def run(
             "--resume", help="Continue this interrupted run (same config): only the cases it lacks are evaluated."
         ),
     ] = None,
+    multirun: Annotated[
+        bool,
+        typer.Option(
+            "--multirun",
+            "-m",
+            help="Sweep: one run per point of comma-separated values (k=3,5,10), grouped under a parent run.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
     import signal
+
+    if multirun:
+        if resume:
+            from ragexp.errors import ConfigError
+
+            raise ConfigError("--resume continues one run; it cannot be combined with -m")
+        _sweep(overrides or [], as_json)
+        return
 
     from ragexp.config.compose import compose
     from ragexp.runner import execute, plan_run
@@ -100,6 +117,43 @@ def run(
         f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {config.provider.name}  "
         f"k={config.k}  {errors}"
     )
+
+
+def _sweep(overrides: list[str], as_json: bool) -> None:
+    from ragexp.cli.render import fmt, table
+    from ragexp.sweep import run_sweep
+
+    outcome = run_sweep(overrides)
+    headline = ["recall_at_k", "mrr", "answer_accuracy", "faithfulness", "p95_seconds", "error_rate"]
+    if as_json:
+        emit_json(
+            {
+                "sweep": outcome.parent,
+                "runs": [
+                    {
+                        "run_id": r.run_id,
+                        "point": r.tag("sweep.point"),
+                        "config_hash": r.tag("config_hash"),
+                        "status": r.status,
+                        "metrics": {k: v for k, v in r.metrics.items() if k in headline},
+                    }
+                    for r in outcome.runs
+                ],
+                "failed": outcome.failures,
+            }
+        )
+    else:
+        shown = [name for name in headline if any(name in r.metrics for r in outcome.runs)]
+        rows = [
+            [r.tag("sweep.num"), r.tag("sweep.point"), r.run_id, *(fmt(r.metrics.get(n)) for n in shown)]
+            for r in outcome.runs
+        ]
+        print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
+        print(f"\nsweep {outcome.parent}: {len(outcome.runs)} runs, {len(outcome.failures)} failed points")
+    for number, reason in sorted(outcome.failures.items()):
+        info(f"ragexp: sweep point {number} failed: {reason}")
+    if outcome.failures:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -156,13 +210,20 @@ def validate(
 def runs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many runs, newest first.")] = 20,
     experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment.")] = "ragexp",
+    sweep: Annotated[str | None, typer.Option("--sweep", help="Only the points of this sweep (parent run id).")] = None,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Recent runs: id, time, config hash, dataset, provider, headline metrics."""
-    from ragexp.tracking.store import Store
+    from ragexp.tracking.store import TAG_PREFIX, Store
 
-    records = Store(tracking_uri).search(experiment, limit=limit)
+    store = Store(tracking_uri)
+    if sweep:
+        parent = store.get_run(sweep)
+        experiment = store.experiment_name(parent.experiment_id)
+        records = store.search(experiment, limit=limit, filter_string=f"tags.`{TAG_PREFIX}sweep` = '{sweep}'")
+    else:
+        records = store.search(experiment, limit=limit)
     headline = ["recall_at_k", "mrr", "answer_accuracy", "faithfulness", "p95_seconds", "error_rate"]
     items: list[dict[str, Any]] = []
     for record in records:
@@ -176,6 +237,7 @@ def runs(
                 "dataset": record.tag("dataset"),
                 "provider": record.tag("provider"),
                 "k": record.tag("k"),
+                "point": record.tag("sweep.point"),
                 "metrics": {name: record.metrics[name] for name in headline if name in record.metrics},
                 "case_count": int(record.metrics.get("case_count", 0)),
                 "error_count": int(record.metrics.get("error_count", 0)),
@@ -426,14 +488,16 @@ def main() -> None:
     except RagexpError as exc:
         info(f"ragexp: error: {exc}")
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except (typer.Exit, click.exceptions.Exit) as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(1)  # usage errors are errors (1); 2 is reserved for a failed gate
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
         info("ragexp: interrupted")
         sys.exit(130)
+    except (TyperException, click.ClickException) as exc:
+        # Usage errors are errors (exit 1; 2 is a failed gate), in one line like every other error.
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        info(f"ragexp: error: {message} (see 'ragexp --help')")
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

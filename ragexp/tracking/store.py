@@ -45,6 +45,22 @@ class RunRecord:
         return self.tags.get(TAG_PREFIX + name, default)
 
 
+@contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
@@ -56,8 +72,10 @@ class Store:
 
     def __init__(self, uri: str | None = None) -> None:
         self.uri = resolve_uri(uri)
-        # MLflow draws download progress bars on stderr for every artifact read.
+        # MLflow draws download progress bars on stderr for every artifact read, and prints the
+        # run's URL on stdout when a run on a tracking server ends (stdout is for --json).
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self._client: MlflowClient | None = None
 
     @property
@@ -71,7 +89,10 @@ class Store:
             from mlflow.tracking import MlflowClient
 
             try:
-                self._client = MlflowClient(tracking_uri=self.uri)
+                # A new SQLite store runs schema migrations on first open; parallel processes
+                # (a joblib sweep) must not run them at the same time.
+                with _file_lock(db.parent / ".ragexp-init.lock" if db is not None and str(db) != ":memory:" else None):
+                    self._client = MlflowClient(tracking_uri=self.uri)
             except Exception as exc:  # mlflow raises many types for a bad store
                 raise TrackingError(f"tracking store {self.uri}: {_one_line(exc)}") from None
         return self._client
@@ -101,7 +122,20 @@ class Store:
             if db is not None:
                 # Keep artifacts beside the database instead of MLflow's cwd-relative ./mlruns.
                 location = (db.resolve().parent / "artifacts").as_uri()
-            return str(self.client.create_experiment(name, artifact_location=location))
+            from mlflow.exceptions import MlflowException
+
+            try:
+                return str(self.client.create_experiment(name, artifact_location=location))
+            except MlflowException:
+                # Another process created it in the meantime.
+                experiment = self.client.get_experiment_by_name(name)
+                if experiment is None:
+                    raise
+                return str(experiment.experiment_id)
+
+    def experiment_name(self, experiment_id: str) -> str:
+        with self._calling(f"experiment {experiment_id}"):
+            return str(self.client.get_experiment(experiment_id).name)
 
     def create_run(self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         experiment_id = self.experiment_id(experiment, create=True)
