@@ -178,3 +178,11 @@ def score_citation_precision(inputs: OfflineInputs) -> np.ndarray:
 
 def score_answer_accuracy(inputs: OfflineInputs) -> np.ndarray:
     return np.where(inputs.ok, inputs.answer_correct.astype(np.float64), np.nan)
+
+
+def run_p95(inputs: OfflineInputs, errored: np.ndarray) -> float | None:
+    return nearest_rank(inputs.latency[inputs.ok], 95)
+
+
+def run_error_rate(inputs: OfflineInputs, errored: np.ndarray) -> float | None:
+    return float(errored.mean()) if errored.size else None

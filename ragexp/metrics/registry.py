@@ -56,6 +56,8 @@ class MetricSpec:
     """Other accepted spellings (``answer_similarity`` is logged as ``semantic_similarity``)."""
     scorer: Callable[[OfflineInputs], np.ndarray] | None = field(default=None, compare=False)
     """Offline per-case kernel: arrays in, one score per case out (NaN: no score)."""
+    run_value: Callable[[OfflineInputs, np.ndarray], float | None] | None = field(default=None, compare=False)
+    """Run-level figures: (inputs, errored mask) -> the run's value."""
     ragas_class: str | None = None
     """Judge metrics: the ``ragas.metrics.collections`` class that computes it."""
     ragas_args: tuple[str, ...] = ()
@@ -325,6 +327,7 @@ def _register_offline_metrics() -> None:
             per_case=False,
             population="answered",
             definition="95th percentile (nearest rank) of the latency of the cases that got an answer.",
+            run_value=offline.run_p95,
         )
     )
     register(
@@ -338,6 +341,7 @@ def _register_offline_metrics() -> None:
             source=PROJECT,
             per_case=False,
             definition="Share of cases with any error (system call or metric).",
+            run_value=offline.run_error_rate,
         )
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ragexp.metrics.offline import OfflineInputs, nearest_rank
+from ragexp.metrics.offline import OfflineInputs
 from ragexp.metrics.registry import MetricSpec
 
 
@@ -24,10 +24,8 @@ def summarize(
         answerable = np.ones_like(answerable)
     summary: dict[str, float | None] = {}
     for spec in specs:
-        if spec.name == "p95_seconds":
-            summary[spec.name] = nearest_rank(inputs.latency[inputs.ok], 95)
-        elif spec.name == "error_rate":
-            summary[spec.name] = float(errored.mean()) if errored.size else None
+        if spec.run_value is not None:
+            summary[spec.name] = spec.run_value(inputs, errored)
         elif spec.name in scores:
             values = scores[spec.name]
             if spec.population == "answerable":
