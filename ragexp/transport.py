@@ -4,10 +4,13 @@ retry policy (which failures are retried, how long to wait)."""
 from __future__ import annotations
 
 import email.utils
+import gc
 import random
 import socket
 import ssl
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from ragexp.config.identity import redact
@@ -70,3 +73,23 @@ def describe(exc: Exception) -> str:
     """A transport exception as a short reason."""
     text = str(exc)
     return f"connection failed ({type(exc).__name__}: {text})" if text else f"connection failed ({type(exc).__name__})"
+
+
+@contextmanager
+def collecting_garbage() -> Iterator[None]:
+    """Turn the cyclic collector back on for a long I/O-bound phase.
+
+    The CLI disables it (cheap batch work over many objects); asyncio and httpx leave reference
+    cycles behind (futures, exceptions with tracebacks) that a long run would otherwise keep.
+    """
+    was_enabled, thresholds = gc.isenabled(), gc.get_threshold()
+    gc.freeze()  # what exists now (imports, cases) is long-lived: never rescan it
+    gc.set_threshold(100_000, 50, 100)  # collect rarely: a request allocates hundreds of objects
+    gc.enable()
+    try:
+        yield
+    finally:
+        if not was_enabled:
+            gc.disable()
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()

@@ -21,7 +21,15 @@ from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider
 from ragexp.records import Case, CaseResult, SystemOutput
-from ragexp.transport import RETRY_STATUS, backoff, check_reachable, describe, retry_after, ssl_context
+from ragexp.transport import (
+    RETRY_STATUS,
+    backoff,
+    check_reachable,
+    collecting_garbage,
+    describe,
+    retry_after,
+    ssl_context,
+)
 
 STAGES = ("embedding", "vector", "keyword", "rerank", "model")
 
@@ -64,7 +72,8 @@ class HttpProvider(Provider):
         return ssl_context("provider.system", cfg.ca_file, cfg.client_cert, cfg.client_key)
 
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
-        asyncio.run(self._run(cases, on_result))
+        with collecting_garbage():
+            asyncio.run(self._run(cases, on_result))
 
     async def _run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         queue: asyncio.Queue[int] = asyncio.Queue()
