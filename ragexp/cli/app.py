@@ -297,8 +297,7 @@ def gate(
 ) -> None:
     """Release check of a candidate against a baseline: exit 0 pass, 2 fail; every failure is printed."""
     from ragexp.compare.data import load_run
-    from ragexp.compare.diff import compute_diff
-    from ragexp.compare.gate import evaluate_gate
+    from ragexp.compare.gate import gate_runs
     from ragexp.config.compose import compose
     from ragexp.errors import TrackingError
     from ragexp.tracking.store import TAG_PREFIX, Store
@@ -312,16 +311,7 @@ def gate(
             raise TrackingError(f"no finished candidate run besides the baseline {base.run_id} in its experiment")
         candidate = newest.run_id
     cand = load_run(store, candidate)
-    diff = compute_diff(
-        base,
-        cand,
-        resamples=gates.resamples,
-        confidence=gates.confidence,
-        seed=gates.seed,
-        top=0,
-        allow_incomparable=allow_incomparable,
-    )
-    result = evaluate_gate(gates, diff)
+    diff, result = gate_runs(gates, base, cand, allow_incomparable=allow_incomparable)
     store.set_tags(
         cand.run_id,
         {

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ragexp.compare.diff import DiffResult, MetricDiff
+from ragexp.compare.data import RunData
+from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.metrics.registry import METRICS
 
@@ -63,6 +64,22 @@ def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
     errored = diff.candidate.errored
     failures, checked = check_rules(gates, metrics, int(errored.sum()), int(errored.size))
     return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, failures, checked)
+
+
+def gate_runs(
+    gates: GatesConfig, baseline: RunData, candidate: RunData, *, allow_incomparable: bool = False
+) -> tuple[DiffResult, GateResult]:
+    """Compare (statistics as the gates ask) and check every rule."""
+    diff = compute_diff(
+        baseline,
+        candidate,
+        resamples=gates.resamples,
+        confidence=gates.confidence,
+        seed=gates.seed,
+        top=0,
+        allow_incomparable=allow_incomparable,
+    )
+    return diff, evaluate_gate(gates, diff)
 
 
 def check_rules(

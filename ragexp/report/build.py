@@ -18,8 +18,8 @@ import yaml
 
 from ragexp import __version__
 from ragexp.compare.data import RunData, load_run
-from ragexp.compare.diff import DiffResult, compute_diff
-from ragexp.compare.gate import GateResult, evaluate_gate
+from ragexp.compare.diff import DiffResult
+from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.config.models import GatesConfig
 from ragexp.metrics.registry import METRICS, MetricSpec
 from ragexp.report import plots
@@ -88,16 +88,7 @@ def build_report(
     verdict: GateResult | None = None
     if base is not None:
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
-        diff = compute_diff(
-            base,
-            run,
-            resamples=gates.resamples,
-            confidence=gates.confidence,
-            seed=gates.seed,
-            top=0,
-            allow_incomparable=allow_incomparable,
-        )
-        verdict = evaluate_gate(gates, diff)
+        diff, verdict = gate_runs(gates, base, run, allow_incomparable=allow_incomparable)
     specs = [METRICS[name] for name in run.metrics if name in METRICS]
     doc = _Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
