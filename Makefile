@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge bench-sweep lock
+.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-http: setup
 
 bench-judge: setup
 	$(BIN)/python tests/benchmarks/bench_judge.py
+
+bench-k-memory: setup
+	$(BIN)/python tests/benchmarks/bench_k_memory.py
 
 bench-sweep: setup
 	$(BIN)/python tests/benchmarks/bench_sweep.py

@@ -1,58 +1,72 @@
 """Per-case results appended to a local file as they complete, so a crashed run can resume.
 
-Lines are flushed in small batches: a killed process loses at most the last fraction of a
-second of results, and the file is written by the operating system even under ``kill -9``.
-A torn last line (the process died mid-write) is ignored on reading.
+Each result is handed to the operating system as it arrives (an answer may have cost an LLM
+call): ``kill -9`` loses nothing the service answered. Only the ``fsync`` to the disk is
+periodic, which matters for a power cut, not a killed process. A torn last line (the process
+died mid-write) is ignored on reading.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import time
 from pathlib import Path
 from typing import BinaryIO
 
 import orjson
 
+from ragexp.errors import StorageError
 from ragexp.records import CaseResult, SystemOutput
 
-FLUSH_EVERY = 0.25
+SYNC_EVERY = 1.0
 
 
 class Checkpoint:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: BinaryIO | None = path.open("ab")
-        self._buffer: list[bytes] = []
-        self._flushed = time.monotonic()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: BinaryIO | None = path.open("ab")
+        except OSError as exc:
+            raise storage_error(exc, path, "cannot write the checkpoint") from None
+        self._synced = time.monotonic()
 
     def add(self, result: CaseResult) -> None:
         output = result.output
-        self._buffer.append(
-            orjson.dumps(
-                {
-                    "id": result.case_id,
-                    "output": output.to_json() if output is not None else None,
-                    "latency_seconds": output.latency_seconds if output is not None else None,
-                    "error": result.error,
-                },
-                option=orjson.OPT_APPEND_NEWLINE,
-            )
+        line = orjson.dumps(
+            {
+                "id": result.case_id,
+                "output": output.to_json() if output is not None else None,
+                "latency_seconds": output.latency_seconds if output is not None else None,
+                "error": result.error,
+                "retryable": result.retryable,
+            },
+            option=orjson.OPT_APPEND_NEWLINE,
         )
-        if time.monotonic() - self._flushed >= FLUSH_EVERY:
-            self.flush()
+        if self._file is None:
+            return
+        try:
+            self._file.write(line)
+            self._file.flush()
+            if time.monotonic() - self._synced >= SYNC_EVERY:
+                os.fsync(self._file.fileno())
+                self._synced = time.monotonic()
+        except OSError as exc:
+            raise storage_error(exc, self.path, "cannot write the checkpoint") from None
 
     def flush(self) -> None:
-        if self._file is not None and self._buffer:
-            self._file.write(b"".join(self._buffer))
-            self._file.flush()
-            self._buffer.clear()
-        self._flushed = time.monotonic()
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                raise storage_error(exc, self.path, "cannot write the checkpoint") from None
 
     def close(self) -> None:
-        self.flush()
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # what could not be written was reported already
+                self._file.close()
             self._file = None
 
     def remove(self) -> None:
@@ -73,5 +87,15 @@ def read_checkpoint(data: bytes) -> dict[str, CaseResult]:
             row["id"],
             SystemOutput.from_json(output, row.get("latency_seconds")) if output is not None else None,
             row.get("error"),
+            retryable=bool(row.get("retryable")),
         )
     return done
+
+
+def storage_error(exc: OSError, path: Path, what: str) -> StorageError:
+    """One line for a file that cannot be written, saying plainly when the disk is full."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageError(f"disk full: {what} {path} (no space left on that device)")
+    if exc.errno == errno.EROFS:
+        return StorageError(f"read-only file system: {what} {path}")
+    return StorageError(f"{what} {path} ({exc.strerror or exc})")

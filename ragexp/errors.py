@@ -51,6 +51,14 @@ class TrackingError(RagexpError):
     """The tracking store is unreachable or a run id is unknown."""
 
 
+class StorageError(RagexpError):
+    """A local file cannot be written (disk full, read-only file system)."""
+
+
+class RunLockedError(RagexpError):
+    """Another process is running or resuming this run."""
+
+
 class IncomparableRunsError(RagexpError):
     """Two runs differ in what makes their scores comparable."""
 

@@ -84,6 +84,9 @@ class CaseResult:
     error: str | None = None
     metric_errors: dict[str, str] = field(default_factory=dict)
     """Metric name -> why that metric could not be computed for this case."""
+    retryable: bool = False
+    """The system call failed at the transport level (refused, timed out, 5xx after retries):
+    the failure says nothing about the case, and ``--resume`` asks again."""
 
     @property
     def ok(self) -> bool:

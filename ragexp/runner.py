@@ -6,6 +6,7 @@ exists, so bad input never leaves a half-written run behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -24,13 +25,14 @@ from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.identity import config_hash, flatten, resolved_config
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
-from ragexp.errors import ConfigError, MetricError, RagexpError
+from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, TrackingError
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
+from ragexp.secrets import scrub
 
 if TYPE_CHECKING:
     from ragexp.metrics.judge.scorer import JudgeScorer
@@ -132,17 +134,44 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256, judge), judge, scorer)
 
 
+class Stopped(RagexpError):
+    """A run stopped before it finished and can be resumed; the CLI adds the command to do so."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class Interrupted(Stopped):
+    """Ctrl-C or SIGTERM stopped a run; it is marked and can be resumed."""
+
+    exit_code = 130
+
+    def __init__(self, run_id: str, done: int, total: int) -> None:
+        super().__init__(f"run {run_id} interrupted after {done} of {total} cases", run_id)
+
+
+class StoreLost(Stopped):
+    """The tracking store stopped answering during a run; the results are kept locally."""
+
+
+class AllCasesErrored(RagexpError):
+    """The run completed, but no case has a score: nothing it logged can be compared."""
+
+
 def execute(
     plan: Plan,
     store: Store,
     *,
     resume: str | None = None,
+    retry_errors: bool = False,
     parent: str | None = None,
     tags: dict[str, str] | None = None,
 ) -> RunOutcome:
     """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status.
 
     ``parent`` nests the run under another (a sweep) in the MLflow UI; ``tags`` are added to it.
+    While a process evaluates a run it holds the run's lock: a second ``--resume`` is refused.
     """
     cfg = plan.config
     if resume is None:
@@ -151,17 +180,33 @@ def execute(
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent
         run_id = store.create_run(cfg.experiment, run_name, all_tags, flatten(resolved_config(cfg)))
-        done: dict[str, CaseResult] = {}
     else:
-        run_id, done = resume, _resume_state(plan, store, resume)
-        store.set_running(run_id)
+        run_id = resume
+    with store.run_lock(run_id), store.space_reserve():
+        done = _resume_state(plan, store, resume, retry_errors) if resume is not None else {}
+        if resume is not None:
+            store.set_running(run_id)
+        return _execute(plan, store, run_id, done)
+
+
+def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult]) -> RunOutcome:
     checkpoint = Checkpoint(store.checkpoint_path(run_id)) if plan.provider.remote else None
     status = FAILED
+    store_alive = True
+    arrived: list[CaseResult] = []
     try:
         started = time.perf_counter()
-        results = _evaluate(plan, done, checkpoint)
+        results = _evaluate(plan, done, checkpoint, arrived)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
         outcome = _score_and_log(plan, store, run_id, results)
+        if outcome.case_count and outcome.error_count == outcome.case_count:
+            first = next(r for r in results if r.error or r.metric_errors)
+            raise AllCasesErrored(
+                f"every case errored ({outcome.error_count} of {outcome.case_count}; the first: "
+                f"{_error_text(first)}); run {run_id} is logged and marked failed"
+            )
+        store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
+        store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
         status = FINISHED
         if checkpoint is not None:
             checkpoint.remove()
@@ -169,26 +214,45 @@ def execute(
     except KeyboardInterrupt:
         status = KILLED
         _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
-        raise
+        raise Interrupted(run_id, len(done) + len(arrived), len(plan.dataset.cases)) from None
+    except TrackingError as exc:
+        # The store stopped answering: every further call would wait for its own timeout.
+        store_alive = False
+        kept = f"; results so far are kept in {checkpoint.path}" if checkpoint is not None else ""
+        raise StoreLost(f"{exc}{kept}; when the store answers again", run_id) from None
     except RagexpError as exc:
-        _save_for_resume(store, run_id, checkpoint, "aborted", str(exc))
+        status_tag = "failed" if isinstance(exc, AllCasesErrored) else "aborted"
+        if isinstance(exc, StorageError):
+            # The disk is full: the reserve gives room to mark the run; the checkpoint stays local.
+            store.release_reserve()
+            _save_for_resume(store, run_id, None, status_tag, str(exc))
+        else:
+            _save_for_resume(store, run_id, checkpoint, status_tag, str(exc))
         raise
     finally:
         if checkpoint is not None:
             checkpoint.close()
-        store.end_run(run_id, status)
+        if store_alive:
+            with contextlib.suppress(RagexpError):  # the first error is the one worth a line
+                store.end_run(run_id, status)
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
     """Mark why the run stopped and upload what was done, so another machine can resume it too."""
-    store.set_tags(run_id, {TAG_PREFIX + "status": status, TAG_PREFIX + "stopped_because": reason[:500]})
-    if checkpoint is not None:
-        checkpoint.flush()
-        if checkpoint.path.exists():
-            store.log_files(run_id, {CHECKPOINT_ARTIFACT: checkpoint.path.read_bytes()})
+    with contextlib.suppress(RagexpError):  # a full disk or a lost store: the reason is already on its way
+        store.set_tags(run_id, {TAG_PREFIX + "status": status, TAG_PREFIX + "stopped_because": scrub(reason)[:500]})
+        if checkpoint is not None:
+            checkpoint.close()
+            if checkpoint.path.exists():
+                store.log_files(run_id, {CHECKPOINT_ARTIFACT: checkpoint.path.read_bytes()})
 
 
-def _resume_state(plan: Plan, store: Store, run_id: str) -> dict[str, CaseResult]:
+def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> dict[str, CaseResult]:
+    """What a resumed run keeps: the checkpoint's results, less those asked again.
+
+    Transport failures (refused, timed out, 5xx after retries) say nothing about a case and are
+    always asked again; other errors (a contract violation, HTTP 4xx) only with ``retry_errors``.
+    """
     record = store.get_run(run_id)
     if record.status == FINISHED:
         raise RagexpError(f"run {run_id} is finished: there is nothing to resume")
@@ -201,22 +265,32 @@ def _resume_state(plan: Plan, store: Store, run_id: str) -> dict[str, CaseResult
         return {}  # local providers are recomputed: deterministic and instant
     local = store.checkpoint_path(run_id)
     if local.exists():
-        return read_checkpoint(local.read_bytes())
-    if CHECKPOINT_ARTIFACT in store.list_artifacts(run_id, "checkpoint"):
-        return read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
-    return {}
+        saved = read_checkpoint(local.read_bytes())
+    elif CHECKPOINT_ARTIFACT in store.list_artifacts(run_id, "checkpoint"):
+        saved = read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
+    else:
+        saved = {}
+    return {
+        case_id: result
+        for case_id, result in saved.items()
+        if result.error is None or not (result.retryable or retry_errors)
+    }
 
 
-def _evaluate(plan: Plan, done: dict[str, CaseResult], checkpoint: Checkpoint | None) -> list[CaseResult]:
+def _evaluate(
+    plan: Plan, done: dict[str, CaseResult], checkpoint: Checkpoint | None, arrived: list[CaseResult]
+) -> list[CaseResult]:
+    """Every case's result, in dataset order; ``arrived`` collects the new ones as they come."""
     cases = plan.dataset.cases
     results: list[CaseResult | None] = [done.get(case.id) for case in cases]
     todo = [i for i, result in enumerate(results) if result is None]
     if done:
-        info(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases already evaluated")
+        info(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases kept, {len(todo)} to evaluate")
     progress = Progress(len(todo), "evaluating", enabled=plan.config.progress)
 
     def on_result(position: int, result: CaseResult) -> None:
         results[todo[position]] = result
+        arrived.append(result)
         if checkpoint is not None:
             checkpoint.add(result)
         progress.advance(error=result.error is not None)

@@ -53,7 +53,7 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     if any(o.split("=", 1)[0].lstrip("+~") in ("tracking.uri", "experiment") for o in swept):
         raise ConfigError("config: tracking.uri and experiment cannot be swept: a sweep lives in one experiment")
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
-    store = Store(base.tracking.uri)
+    store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
     parent = store.create_run(
         base.experiment,
@@ -105,7 +105,7 @@ def run_point(cfg: Any) -> None:
     parent, uri = os.environ[PARENT_ENV], os.environ[URI_ENV]
     try:
         config = validate(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-        store = Store(config.tracking.uri or uri)
+        store = Store(config.tracking.uri or uri, timeout_s=config.tracking.timeout_s)
         plan = plan_run(config, store.state_dir())
         outcome = execute(
             plan,

@@ -1,24 +1,161 @@
-"""HTTP plumbing shared by the RAG-service provider and the LLM judge: TLS, reachability,
-retry policy (which failures are retried, how long to wait)."""
+"""HTTP plumbing shared by the RAG-service provider and the LLM judge: TLS, a check of the
+endpoint before any run exists, and one call policy (a deadline per attempt, a cap on the reply's
+size, which failures are retried and how long to wait, when a run gives up)."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import gc
 import random
+import signal
 import socket
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ragexp.config.identity import redact
-from ragexp.errors import ProviderError
+import httpx
+import orjson
 
+from ragexp.errors import ProviderError
+from ragexp.secrets import mask_url, scrub
+
+T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_BACKOFF = 30.0
 MAX_RETRY_AFTER = 120.0
+
+
+@dataclass(frozen=True)
+class CallPolicy:
+    """How one logical call is made: the same rules for the system under test and the judge."""
+
+    timeout_s: float
+    """Deadline for a whole attempt: connecting, sending, and reading the complete reply."""
+    max_retries: int
+    """Attempts after the first, on transport failures, timeouts, 408/429 and 5xx."""
+    backoff_s: float
+    """First retry delay; doubles per attempt (capped) with jitter."""
+    max_response_bytes: int
+    """A larger reply is refused without being read further."""
+
+
+class CallFailed(Exception):
+    """A call failed for good; ``str(error)`` is the reason, free of secrets.
+
+    ``transport`` is true when nothing usable came back because of the network or an overloaded
+    server (refused, reset, timed out, 5xx/429 after every retry): such a failure says nothing
+    about the case, counts toward aborting the run, and is tried again by ``--resume``.
+    """
+
+    def __init__(self, reason: str, *, transport: bool) -> None:
+        super().__init__(scrub(reason))
+        self.transport = transport
+
+
+class BadReply(CallFailed):
+    """The server answered 2xx, but the body is unusable (not JSON, too large)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, transport=False)
+
+
+@dataclass
+class Reply:
+    data: Any
+    """The parsed JSON body (strict JSON: no NaN or Infinity, nesting and integers bounded)."""
+    latency: float
+    """Seconds taken by the successful attempt."""
+
+
+async def post_json(client: httpx.AsyncClient, url: str, body: Any, policy: CallPolicy) -> Reply:
+    """POST JSON and parse the JSON reply, with retries, a deadline per attempt and a size cap."""
+    attempts = policy.max_retries + 1
+    last = "no attempt made"
+    for attempt in range(attempts):
+        delay: float | None = None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(policy.timeout_s):
+                status, headers, data = await _send(client, url, body, policy.max_response_bytes)
+        except TimeoutError:
+            last = f"timed out after {policy.timeout_s:g} s"
+        except httpx.TimeoutException:
+            last = f"timed out after {policy.timeout_s:g} s"
+        except httpx.TransportError as exc:
+            last = describe(exc)
+        else:
+            if status < 300:
+                return Reply(parse_json(data), time.perf_counter() - started)
+            last = f"HTTP {status}"
+            if status not in RETRY_STATUS:
+                raise CallFailed(f"{last} (not retried)", transport=False)
+            if status == 429:
+                delay = retry_after(headers.get("retry-after"))
+        if attempt + 1 < attempts:
+            await asyncio.sleep(delay if delay is not None else backoff(policy.backoff_s, attempt))
+    raise CallFailed(f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}", transport=True)
+
+
+async def _send(client: httpx.AsyncClient, url: str, body: Any, cap: int) -> tuple[int, httpx.Headers, bytes]:
+    """One attempt; an error reply's body is not read (only its status matters)."""
+    async with client.stream("POST", url, json=body) as response:
+        if response.status_code >= 300:
+            return response.status_code, response.headers, b""
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise BadReply(f"response of {int(declared):,} bytes is larger than max_response_bytes ({cap:,})")
+        chunks, size = [], 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
+            chunks.append(chunk)
+        return response.status_code, response.headers, b"".join(chunks)
+
+
+def parse_json(data: bytes) -> Any:
+    """Strict JSON. Python's json accepts NaN and Infinity and recurses without bound; orjson
+    refuses both, and turns integers beyond 64 bits into floats (which type checks then refuse)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        text = data[:2000].decode("utf-8", "replace")
+        preview = " ".join(text.split())
+        preview = preview[:60] + ("..." if len(preview) > 60 else "")
+        what = "too deeply nested" if "depth" in str(exc) else "not JSON"
+        raise BadReply(f"response is {what} ({preview})") from None
+
+
+class AbortWatch:
+    """Stops a run whose calls keep failing: ``limit`` failures in a row with no success between.
+
+    A service that is down, or accepts connections and never answers, would otherwise take
+    every case's full retry budget before the run ends.
+    """
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self.what = what
+        self.in_a_row = 0
+        self.succeeded = False
+        self.aborted: str | None = None
+
+    def success(self) -> None:
+        self.succeeded = True
+        self.in_a_row = 0
+
+    def failure(self, reason: str) -> bool:
+        """Count a failure; True when the run must stop."""
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit and self.aborted is None:
+            since = "since its last answer" if self.succeeded else "from the start"
+            self.aborted = f"{self.what} failed {self.in_a_row} calls in a row {since}: {reason}"
+        return self.aborted is not None
 
 
 def ssl_context(
@@ -34,19 +171,62 @@ def ssl_context(
     return context
 
 
-def check_reachable(where: str, url: str, timeout: float) -> None:
-    """Fail before any run exists when nothing listens at the URL's host and port."""
+def check_reachable(where: str, url: str, timeout: float, context: ssl.SSLContext | None = None) -> None:
+    """Fail before any run exists when nothing listens at the URL, when an https endpoint's
+    certificate does not verify, or when an http:// URL points at a TLS port.
+
+    No HTTP request is sent: a TCP connection, then a TLS handshake (https) or a look at what
+    the server says to a ``HEAD`` request (http), so a service under test sees no extra query.
+    """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProviderError(f"{where}: not an http(s) URL: {redact(url)}")
+        raise ProviderError(f"{where}: not an http(s) URL: {mask_url(url)}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
+    wait = min(timeout, 5.0)
     try:
-        with socket.create_connection((parts.hostname, port), timeout=min(timeout, 5.0)):
-            pass
+        sock = socket.create_connection((parts.hostname, port), timeout=wait)
     except OSError as exc:
         raise ProviderError(
             f"{where}: cannot connect to {parts.hostname}:{port} ({exc.strerror or exc}); is the service running?"
         ) from None
+    with sock:
+        if parts.scheme == "https":
+            try:
+                with (context or ssl.create_default_context()).wrap_socket(sock, server_hostname=parts.hostname):
+                    pass
+            except ssl.SSLCertVerificationError as exc:
+                raise ProviderError(
+                    f"{where}: TLS certificate of {parts.hostname}:{port} does not verify ({exc.verify_message}); "
+                    "set ca_file to the CA that signed it"
+                ) from None
+            except (ssl.SSLError, OSError) as exc:
+                raise ProviderError(f"{where}: TLS handshake with {parts.hostname}:{port} failed ({exc})") from None
+            return
+        try:
+            sock.sendall(f"HEAD / HTTP/1.1\r\nHost: {parts.hostname}\r\nConnection: close\r\n\r\n".encode())
+            head = sock.recv(5)
+        except OSError:
+            head = b""
+    if head.startswith(b"HTTP/"):
+        return
+    # No HTTP answer to a plain request: a TLS server resets or sends an alert. Tell that apart
+    # from a server that is merely broken by trying a handshake.
+    if _speaks_tls(parts.hostname, port, wait):
+        raise ProviderError(f"{where}: {parts.hostname}:{port} is an HTTPS port: use https:// in the URL")
+
+
+def _speaks_tls(host: str, port: int, wait: float) -> bool:
+    probe = ssl.create_default_context()
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE  # only asks whether TLS is spoken; nothing is sent over it
+    try:
+        with (
+            socket.create_connection((host, port), timeout=wait) as sock,
+            probe.wrap_socket(sock, server_hostname=host),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
 
 
 def backoff(base: float, attempt: int) -> float:
@@ -71,8 +251,50 @@ def retry_after(value: str | None) -> float | None:
 
 def describe(exc: Exception) -> str:
     """A transport exception as a short reason."""
-    text = str(exc)
-    return f"connection failed ({type(exc).__name__}: {text})" if text else f"connection failed ({type(exc).__name__})"
+    text = mask_url(str(exc))
+    name = type(exc).__name__
+    return f"connection failed ({name}: {text})" if text else f"connection failed ({name})"
+
+
+def run_interruptibly(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` that turns Ctrl-C and SIGTERM into one clean ``KeyboardInterrupt``.
+
+    A signal handler raising inside the event loop leaves tasks half-finished and asyncio prints
+    "Task exception was never retrieved" with a traceback on exit. Here the signal cancels the
+    main task instead; every connection closes in order, and the interrupt is raised after.
+    """
+    stopped: list[signal.Signals] = []
+
+    async def main() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        installed: dict[signal.Signals, Any] = {}
+
+        def stop(sig: signal.Signals) -> None:
+            stopped.append(sig)
+            task.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, stop, sig)
+            except (RuntimeError, ValueError):  # not the main thread: signals stay as they were
+                continue
+            installed[sig] = previous
+        try:
+            return await coro
+        finally:
+            for sig, previous in installed.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
 
 
 @contextmanager

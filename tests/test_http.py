@@ -141,7 +141,7 @@ def test_service_that_answers_nothing_stops_the_run_early(ragexp: Any, store_uri
         attempts = stats(url)
     assert result.code == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the service did not answer the first 4 cases: connection failed" in lines[0]
+    assert len(lines) == 1 and "the service failed 4 calls in a row from the start: connection failed" in lines[0]
     assert len(attempts) < 10 and elapsed < 30  # stopped early, not after 40 cases x 3 attempts
     run = MlflowClient(store_uri).search_runs([MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id])[
         0
@@ -280,11 +280,16 @@ def test_tls_with_a_private_ca(ragexp: Any, store_uri: str, tmp_path: Path) -> N
     with serve(SAMPLE, "--tls-cert", str(cert), "--tls-key", str(key)) as url:
         assert url.startswith("https://")
         trusted = http_run(ragexp, url, f"provider.system.ca_file={ca}", "--json")
-        untrusted = http_run(ragexp, url, "provider.system.abort_after=2", *FAST)
+        untrusted = http_run(ragexp, url, "experiment=untrusted", *FAST)
+        plain = http_run(ragexp, url.replace("https://", "http://"), "experiment=plain", *FAST)
     assert trusted.code == 0, trusted.stderr
     assert trusted.json()["error_count"] == 0
-    assert untrusted.code == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
-    assert len(untrusted.stderr.strip().splitlines()) == 1
+    # Refused before any run exists, in one line, with what to do; nothing was retried.
+    assert untrusted.code == 1 and untrusted.stderr.count("\n") == 1
+    assert "TLS certificate of 127.0.0.1" in untrusted.stderr and "set ca_file" in untrusted.stderr
+    assert plain.code == 1 and "is an HTTPS port: use https://" in plain.stderr and plain.stderr.count("\n") == 1
+    client = MlflowClient(store_uri)
+    assert client.get_experiment_by_name("untrusted") is None and client.get_experiment_by_name("plain") is None
 
 
 def test_walkthrough_two_service_versions_diff_and_gate(ragexp: Any, tmp_path: Path) -> None:

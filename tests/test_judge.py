@@ -245,7 +245,7 @@ def test_a_judge_that_fails_everything_stops_the_run(
         result = ragexp("run", "dataset=scifacts_zh", "metrics=core", *judge_args(url))
     assert result.code == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the judge failed the first 8 calls and answered none: HTTP 503" in lines[0]
+    assert len(lines) == 1 and "the judge failed 8 calls in a row from the start: HTTP 503" in lines[0]
     client = MlflowClient(store_uri)
     run = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])[0]
     assert run.info.status == "FAILED" and run.data.tags["ragexp.status"] == "aborted"

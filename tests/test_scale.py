@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
+from tests.servers.procs import mlflow_server
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
@@ -39,43 +38,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if shared:
         yield shared
         return
-    folder = tmp_path_factory.mktemp("server")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mlflow = Path(sys.executable).parent / "mlflow"
-    proc = subprocess.Popen(
-        [
-            str(mlflow),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{folder}/db.sqlite",
-            "--artifacts-destination",
-            str(folder / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("mlflow server did not start")
+    with mlflow_server(tmp_path_factory.mktemp("server"), workers=2) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_run_diff_gate_and_report_over_http(server: str, tmp_path: Path) -> None:

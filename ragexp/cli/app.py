@@ -65,6 +65,13 @@ def run(
             help="Sweep: one run per point of comma-separated values (k=3,5,10), grouped under a parent run.",
         ),
     ] = False,
+    retry_errors: Annotated[
+        bool,
+        typer.Option(
+            "--retry-errors",
+            help="With --resume: also ask again the cases that failed for other reasons than the transport.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
@@ -78,16 +85,27 @@ def run(
         _sweep(overrides or [], as_json)
         return
 
+    import shlex
+
     from ragexp.config.compose import compose
-    from ragexp.runner import execute, plan_run
+    from ragexp.errors import ConfigError
+    from ragexp.runner import Interrupted, Stopped, execute, plan_run
     from ragexp.tracking.store import Store
 
+    if retry_errors and not resume:
+        raise ConfigError("--retry-errors goes with --resume RUN_ID")
     config = compose(overrides or [])
-    store = Store(config.tracking.uri)
+    store = Store(config.tracking.uri, timeout_s=config.tracking.timeout_s)
     plan = plan_run(config, store.state_dir())
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        outcome = execute(plan, store, resume=resume)
+        outcome = execute(plan, store, resume=resume, retry_errors=retry_errors)
+    except Stopped as exc:
+        if as_json and isinstance(exc, Interrupted):
+            emit_json({"status": "interrupted", "run_id": exc.run_id})
+        command = " ".join(["ragexp", "run", *map(shlex.quote, overrides or []), "--resume", exc.run_id])
+        exc.args = (f"{exc}; continue with: {command}",)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     errors = f"{outcome.error_count} of {outcome.case_count} cases errored"
@@ -217,7 +235,7 @@ def runs(
     """Recent runs: id, time, config hash, dataset, provider, headline metrics."""
     from ragexp.tracking.store import TAG_PREFIX, Store
 
-    store = Store(tracking_uri)
+    store = Store(tracking_uri, read_only=True)
     if sweep:
         parent = store.get_run(sweep)
         experiment = store.experiment_name(parent.experiment_id)
@@ -303,7 +321,7 @@ def gate(
     from ragexp.tracking.store import TAG_PREFIX, Store
 
     gates = compose(overrides or []).gates
-    store = Store(tracking_uri)
+    store = Store(tracking_uri, read_only=True)
     base = load_run(store, baseline)
     if candidate is None:
         newest = store.newest_finished(base.record.experiment_id, exclude=base.run_id)
@@ -312,15 +330,18 @@ def gate(
         candidate = newest.run_id
     cand = load_run(store, candidate)
     diff, result = gate_runs(gates, base, cand, allow_incomparable=allow_incomparable)
-    store.set_tags(
-        cand.run_id,
-        {
-            TAG_PREFIX + "gate.verdict": "passed" if result.passed else "failed",
-            TAG_PREFIX + "gate.baseline": base.run_id,
-            TAG_PREFIX + "gate.gates": gates.name,
-            TAG_PREFIX + "gate.failures": ",".join(sorted({f.metric for f in result.failures})) or "none",
-        },
-    )
+    try:
+        store.set_tags(
+            cand.run_id,
+            {
+                TAG_PREFIX + "gate.verdict": "passed" if result.passed else "failed",
+                TAG_PREFIX + "gate.baseline": base.run_id,
+                TAG_PREFIX + "gate.gates": gates.name,
+                TAG_PREFIX + "gate.failures": ",".join(sorted({f.metric for f in result.failures})) or "none",
+            },
+        )
+    except TrackingError as exc:  # a read-only copy of a store: the verdict stands, unrecorded
+        info(f"warning: the verdict is not recorded on run {cand.run_id}: {exc}")
     if as_json:
         emit_json(result.to_json())
     else:
@@ -360,7 +381,7 @@ def diff(
     from ragexp.compare.diff import compute_diff
     from ragexp.tracking.store import Store
 
-    store = Store(tracking_uri)
+    store = Store(tracking_uri, read_only=True)
     base, cand = load_run(store, baseline), load_run(store, candidate)
     result = compute_diff(
         base,
@@ -450,18 +471,21 @@ def report(
     """Markdown + self-contained HTML report with plots, also logged to the run."""
     from pathlib import Path
 
-    from ragexp.errors import ConfigError
+    from ragexp.errors import ConfigError, TrackingError
     from ragexp.report.build import build_report, write_report
     from ragexp.tracking.store import Store
 
     if language not in (None, "zh", "en"):
         raise ConfigError(f"--language: expected zh or en, got {language!r}")
-    store = Store(tracking_uri)
+    store = Store(tracking_uri, read_only=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
-    store.log_files(run_id, files)
+    try:
+        store.log_files(run_id, files)
+    except TrackingError as exc:  # a read-only copy of a store: the report is on disk all the same
+        info(f"warning: the report is not logged to run {run_id}: {exc}")
     print(
         f"report ({used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} under report/"
     )
@@ -476,10 +500,13 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except RagexpError as exc:
-        info(f"ragexp: error: {exc}")
+        from ragexp.secrets import scrub
+
+        kind = "interrupted" if exc.exit_code == 130 else "error"
+        info(f"ragexp: {kind}: {scrub(str(exc))}")
         sys.exit(exc.exit_code)
     except (typer.Exit, click.exceptions.Exit) as exc:
-        sys.exit(exc.exit_code)
+        code = exc.exit_code
     except (KeyboardInterrupt, typer.Abort, click.exceptions.Abort):
         info("ragexp: interrupted")
         sys.exit(130)
@@ -488,6 +515,8 @@ def main() -> None:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         info(f"ragexp: error: {message} (see 'ragexp --help')")
         sys.exit(1)
+    if code == 130:  # typer turns a KeyboardInterrupt (or SIGTERM) in a command into a silent 130
+        info("ragexp: interrupted")
     sys.exit(code if isinstance(code, int) else 0)
 
 

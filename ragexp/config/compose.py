@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    overrides = [quote_plain_value(item) for item in overrides]
     directory = conf_dir()
     if not (directory / "config.yaml").is_file():
         raise ConfigError(f"{directory}: no config.yaml (set RAGEXP_CONF_DIR to a config tree)")
@@ -41,7 +43,10 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
         raw = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"config: {_first_line(str(exc))}") from None
+        message = _first_line(str(exc))
+        if "LexerNoViableAlt" in message or "mismatched input" in message:
+            message += " (quote a value with spaces or other special characters: key='value')"
+        raise ConfigError(f"config: {message}") from None
     if not isinstance(raw, dict):  # pragma: no cover - config.yaml is a mapping by construction
         raise ConfigError(f"{directory / 'config.yaml'}: the config must be a mapping")
     return {str(key): value for key, value in raw.items()}
@@ -63,6 +68,22 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
             message += f" (got {first['input']!r})"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigError(f"config: {location}: {message}{more}") from None
+
+
+_OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[\w.@/-]+)=(?P<value>.+)$")
+_GRAMMAR = set(",[]{}()'\"\\$:=*")
+
+
+def quote_plain_value(override: str) -> str:
+    """``experiment=实验`` as ``experiment='实验'``: Hydra's override grammar reads only ASCII
+    outside quotes. Values using the grammar (lists, sweeps, interpolations) are left alone."""
+    match = _OVERRIDE.match(override)
+    if match is None:
+        return override
+    value = match.group("value")
+    if value.isascii() or any(ch in _GRAMMAR for ch in value):
+        return override
+    return f"{match.group('key')}='{value}'"
 
 
 def _first_line(text: str) -> str:

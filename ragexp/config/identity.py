@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from pydantic import BaseModel
 
 from ragexp.config.models import RagexpConfig
-
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+from ragexp.secrets import mask_urls
 
 
 def canonical_json(value: Any) -> str:
@@ -54,8 +52,8 @@ def config_hash(config: RagexpConfig, dataset_file_sha256: str, judge: str = "no
 
 
 def redact(text: str) -> str:
-    """Mask credentials written into URLs (``https://user:pass@host``)."""
-    return _URL_USERINFO.sub(r"\g<scheme>***@", text)
+    """Mask credentials written into URLs (``https://user:pass@host``, ``?api_key=...``)."""
+    return mask_urls(text)
 
 
 def resolved_config(config: RagexpConfig) -> dict[str, Any]:

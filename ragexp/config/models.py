@@ -54,9 +54,11 @@ class SystemConfig(Model):
     url: str | None = None
     """Endpoint of the RAG service under test (``http`` only)."""
     timeout_s: float = runtime(30.0, gt=0)
-    """Per-request timeout in seconds."""
+    """Deadline in seconds for one whole attempt: connecting, sending and reading the reply."""
     max_retries: int = runtime(3, ge=0)
     """HTTP retries after the first attempt, on connect errors, timeouts, 429 and 5xx."""
+    max_response_bytes: int = runtime(10_000_000, ge=1)
+    """A larger reply is a case error, and is not read past this size."""
     headers_env: dict[str, str] = Field(default_factory=dict)
     """Header name -> environment variable holding its value (values never enter config)."""
     ca_file: str | None = runtime(None)
@@ -68,7 +70,8 @@ class SystemConfig(Model):
     backoff_s: float = runtime(0.5, ge=0)
     """First retry delay; doubles per attempt (capped at 30 s) with random jitter."""
     abort_after: int = runtime(8, ge=1)
-    """Stop the run when this many first cases all failed to reach the service and none succeeded."""
+    """Stop the run when this many cases in a row failed at the transport level (refused,
+    reset, timed out, 5xx or 429 after every retry) with no answer between them."""
 
 
 class EmbeddingsConfig(Model):
@@ -100,9 +103,13 @@ class JudgeConfig(Model):
     concurrency: int = runtime(16, ge=1)
     """Judge calls in flight at once, across all cases and metrics."""
     timeout_s: float = runtime(120.0, gt=0)
-    """Per-call timeout in seconds."""
+    """Deadline in seconds for one whole attempt of a judge call."""
     max_retries: int = runtime(3, ge=0)
     """HTTP retries per judge call."""
+    max_response_bytes: int = runtime(10_000_000, ge=1)
+    """A larger judge reply is an error for that metric, and is not read past this size."""
+    abort_after: int = runtime(8, ge=1)
+    """Stop the run when this many judge calls in a row failed with no answer between them."""
     max_tokens: int = Field(4096, ge=1)
     """Completion budget per judge call (long Chinese answers need more than 1024)."""
     repeats: int = Field(1, ge=1, le=100)
@@ -154,6 +161,9 @@ class GatesConfig(Model):
 class TrackingConfig(Model):
     uri: str | None = runtime(None)
     """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
+    timeout_s: float = runtime(60.0, gt=0)
+    """How long a tracking server may fail to answer one logging call before the run stops
+    (checkpoint kept for ``--resume``)."""
 
 
 class ReportConfig(Model):
@@ -164,7 +174,7 @@ class ReportConfig(Model):
 class RagexpConfig(Model):
     experiment: str = Field("ragexp", min_length=1)
     """MLflow experiment the run is logged to."""
-    k: int = Field(ge=1, le=10_000)
+    k: int = Field(ge=1, le=10_000, strict=True)
     """Cut-off of Recall@K and nDCG@K, and how many ids are asked of the system."""
     concurrency: int = runtime(8, ge=1, le=4096)
     """Requests to the system under test in flight at once."""

@@ -68,7 +68,8 @@ def load_dataset(path: Path, fmt: str = "auto") -> Dataset:
     if not data.strip():
         raise DatasetErrors([DatasetError(name, None, None, "empty file: no cases")])
     try:
-        text = data.decode("utf-8")
+        # Windows editors and PowerShell start UTF-8 files with a byte-order mark.
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise DatasetErrors([DatasetError(name, line, None, "not valid UTF-8")]) from None

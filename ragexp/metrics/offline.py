@@ -24,7 +24,9 @@ class OfflineInputs:
 
     k: int
     hits: np.ndarray
-    """(n, k) bool: position i of the ranking holds a relevant id seen there for the first time."""
+    """(n, w) bool, w = min(K, longest ranking): position i of the ranking holds a relevant id
+    seen there for the first time. Positions past the longest ranking can hold no hit, so memory
+    follows what was retrieved, not K."""
     n_relevant: np.ndarray
     """(n,) int: number of distinct relevant ids."""
     first_rank: np.ndarray
@@ -55,7 +57,9 @@ def build_inputs(
 ) -> OfflineInputs:
     """Reduce cases and system outputs to arrays; no scoring happens here."""
     n = len(cases)
-    hits = np.zeros((n, k), dtype=bool)
+    longest = max((len(r.output.ranked_ids) for r in results if r.output is not None), default=0)
+    width = min(k, longest)
+    hits = np.zeros((n, width), dtype=bool)
     n_relevant = np.zeros(n, dtype=np.int64)
     first_rank = np.zeros(n, dtype=np.int64)
     empty = np.zeros(n, dtype=bool)
@@ -91,7 +95,7 @@ def build_inputs(
                 if item in relevant:
                     if not first:
                         first = rank + 1
-                    if rank < k:
+                    if rank < width:
                         row[rank] = True
             first_rank[i] = first
         citations = output.citations
@@ -122,13 +126,17 @@ def reciprocal_rank(first_rank: np.ndarray) -> np.ndarray:
     return np.where(first_rank > 0, 1.0 / np.maximum(first_rank, 1), 0.0)
 
 
-def ndcg_at_k(hits: np.ndarray, n_relevant: np.ndarray) -> np.ndarray:
-    """Binary nDCG@K: DCG of the hits over the DCG of an ideal top K; NaN without relevant ids."""
-    k = hits.shape[1]
-    discounts = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
-    ideal_prefix = np.concatenate(([0.0], np.cumsum(discounts)))
-    dcg = hits @ discounts
-    ideal = ideal_prefix[np.minimum(n_relevant, k)]
+def ndcg_at_k(hits: np.ndarray, n_relevant: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Binary nDCG@K: DCG of the hits over the DCG of an ideal top K; NaN without relevant ids.
+
+    ``hits`` may be narrower than K (no ranking reached K); the ideal ranking still has K places.
+    """
+    k = hits.shape[1] if k is None else k
+    deepest = min(k, int(n_relevant.max(initial=0)))
+    discounts = 1.0 / np.log2(np.arange(2, max(hits.shape[1], deepest) + 2, dtype=np.float64))
+    ideal_prefix = np.concatenate(([0.0], np.cumsum(discounts[:deepest])))
+    dcg = hits @ discounts[: hits.shape[1]]
+    ideal = ideal_prefix[np.minimum(n_relevant, deepest)]
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), np.nan)
 
@@ -166,7 +174,7 @@ def score_mrr(inputs: OfflineInputs) -> np.ndarray:
 
 
 def score_ndcg(inputs: OfflineInputs) -> np.ndarray:
-    return _retrieval(inputs, ndcg_at_k(inputs.hits, inputs.n_relevant))
+    return _retrieval(inputs, ndcg_at_k(inputs.hits, inputs.n_relevant, inputs.k))
 
 
 def score_citation_precision(inputs: OfflineInputs) -> np.ndarray:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from ragexp.errors import TrackingError
+from ragexp.errors import RunLockedError, StorageError, TrackingError
+from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -20,6 +24,14 @@ if TYPE_CHECKING:
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+DEFAULT_TIMEOUT_S = 60.0
+_HTTP_SETTINGS = (
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+)
+_USER_SET = frozenset(name for name in _HTTP_SETTINGS if name in os.environ)
+"""MLflow's HTTP settings the user chose: ragexp does not override them."""
 
 
 def resolve_uri(explicit: str | None) -> str:
@@ -68,34 +80,92 @@ def _sqlite_path(uri: str) -> Path | None:
 
 
 class Store:
-    """One MLflow tracking store."""
+    """One MLflow tracking store.
 
-    def __init__(self, uri: str | None = None) -> None:
+    ``read_only`` stores are only read (``runs``, ``diff``, ``gate``, ``report``): a SQLite file
+    that does not exist is an error rather than a new empty store, and no lock file is written,
+    so a read-only mount of a team's results can be read. ``timeout_s`` bounds how long a
+    tracking server may fail to answer one call (MLflow's own retries would take minutes).
+    """
+
+    def __init__(
+        self, uri: str | None = None, *, read_only: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.uri = resolve_uri(uri)
+        self.read_only = read_only
+        self.timeout_s = timeout_s
         # MLflow draws download progress bars on stderr for every artifact read, and prints the
         # run's URL on stdout when a run on a tracking server ends (stdout is for --json).
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self._client: MlflowClient | None = None
+        self._reserve: Path | None = None
 
     @property
     def client(self) -> MlflowClient:
         if self._client is None:
-            for name in ("alembic", "mlflow"):
-                logging.getLogger(name).setLevel(logging.WARNING)
+            # ragexp turns every store failure into one line of its own; MLflow's ERROR records
+            # (hundreds of lines when a disk fills up) would only bury it.
+            for name in ("alembic", "mlflow", "sqlalchemy"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+            self._check_location()
             db = _sqlite_path(self.uri)
-            if db is not None and str(db) != ":memory:":
+            lock = None
+            if db is not None and str(db) != ":memory:" and not db.exists():
                 db.parent.mkdir(parents=True, exist_ok=True)
+                # A new SQLite store runs schema migrations on first open; parallel processes
+                # (a joblib sweep) must not run them at the same time.
+                lock = db.parent / ".ragexp-init.lock"
             from mlflow.tracking import MlflowClient
 
             try:
-                # A new SQLite store runs schema migrations on first open; parallel processes
-                # (a joblib sweep) must not run them at the same time.
-                with _file_lock(db.parent / ".ragexp-init.lock" if db is not None and str(db) != ":memory:" else None):
+                with _file_lock(lock):
                     self._client = MlflowClient(tracking_uri=self.uri)
+            except OSError as exc:
+                raise store_os_error(exc, self.uri, "opening the tracking store") from None
             except Exception as exc:  # mlflow raises many types for a bad store
                 raise TrackingError(f"tracking store {self.uri}: {_one_line(exc)}") from None
         return self._client
+
+    def _check_location(self) -> None:
+        """Fail at once, in one line, where MLflow would create, hang or retry for minutes."""
+        db = _sqlite_path(self.uri)
+        if db is not None and str(db) != ":memory:":
+            if self.read_only and not db.exists():
+                raise TrackingError(
+                    f"no tracking store at {db} (nothing was run with it yet): "
+                    "pass --tracking-uri or set MLFLOW_TRACKING_URI"
+                )
+            if not self.read_only:
+                folder = db.parent if db.parent.exists() else _existing_parent(db.parent)
+                target = db if db.exists() else folder
+                if not os.access(target, os.W_OK):
+                    raise TrackingError(f"tracking store {db} is read-only: a run cannot be logged to it")
+            return
+        parts = urlsplit(self.uri)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            self._bound_http_retries()
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                with socket.create_connection((parts.hostname, port), timeout=min(self.timeout_s, 5.0)):
+                    pass
+            except OSError as exc:
+                raise TrackingError(
+                    f"tracking server {mask_url(self.uri)} is not reachable ({exc.strerror or exc})"
+                ) from None
+
+    def _bound_http_retries(self) -> None:
+        """Fit MLflow's retries of one call within ``timeout_s``: 3 retries waiting about 0, 2
+        and 4 s (plus jitter), each attempt bounded by a quarter of what is left."""
+        per_attempt = max(2, int((self.timeout_s - 10) / 4))
+        wanted = {
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(per_attempt),
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+        }
+        for name, value in wanted.items():
+            if name not in _USER_SET:
+                os.environ[name] = value
 
     @contextmanager
     def _calling(self, what: str) -> Iterator[None]:
@@ -104,9 +174,14 @@ class Store:
         try:
             yield
         except MlflowException as exc:
-            raise TrackingError(f"{what}: {_one_line(exc)}") from None
+            text = _one_line(exc)
+            if "database or disk is full" in text:
+                raise StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow") from None
+            if "readonly database" in text or "read-only" in text:
+                raise TrackingError(f"{what}: tracking store {self.uri} is read-only") from None
+            raise TrackingError(f"{what}: {mask_url(text)}") from None
         except OSError as exc:
-            raise TrackingError(f"{what}: tracking store {self.uri} unreachable ({_one_line(exc)})") from None
+            raise store_os_error(exc, self.uri, what) from None
 
     # --- experiments and runs -----------------------------------------------------------------
 
@@ -204,6 +279,64 @@ class Store:
     def checkpoint_path(self, run_id: str) -> Path:
         return self.state_dir() / "checkpoints" / f"{run_id}.jsonl"
 
+    @contextmanager
+    def run_lock(self, run_id: str) -> Iterator[None]:
+        """Held while a process evaluates a run, so a second ``--resume`` of it is refused."""
+        import fcntl
+
+        path = self.state_dir() / "checkpoints" / f"{run_id}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = path.open("a")
+        except OSError as exc:
+            raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunLockedError(
+                    f"run {run_id} is being evaluated by another process on this machine; "
+                    "wait for it to end (or stop it) before resuming"
+                ) from None
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextmanager
+    def space_reserve(self, size: int = 1 << 20) -> Iterator[None]:
+        """Keep ``size`` bytes beside a SQLite store while a run writes, given back if the disk
+        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING."""
+        db = _sqlite_path(self.uri)
+        path = db.resolve().parent / ".ragexp-reserve" if db is not None and str(db) != ":memory:" else None
+        if path is not None:
+            try:
+                with path.open("wb") as handle:
+                    os.posix_fallocate(handle.fileno(), 0, size)
+            except OSError:
+                path.unlink(missing_ok=True)  # no room even for that: nothing to give back later
+                path = None
+        self._reserve = path
+        try:
+            yield
+        finally:
+            self.release_reserve()
+
+    def release_reserve(self) -> None:
+        if self._reserve is not None:
+            self._reserve.unlink(missing_ok=True)
+            self._reserve = None
+
+    def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
+        from mlflow.exceptions import MlflowException
+
+        record = self.get_run(run_id)
+        with self._calling(f"tagging run {run_id}"):
+            for name in names:
+                if name in record.tags:
+                    with suppress(MlflowException):  # removed in the meantime
+                        self.client.delete_tag(run_id, name)
+
     def end_run(self, run_id: str, status: str) -> None:
         with self._calling(f"ending run {run_id}"):
             self.client.set_terminated(run_id, status=status)
@@ -270,6 +403,21 @@ def write_table(path: Path, columns: Mapping[str, Sequence[Any]]) -> None:
     names = list(columns)
     rows = list(zip(*(columns[name] for name in names), strict=True))
     path.write_bytes(orjson.dumps({"columns": names, "data": rows}))
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | StorageError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return StorageError(f"disk full: {what}: no space left for the tracking store {uri}{where}")
+    if exc.errno == errno.EROFS:
+        return TrackingError(f"{what}: tracking store {uri} is on a read-only file system")
+    return TrackingError(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
 
 
 def _record(run: Any) -> RunRecord:

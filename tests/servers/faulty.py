@@ -13,6 +13,16 @@ bad400-*    400 (not retryable)
 badjson-*   200 with a body that is not JSON
 contract-*  200 with JSON that lacks "answer"
 leak-*      200 with a non-JSON body that echoes the request's Authorization header
+echo-*      200, a valid answer that quotes the request's token ("invalid token ...")
+trickle-*   sends its headers, then one byte a second (never a whole reply in time)
+hang-*      reads the request and never answers
+huge-*      200 with a 3 MB JSON reply
+big-*       200, a valid answer padded to 300 KB
+inf-*       200 with "timings": {"model": Infinity}
+bigint-*    200 with a citation beyond 64 bits
+deep-*      200 with JSON nested 100,000 deep
+notimpl-*   501 on every attempt
+gated-*     503 while the file given by --gate-file exists, then answers
 GET /stats  the attempts seen per case id, with their times
 
 Set FAULTY_TOKEN to require "Authorization: Bearer $FAULTY_TOKEN" (401 otherwise).
@@ -32,6 +42,7 @@ from typing import Any
 ATTEMPTS: dict[str, list[float]] = {}
 LOCK = threading.Lock()
 DELAY = 0.0
+GATE_FILE: str | None = None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -64,6 +75,36 @@ class Handler(BaseHTTPRequestHandler):
             return None
         if kind == "slow":
             time.sleep(2.0)
+        if kind == "trickle":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(120):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(1.0)
+            self.close_connection = True
+            return None
+        if kind == "hang":
+            time.sleep(120)
+            self.close_connection = True
+            return None
+        if kind == "notimpl":
+            return self.reply(501, b'{"error": "not implemented"}')
+        if kind == "gated" and GATE_FILE and os.path.exists(GATE_FILE):
+            return self.reply(503, b'{"error": "maintenance"}')
+        if kind == "huge":
+            return self.reply(200, json.dumps({"answer": "x" * 3_000_000, "ranked_ids": []}).encode())
+        if kind == "deep":
+            return self.reply(200, b"[" * 100_000 + b"]" * 100_000)
+        if kind == "inf":
+            text = '{"ranked_ids": ["a"], "answer": "a", "citations": [], "timings": {"model": Infinity}}'
+            return self.reply(200, text.encode())
+        if kind == "bigint":
+            text = '{"ranked_ids": ["a"], "answer": "a", "citations": [123456789012345678901234567890]}'
+            return self.reply(200, text.encode())
         if kind == "bad400":
             return self.reply(400, b'{"error": "bad request"}')
         if kind == "badjson":
@@ -80,6 +121,11 @@ class Handler(BaseHTTPRequestHandler):
         }
         if kind == "contract":
             del payload["answer"]
+        if kind == "big":
+            payload["answer"] += " " + "填充" * 150_000
+        if kind == "echo":
+            token = str(self.headers.get("Authorization", "")).removeprefix("Bearer ")
+            payload["answer"] = f"invalid token {token}, fact {number}. [1]"
         self.reply(200, json.dumps(payload).encode())
 
     def reply(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
@@ -96,12 +142,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    global DELAY
+    global DELAY, GATE_FILE
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-ms", type=float, default=0.0, help="latency added to every reply")
+    parser.add_argument("--gate-file", help="gated-* cases fail with 503 while this file exists")
     args = parser.parse_args()
     DELAY = args.delay_ms / 1000
+    GATE_FILE = args.gate_file
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.request_queue_size = 128

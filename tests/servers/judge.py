@@ -155,6 +155,8 @@ class Handler(BaseHTTPRequestHandler):
     delay = 0.0
     api_key: str | None = None
     fail_all = False
+    zero_embeddings = False
+    leak_key = False
 
     def do_GET(self) -> None:
         with LOCK:
@@ -177,7 +179,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(
                 200,
                 {
-                    "data": [{"index": i, "embedding": embed(t)} for i, t in enumerate(inputs)],
+                    "data": [
+                        {"index": i, "embedding": [0.0] * DIM if self.zero_embeddings else embed(t)}
+                        for i, t in enumerate(inputs)
+                    ],
                     "usage": {"prompt_tokens": sum(len(t) for t in inputs) // 4},
                 },
             )
@@ -192,6 +197,13 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             COUNTS["chat"] += 1
             COUNTS["json_mode"] += "response_format" in body
+        if self.leak_key:
+            data = f"invalid key {self.headers.get('Authorization')}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         messages = body.get("messages", [])
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         prompt = next((m["content"] for m in messages if m["role"] == "user"), "")
@@ -233,10 +245,13 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--api-key")
     parser.add_argument("--fail-all", action="store_true", help="answer every call with 503")
+    parser.add_argument("--zero-embeddings", action="store_true", help="every embedding is all zeros")
+    parser.add_argument("--leak-key", action="store_true", help="chat replies echo the Authorization header")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
     Handler.delay, Handler.api_key, Handler.fail_all = args.delay_ms / 1000, args.api_key, args.fail_all
+    Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.request_queue_size = 256

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -45,3 +50,54 @@ def stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{parts.scheme}://{parts.netloc}/stats", timeout=5, context=context) as response:
         data: dict[str, Any] = json.loads(response.read())
     return data
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def mlflow_server(folder: Path, port: int | None = None, workers: int = 1) -> Iterator[str]:
+    """A real ``mlflow server`` over a SQLite store in ``folder``; yields its URL. Killed (with its
+    workers) on exit, as a crashed server would be; the same folder and port can be served again."""
+    port = port or free_port()
+    mlflow = Path(sys.executable).parent / "mlflow"
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder}/server.db",
+            "--artifacts-destination",
+            str(folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180  # a loaded two-core machine can take a minute to import it
+        while time.time() < deadline:
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError("mlflow server exited at start")
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("mlflow server did not start")
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

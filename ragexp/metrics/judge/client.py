@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import ssl
 import threading
@@ -22,7 +23,8 @@ from ragas.llms.base import InstructorBaseRagasLLM
 
 from ragexp.config.models import JudgeConfig
 from ragexp.metrics.judge.scorer import Usage
-from ragexp.transport import RETRY_STATUS, backoff, describe, retry_after
+from ragexp.secrets import mask_url, scrub, without_userinfo
+from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
 
 Model = TypeVar("Model", bound=BaseModel)
 FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -31,7 +33,10 @@ PARSE_ATTEMPTS = 2
 
 
 class JudgeCallError(Exception):
-    """A judge call failed for good (after retries); the message is the reason."""
+    """A judge call failed for good (after retries); the message is the reason, free of secrets."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(scrub(reason))
 
 
 class JudgeUnreachable(JudgeCallError):
@@ -44,6 +49,7 @@ class JudgeHTTP:
     def __init__(self, config: JudgeConfig, api_key: str | None, verify: ssl.SSLContext) -> None:
         self.config = config
         self.usage = Usage()
+        self.policy = CallPolicy(config.timeout_s, config.max_retries, 0.5, config.max_response_bytes)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._verify = verify
         self._pool: asyncio.Queue[httpx.AsyncClient] | None = None
@@ -72,45 +78,25 @@ class JudgeHTTP:
             await self._pool.get_nowait().aclose()
 
     async def post(self, url: str, body: dict[str, Any]) -> Any:
-        """POST JSON with retries on connect errors, timeouts, 429 and 5xx; returns parsed JSON."""
+        """POST JSON under the shared call policy; returns the parsed reply."""
         assert self._pool is not None, "use JudgeHTTP as an async context manager"
-        attempts = self.config.max_retries + 1
-        last, transport_only = "no attempt made", True
-        for attempt in range(attempts):
-            delay: float | None = None
-            client = await self._pool.get()
-            try:
-                response = await client.post(url, json=body)
-            except httpx.TimeoutException:
-                last, transport_only = f"timed out after {self.config.timeout_s:g} s", False
-            except httpx.TransportError as exc:
-                last = describe(exc)
-            else:
-                transport_only = False
-                if response.status_code < 300:
-                    try:
-                        data = response.json()
-                    except ValueError:
-                        self.usage.failed_calls += 1
-                        raise JudgeCallError(f"judge reply from {url} is not JSON") from None
-                    self.usage.successes += 1
-                    return data
-                last = f"HTTP {response.status_code} from {url}"
-                if response.status_code not in RETRY_STATUS:
-                    self.usage.failed_calls += 1
-                    raise JudgeCallError(f"{last} (not retried)")
-                if response.status_code == 429:
-                    delay = retry_after(response.headers.get("retry-after"))
-            finally:
-                self._pool.put_nowait(client)
-            if attempt + 1 < attempts:
-                await asyncio.sleep(delay if delay is not None else backoff(0.5, attempt))
-        self.usage.failed_calls += 1
-        message = f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}"
-        if transport_only:
-            self.usage.transport_failures += 1
-            raise JudgeUnreachable(message)
-        raise JudgeCallError(message)
+        if self._headers:  # the API key wins over user:password in the URL (preflight said so)
+            url = without_userinfo(url)
+        client = await self._pool.get()
+        try:
+            reply = await post_json(client, url, body, self.policy)
+        except CallFailed as exc:
+            self.usage.failed_calls += 1
+            if exc.transport:
+                self.usage.transport_failures += 1
+                raise JudgeUnreachable(f"{exc} ({mask_url(url)})") from None
+            if isinstance(exc, BadReply):
+                raise JudgeCallError(f"judge reply from {mask_url(url)}: {exc}") from None
+            raise JudgeCallError(f"{exc} from {mask_url(url)}") from None
+        finally:
+            self._pool.put_nowait(client)
+        self.usage.successes += 1
+        return reply.data
 
 
 class JudgeLLM(InstructorBaseRagasLLM):
@@ -216,5 +202,13 @@ class JudgeEmbeddings(BaseRagasEmbedding):
             or len(vectors) != len(texts)
             or not all(isinstance(v, list) and v and all(isinstance(x, int | float) for x in v) for v in vectors)
         ):
-            raise JudgeCallError(f"embeddings reply from {self.url} is not {len(texts)} vector(s)")
-        return [[float(x) for x in v] for v in vectors]
+            raise JudgeCallError(f"embeddings reply from {mask_url(self.url)} is not {len(texts)} vector(s)")
+        floats = [[float(x) for x in v] for v in vectors]
+        for vector in floats:
+            # A zero or non-finite vector has no direction: cosine similarity would be NaN (and numpy
+            # would print a RuntimeWarning), so the metric fails for this case instead.
+            if not all(math.isfinite(x) for x in vector) or not any(vector):
+                raise JudgeCallError(
+                    f"embeddings reply from {mask_url(self.url)} holds an all-zero or non-finite vector"
+                )
+        return floats

@@ -11,7 +11,6 @@ import asyncio
 import inspect
 import json
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ragexp import secrets
 from ragexp.config.models import JudgeConfig
 from ragexp.errors import ProviderError
 from ragexp.metrics.judge.cache import JudgeCache, cache_key
@@ -28,14 +28,13 @@ from ragexp.metrics.judge.prompts import dump_prompt, fingerprint, load_prompt, 
 from ragexp.metrics.registry import MetricSpec
 from ragexp.progress import Progress
 from ragexp.records import Case, CaseResult
-from ragexp.transport import check_reachable, ssl_context
+from ragexp.secrets import scrub
+from ragexp.transport import AbortWatch, check_reachable, run_interruptibly, ssl_context
 
 JSON_MODE = {"openai": True, "mindie": False}
 """Judge kind -> send ``response_format: json_object`` (MindIE's OpenAI API does not take it)."""
 SYNC_EMBEDDINGS = frozenset({"SemanticSimilarity"})
 """ragas classes whose ``ascore`` calls the synchronous ``embed_text``: run in a worker thread."""
-ABORT_AFTER = 8
-"""Stop when this many first judge tasks all failed to reach the judge and none succeeded."""
 RAGAS_VERSION = version("ragas")
 
 
@@ -105,10 +104,17 @@ class JudgeScorer:
     def preflight(self) -> None:
         """Secrets, TLS, reachability and prompt adaptation: everything before a run exists."""
         cfg = self.config
+        secrets.register_url(cfg.base_url)
+        secrets.register_url(cfg.embeddings.url)
         if cfg.api_key_env is not None:
-            self.api_key = os.environ.get(cfg.api_key_env)
-            if not self.api_key:
-                raise ProviderError(f"provider.judge.api_key_env: environment variable {cfg.api_key_env} is not set")
+            self.api_key = secrets.from_env(cfg.api_key_env, "provider.judge.api_key_env")
+            for key, url in (("base_url", cfg.base_url), ("embeddings.url", cfg.embeddings.url)):
+                credential = secrets.url_credentials(url)
+                if credential:
+                    self.warn(
+                        f"warning: provider.judge.{key} carries credentials ({credential}) and "
+                        f"provider.judge.api_key_env is set: the API key from {cfg.api_key_env} is sent"
+                    )
         if cfg.ca_file and not Path(cfg.ca_file).is_file():
             raise ProviderError(f"provider.judge.ca_file: no such file: {cfg.ca_file}")
         self._verify = ssl_context("provider.judge", cfg.ca_file)
@@ -116,11 +122,11 @@ class JudgeScorer:
         if self._needs("llm"):
             if not cfg.base_url:
                 raise ProviderError("provider.judge.base_url: required for the judge metrics asked for")
-            check_reachable("provider.judge.base_url", cfg.base_url, cfg.timeout_s)
+            check_reachable("provider.judge.base_url", cfg.base_url, cfg.timeout_s, self._verify)
         if self._needs("embeddings"):
             if not cfg.embeddings.url:
                 raise ProviderError("provider.judge.embeddings.url: required for the embedding-based metrics")
-            check_reachable("provider.judge.embeddings.url", cfg.embeddings.url, cfg.timeout_s)
+            check_reachable("provider.judge.embeddings.url", cfg.embeddings.url, cfg.timeout_s, self._verify)
         self._prepare_prompts()
         self.identity = (
             f"{cfg.kind}:{cfg.model}|embeddings={cfg.embeddings.kind}:{cfg.embeddings.model}|"
@@ -168,7 +174,7 @@ class JudgeScorer:
             else:
                 pending.append((spec, path))
         if pending:
-            asyncio.run(self._adapt_all(pending))
+            run_interruptibly(self._adapt_all(pending))
 
     def _use_saved(self, spec: MetricSpec, saved: dict[str, Any]) -> None:
         if saved.get("unadaptable"):
@@ -229,7 +235,7 @@ class JudgeScorer:
     def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
         # The collector stays off here (unlike the HTTP provider): measured, it cost a sixth of
         # the judging time, and judge runs are small enough that their cycles do not add up.
-        return asyncio.run(self._score(cases, results, progress))
+        return run_interruptibly(self._score(cases, results, progress))
 
     async def _score(
         self, cases: Sequence[Case], results: Sequence[CaseResult], progress_on: bool | None
@@ -303,24 +309,31 @@ class JudgeScorer:
         async with JudgeHTTP(cfg, self.api_key, self._verify) as http:
             llm, embeddings = JudgeLLM(http, cfg, JSON_MODE[cfg.kind]), JudgeEmbeddings(http, cfg)
             metrics = {spec.name: self._build(spec, llm, embeddings) for spec in self.specs}
-            failed = 0
+            watch = AbortWatch(min(cfg.abort_after, len(todo)), "the judge")
+            answered = 0
 
             async def worker() -> None:
-                nonlocal failed
+                nonlocal answered
                 while todo and not aborted:
                     index, spec, repeat, inputs, key = todo.popleft()
                     try:
                         value = await self._one(metrics[spec.name], spec, inputs)
                     except JudgeCallError as exc:
                         reason = str(exc)
-                        failed += 1
-                        if http.usage.successes == 0 and failed >= min(ABORT_AFTER, len(todo) + failed):
-                            aborted.append(f"the judge failed the first {failed} calls and answered none: {reason}")
+                        # A metric makes several calls: it is the HTTP layer that knows whether
+                        # the judge has answered anything since the last failure.
+                        if http.usage.successes > answered:
+                            watch.success()
+                        answered = http.usage.successes
+                        if watch.failure(reason):
+                            aborted.append(watch.aborted or reason)
                     except Exception as exc:  # ragas raises anything; it is this case's error
                         reason = _reason(exc)
                     else:
                         values[spec.name][index, repeat] = value
                         cache.put(key, value)
+                        answered = http.usage.successes
+                        watch.success()
                         progress.advance()
                         continue
                     prefix = f"repeat {repeat + 1}: " if repeats > 1 else ""
@@ -352,5 +365,5 @@ def _reason(exc: BaseException) -> str:
 
     if isinstance(exc, JudgeCallError | JudgeScoreError):
         return str(exc)
-    text = str(exc).strip().splitlines()
+    text = scrub(str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300].rstrip(": ")
