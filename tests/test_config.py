@@ -15,7 +15,7 @@ from tests.conftest import ROOT, write_jsonl
 
 def test_defaults_compose_into_typed_models() -> None:
     cfg = compose([])
-    assert cfg.k == 5 and cfg.dataset.name == "kb_zh" and cfg.provider.system.kind == "fake"
+    assert cfg.k == 5 and cfg.dataset.name == "kb_zh" and cfg.provider.system.kind == "sample"
     assert cfg.metrics.names[0] == "recall_at_k" and cfg.gates.rules["mrr"].max_drop == 0.01
     assert cfg.provider.judge is None
 
