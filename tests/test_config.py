@@ -110,4 +110,4 @@ def test_relative_dataset_path_falls_back_to_project_root(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     assert plan_run(compose([])).dataset.path == ROOT / "experiments/kb_zh/cases.jsonl"
     write_jsonl(tmp_path / "own.jsonl", [{"id": "a", "question": "q", "relevant_ids": ["d"], "expected_facts": ["f"]}])
-    assert plan_run(compose(["dataset.path=own.jsonl"])).dataset.path.name == "own.jsonl"
+    assert plan_run(compose(["dataset.path=own.jsonl", "provider=fake"])).dataset.path.name == "own.jsonl"

@@ -128,7 +128,8 @@ def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, st
     dup = ragexp("run", f"provider.system.sample.docs={bad}")
     assert dup.code == 1 and f"{bad}:2: field 'id': duplicate id 'a' (first on line 1)" in dup.stderr
     foreign = ragexp("run", "dataset=scifacts_zh")
-    assert foreign.code == 1 and "none of the" in foreign.stderr and "scifacts_zh" in foreign.stderr
+    assert foreign.code == 1 and "none of the 20 relevant ids of" in foreign.stderr
+    assert "scifacts_zh/cases.jsonl is a document of" in foreign.stderr and "provider=replay" in foreign.stderr
     bad_knob = ragexp("run", "provider.system.sample.chunking=word")
     assert bad_knob.code == 1 and "provider.system.sample.chunking" in bad_knob.stderr
     assert len(bad_knob.stderr.strip().splitlines()) == 1

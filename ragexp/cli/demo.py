@@ -7,11 +7,13 @@ process (MLflow is imported once) and printed first as the line a user would typ
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import typer
 
@@ -114,8 +116,9 @@ def run_demo(folder: Path) -> None:
             "refused, and ship-address answers from the wrong document. Recall and answer accuracy may not\n"
             "drop at all and MRR by .01 at most, so those rules fail. Citation precision fails its absolute\n"
             "floor of .97, which the baseline (.91) misses too: its own refusals of answerable questions cite\n"
-            "nothing. (ragexp diff calls recall 'flat': with 35 cases its interval still reaches 0; the\n"
-            "release rules are strict, gates=release_stat judges by the interval.) In CI, exit 2 stops the\n"
+            "nothing. (ragexp diff calls recall 'flat': with 35 cases its interval still reaches 0, which is\n"
+            "also why its likely-stage hint points at the reranker, a hint and not a verdict; the release\n"
+            "rules are strict, gates=release_stat judges by the interval.) In CI, exit 2 stops the\n"
             "release. The P95 rule is left out here: in-process a case takes well under a millisecond, so a\n"
             "20% rule would measure this machine's load, not the system; against a real service keep it."
         )
@@ -129,13 +132,17 @@ def run_demo(folder: Path) -> None:
     report(candidate, baseline=baseline, out=str(out), language=None, tracking_uri=uri)
 
     mlflow = Path(sys.executable).parent / "mlflow"
+    experiment_id = Store(uri).experiment_id(EXPERIMENT, create=False)
+    runs = quote(json.dumps([candidate, baseline], separators=(",", ":")), safe="[],")
     print(
         f"\nDone in {time.perf_counter() - started:.1f} s. Compare the two runs in the MLflow UI (no network needed):"
     )
     print(f"  {shown(mlflow) if mlflow.exists() else 'mlflow'} ui --backend-store-uri {short} --port 5000")
-    print(f"  open http://127.0.0.1:5000 -> Experiments: {EXPERIMENT} -> Runs: tick demo-baseline and")
-    print("  demo-candidate -> Compare: params differ only in provider.system.sample.chunking; the metrics")
-    print("  side by side. Each run's Artifacts hold cases.jsonl, the cases table and the report.")
-    print("  Where ragexp logs per-case traces, the Evaluation runs tab shows the cases of both runs paired,")
-    print("  with the regressed ones marked.")
-    print(f"  Open the report itself: {shown(out / 'report.html')}")
+    print(f"  then open http://127.0.0.1:5000/#/compare-runs?runs={runs}&experiments=[%22{experiment_id}%22]")
+    print(f"  or click: Experiments -> {EXPERIMENT} -> 'Model training' (top left) -> Training runs: tick")
+    print("  demo-baseline and demo-candidate -> Compare. The one parameter that differs,")
+    print("  provider.system.sample.chunking, is preselected; Run details lists every metric side by side.")
+    print("  Per case: 'GenAI' -> Evaluation runs: tick both -> Actions -> Compare pairs the two runs' traces")
+    print("  case by case (once ragexp logs per-case traces); each run's Artifacts hold cases.jsonl,")
+    print("  the cases table and the report.")
+    print(f"  The report itself: {shown(out / 'report.html')}")

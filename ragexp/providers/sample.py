@@ -42,8 +42,9 @@ class SampleProvider(Provider):
         if labelled and not labelled & self._system.doc_ids:
             # Retrieving from another dataset's documents would score every case 0, silently.
             raise ProviderError(
-                f"provider.system.sample.docs: none of the {len(labelled)} relevant ids of dataset "
-                f"{self.settings.dataset.name} is a document of {path}; point it at that dataset's documents"
+                f"provider.system.sample.docs: none of the {len(labelled)} relevant ids of {dataset.path} is a "
+                f"document of {path}: point it at that dataset's documents, or evaluate another system "
+                "(provider=http, provider=replay)"
             )
 
     def identity(self) -> str | None:
