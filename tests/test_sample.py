@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.config.compose import compose
+from ragexp.config.identity import identity_view
 from ragexp.config.models import SampleConfig
 from ragexp.runner import plan_run
 from ragexp.sample import SampleSystem, Settings, load_docs
@@ -107,7 +108,9 @@ def test_docs_content_not_location_is_identity(tmp_path: Path) -> None:
     # The new block leaves the hashes of configs without it as they were.
     fake = compose(["provider=fake"])
     assert fake.provider.system.sample is None
-    assert "sample" not in json.dumps(plan_run(fake).config.provider.system.model_dump(exclude_none=True))
+    assert "sample" not in identity_view(fake)["provider"]["system"]
+    assert identity_view(compose([]))["provider"]["system"]["sample"]["chunking"] == "doc"
+    assert "docs" not in identity_view(compose([]))["provider"]["system"]["sample"]
 
 
 def test_config_defaults_match_the_system_defaults() -> None:
