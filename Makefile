@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep lock
+.PHONY: setup browser run demo test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep bench-demo lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ setup: $(STAMP)
 
 run: setup
 	$(BIN)/ragexp run
+
+# The whole loop on the bundled sample system in its own store (./ragexp-demo): baseline,
+# candidate, diff, gate (fails on purpose), report, and where to look in the MLflow UI.
+demo: setup
+	$(BIN)/ragexp demo
 
 # The report test renders HTML in Debian's headless Chromium (with CJK fonts for the Chinese report).
 browser:
@@ -49,6 +54,9 @@ bench-k-memory: setup
 
 bench-sweep: setup
 	$(BIN)/python tests/benchmarks/bench_sweep.py
+
+bench-demo: setup
+	$(BIN)/python tests/benchmarks/bench_demo.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

@@ -131,7 +131,8 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
         scorer.preflight()
         judge = scorer.identity
-    return Plan(config, dataset, specs, provider, config_hash(config, dataset.file_sha256, judge), judge, scorer)
+    digest = config_hash(config, dataset.file_sha256, judge, provider.identity())
+    return Plan(config, dataset, specs, provider, digest, judge, scorer)
 
 
 class Stopped(RagexpError):

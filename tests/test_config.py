@@ -15,7 +15,7 @@ from tests.conftest import ROOT, write_jsonl
 
 def test_defaults_compose_into_typed_models() -> None:
     cfg = compose([])
-    assert cfg.k == 5 and cfg.dataset.name == "kb_zh" and cfg.provider.system.kind == "fake"
+    assert cfg.k == 5 and cfg.dataset.name == "kb_zh" and cfg.provider.system.kind == "sample"
     assert cfg.metrics.names[0] == "recall_at_k" and cfg.gates.rules["mrr"].max_drop == 0.01
     assert cfg.provider.judge is None
 
@@ -110,4 +110,4 @@ def test_relative_dataset_path_falls_back_to_project_root(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     assert plan_run(compose([])).dataset.path == ROOT / "experiments/kb_zh/cases.jsonl"
     write_jsonl(tmp_path / "own.jsonl", [{"id": "a", "question": "q", "relevant_ids": ["d"], "expected_facts": ["f"]}])
-    assert plan_run(compose(["dataset.path=own.jsonl"])).dataset.path.name == "own.jsonl"
+    assert plan_run(compose(["dataset.path=own.jsonl", "provider=fake"])).dataset.path.name == "own.jsonl"

@@ -21,7 +21,7 @@ def artifact(client: MlflowClient, run_id: str, path: str, tmp: Path) -> str:
 
 
 def test_default_run_logs_everything(ragexp, store_uri: str, tmp_path: Path) -> None:
-    result: Result = ragexp("run", "--json")
+    result: Result = ragexp("run", "provider=fake", "--json")
     assert result.code == 0, result.stderr
     payload = result.json()
     assert set(payload) == {
@@ -154,7 +154,7 @@ def test_terminal_summary_and_runs_listing(ragexp) -> None:
     first = ragexp("run", "dataset=scifacts_zh", "provider=replay")
     assert first.code == 0
     assert "recall_at_k" in first.stdout and "run " in first.stdout and "0 of 25 cases errored" in first.stdout
-    second = ragexp("run", "k=3", "--json").json()
+    second = ragexp("run", "provider=fake", "k=3", "--json").json()
     listing = ragexp("runs", "--json").json()
     assert listing["runs"][0]["run_id"] == second["run_id"]
     assert listing["runs"][1]["dataset"] == "scifacts_zh" and listing["runs"][1]["provider"] == "replay"

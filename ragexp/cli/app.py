@@ -114,7 +114,7 @@ def run(
     if as_json:
         emit_json(outcome.to_json())
         return
-    from ragexp.cli.render import fmt, table
+    from ragexp.cli.render import duration, fmt, table
 
     rows = []
     for spec in outcome.specs:
@@ -126,7 +126,9 @@ def run(
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
     print()
     for stage, figures in outcome.timings.items():
-        print(f"stage {stage:10} p50 {figures['p50_seconds']:.4f} s  p95 {figures['p95_seconds']:.4f} s")
+        print(
+            f"stage {stage:10} p50 {duration(figures['p50_seconds']):>10}  p95 {duration(figures['p95_seconds']):>10}"
+        )
     if outcome.timings:
         print()
     print(f"run {outcome.run_id}  experiment {outcome.experiment}  ({outcome.tracking_uri})")
@@ -489,6 +491,20 @@ def report(
     print(
         f"report ({used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} under report/"
     )
+
+
+@app.command()
+def demo(
+    store: Annotated[
+        str, typer.Option("--store", help="Folder for the demo's own MLflow store; emptied if a previous demo made it.")
+    ] = "ragexp-demo",
+) -> None:
+    """The whole loop on the bundled sample system: baseline, candidate, diff, gate (fails on purpose), report."""
+    from pathlib import Path
+
+    from ragexp.cli.demo import run_demo
+
+    run_demo(Path(store))
 
 
 def main() -> None:

@@ -13,6 +13,11 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
+def duration(seconds: float) -> str:
+    """Seconds for people: milliseconds below one second (in-process stages take microseconds)."""
+    return f"{seconds * 1000:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
     """Columns padded to width; ``align`` holds one 'l' or 'r' per column (default: left)."""
     widths = [len(h) for h in headers]

@@ -26,9 +26,12 @@ def identity_view(model: BaseModel) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, info in type(model).model_fields.items():
         extra = info.json_schema_extra
-        if isinstance(extra, dict) and extra.get("runtime_only"):
-            continue
-        out[name] = _plain(getattr(model, name))
+        value = getattr(model, name)
+        if isinstance(extra, dict) and (
+            extra.get("runtime_only") or (extra.get("identity_omit_null") and value is None)
+        ):
+            continue  # an unset optional block leaves the hashes of configs without it unchanged
+        out[name] = _plain(value)
     return out
 
 
@@ -44,10 +47,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def config_hash(config: RagexpConfig, dataset_file_sha256: str, judge: str = "none") -> str:
-    """sha256 over the canonical identity view, the dataset file's content hash and the judge
-    identity (which adds the prompts in use and the ragas version to the judge's config)."""
+def config_hash(config: RagexpConfig, dataset_file_sha256: str, judge: str = "none", system: str | None = None) -> str:
+    """sha256 over the canonical identity view, the dataset file's content hash, the judge
+    identity (which adds the prompts in use and the ragas version to the judge's config) and the
+    system's own identity when it has one (the sample system: its knowledge base's content)."""
     payload = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256, "judge": judge}
+    if system is not None:
+        payload["system"] = system
     return sha256_text(canonical_json(payload))
 
 

@@ -48,9 +48,27 @@ class MetricsConfig(Model):
     """Metric names, checked against the registry (1 to 14 names, no duplicates)."""
 
 
+class SampleConfig(Model):
+    """Knobs of the bundled sample system (``ragexp.sample``); part of the config hash."""
+
+    docs: str = runtime("experiments/kb_zh/docs.jsonl", min_length=1)
+    """Knowledge base, JSONL ``{"id", "text", "title"?}``. Relative paths are tried against the
+    working directory, then the project root. Its content, not its location, enters the config hash."""
+    top_k: int | None = Field(None, ge=1)
+    """Documents the system returns and answers from; null: as many as ``k`` asks for."""
+    rerank: bool = True
+    """Rerank BM25's candidates by how much of the question they cover; false: BM25 order."""
+    citations: Literal["source", "all", "none"] = "source"
+    """What the answer cites: the document it was taken from, every returned document, or nothing."""
+    chunking: Literal["doc", "sentence"] = "doc"
+    """Index one chunk per document (title + text) or one per sentence."""
+    threshold: float = Field(3.0, ge=0)
+    """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+
+
 class SystemConfig(Model):
     kind: str = Field(min_length=1)
-    """Which provider answers the questions: ``fake``, ``replay`` or ``http``."""
+    """Which provider answers the questions: ``sample``, ``fake``, ``replay`` or ``http``."""
     url: str | None = None
     """Endpoint of the RAG service under test (``http`` only)."""
     timeout_s: float = runtime(30.0, gt=0)
@@ -72,6 +90,8 @@ class SystemConfig(Model):
     abort_after: int = runtime(8, ge=1)
     """Stop the run when this many cases in a row failed at the transport level (refused,
     reset, timed out, 5xx or 429 after every retry) with no answer between them."""
+    sample: SampleConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Knobs of ``kind: sample`` (null: its defaults); unset for other kinds."""
 
 
 class EmbeddingsConfig(Model):

@@ -43,12 +43,18 @@ class Provider(ABC):
     def preflight(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default
         """Check everything checkable before a run is created (secrets, files, recorded data)."""
 
+    def identity(self) -> str | None:
+        """What defines the system beyond its config (e.g. its knowledge base's content hash);
+        enters the config hash. Called after :meth:`preflight`."""
+        return None
+
     @abstractmethod
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         """Evaluate every case and report each through ``on_result``."""
 
 
 PROVIDERS: dict[str, str] = {
+    "sample": "ragexp.providers.sample:SampleProvider",
     "fake": "ragexp.providers.fake:FakeProvider",
     "replay": "ragexp.providers.replay:ReplayProvider",
     "http": "ragexp.providers.http:HttpProvider",

@@ -1,0 +1,69 @@
+"""``provider=sample``: the bundled sample RAG system (:mod:`ragexp.sample`), run in-process.
+
+No server to start: the retriever, reranker and answerer that ``experiments/kb_zh/service.py``
+serves over HTTP answer each case here directly, with the knobs of ``provider.system.sample``.
+Deterministic; latency is measured around each call and the system's stage timings are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from time import perf_counter
+from typing import Any
+
+from ragexp.config.compose import PROJECT_ROOT
+from ragexp.config.models import SampleConfig
+from ragexp.datasets.loader import Dataset, resolve_path
+from ragexp.errors import ProviderError
+from ragexp.providers.base import OnResult, Provider
+from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
+
+
+class SampleProvider(Provider):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.knobs = self.config.sample or SampleConfig.model_validate({})
+        self._system: SampleSystem | None = None
+        self._docs_sha256: str | None = None
+
+    def preflight(self, dataset: Dataset) -> None:
+        path = resolve_path(self.knobs.docs, PROJECT_ROOT)
+        try:
+            docs = load_docs(path)
+            self._docs_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        except DocsError as exc:
+            raise ProviderError(f"provider.system.sample.docs: {exc}") from None
+        knobs = self.knobs
+        settings = Settings(knobs.top_k, knobs.rerank, knobs.citations, knobs.chunking, knobs.threshold)
+        self._system = SampleSystem(docs, settings)
+        labelled = {doc_id for case in dataset.cases for doc_id in case.relevant_ids}
+        if labelled and not labelled & self._system.doc_ids:
+            # Retrieving from another dataset's documents would score every case 0, silently.
+            raise ProviderError(
+                f"provider.system.sample.docs: none of the {len(labelled)} relevant ids of {dataset.path} is a "
+                f"document of {path}: point it at that dataset's documents, or evaluate another system "
+                "(provider=http, provider=replay)"
+            )
+
+    def identity(self) -> str | None:
+        return f"sample-docs:{self._docs_sha256}" if self._docs_sha256 else None
+
+    def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
+        system = self._system
+        if system is None:  # run() before preflight() is a programming error, not bad input
+            raise RuntimeError("SampleProvider.run called before preflight")
+        k = self.settings.k
+        for index, case in enumerate(cases):
+            started = perf_counter()
+            try:
+                reply = system.answer(case.question, k)
+            except Exception as exc:  # a bug in the system under test fails its case, not the run
+                on_result(index, CaseResult(case.id, None, f"sample system: {type(exc).__name__}: {exc}"))
+                continue
+            latency = perf_counter() - started
+            output = SystemOutput(
+                reply["ranked_ids"], reply["contexts"], reply["answer"], reply["citations"], latency, reply["timings"]
+            )
+            on_result(index, CaseResult(case.id, output))

@@ -1,0 +1,208 @@
+"""A small, real RAG system over a JSONL knowledge base (``{"id", "text", "title"?}`` per line).
+
+Retrieval is BM25 over character bigrams (Chinese works without a tokenizer or a model download),
+optionally reranked by how much of the question a chunk covers; the answer is the sentence of the
+top document that covers the question best, cited as ``[1]``, or a refusal when the BM25 score
+of the chunk ranked first is below a threshold. Every step is deterministic: the same question and settings give the
+same ranking and answer on any machine.
+
+:meth:`SampleSystem.answer` returns ragexp's HTTP service contract as a dict
+(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``), so the in-process provider
+and the HTTP wrapper hand out exactly the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REFUSAL = "知识库中没有足够证据回答这个问题。"
+SENTENCE = re.compile(r"[^。！？；;]+[。！？；;]?")
+CHUNKINGS = ("doc", "sentence")
+CITATION_POLICIES = ("source", "all", "none")
+RERANK_POOL = 10
+"""The reranker sees at least this many BM25 candidates (or 3 x the documents asked for)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The system's knobs. ``provider.system.sample`` in the config mirrors them."""
+
+    top_k: int | None = None
+    """Documents returned and handed to the answerer; None: as many as the caller asks for."""
+    rerank: bool = True
+    """Rerank BM25's candidates by question coverage; False: BM25 order alone."""
+    citations: str = "source"
+    """``source``: cite the document the answer was taken from; ``all``: cite every returned
+    document; ``none``: cite nothing."""
+    chunking: str = "doc"
+    """``doc``: one chunk per document (title + text); ``sentence``: one chunk per sentence."""
+    threshold: float = 3.0
+    """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+
+    def __post_init__(self) -> None:
+        if self.chunking not in CHUNKINGS:
+            raise ValueError(f"chunking: expected one of {', '.join(CHUNKINGS)}, got {self.chunking!r}")
+        if self.citations not in CITATION_POLICIES:
+            raise ValueError(f"citations: expected one of {', '.join(CITATION_POLICIES)}, got {self.citations!r}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k: must be at least 1, got {self.top_k}")
+
+
+class DocsError(ValueError):
+    """The knowledge-base file is missing or malformed; the message names file and line."""
+
+
+def load_docs(path: Path) -> list[dict[str, str]]:
+    """Read a JSONL knowledge base; every problem is a :class:`DocsError` naming file and line."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DocsError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DocsError(f"{path}: cannot read ({exc})") from None
+    docs: list[dict[str, str]] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DocsError(f"{path}:{number}: invalid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise DocsError(f"{path}:{number}: expected a JSON object")
+        for key in ("id", "text"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise DocsError(f"{path}:{number}: field '{key}': must be a non-empty string")
+        if not isinstance(row.get("title", ""), str):
+            raise DocsError(f"{path}:{number}: field 'title': must be a string")
+        if row["id"] in seen:
+            raise DocsError(
+                f"{path}:{number}: field 'id': duplicate id '{row['id']}' (first on line {seen[row['id']]})"
+            )
+        seen[row["id"]] = number
+        docs.append({"id": row["id"], "title": row.get("title", ""), "text": row["text"]})
+    if not docs:
+        raise DocsError(f"{path}: no documents")
+    return docs
+
+
+def tokens(text: str) -> list[str]:
+    """Character bigrams of CJK runs plus lower-cased words and numbers."""
+    out: list[str] = []
+    for run in re.findall(r"[\u4e00-\u9fff]+|[A-Za-z]+|\d+", text):
+        if run[0].isascii():
+            out.append(run.lower())
+        elif len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def coverage(query: str, text: str) -> float:
+    """Share of the question's distinct tokens that appear in ``text``."""
+    q = set(tokens(query))
+    return len(q & set(tokens(text))) / len(q) if q else 0.0
+
+
+class Index:
+    """BM25 (Okapi) over the chunks of a knowledge base."""
+
+    def __init__(self, docs: Sequence[dict[str, str]], chunking: str, k1: float = 1.2, b: float = 0.75) -> None:
+        self.chunks: list[tuple[str, str]] = []  # (doc id, text)
+        for doc in docs:
+            text = doc["text"]
+            if chunking == "sentence":
+                self.chunks.extend((doc["id"], s.strip()) for s in SENTENCE.findall(text) if s.strip())
+            else:
+                self.chunks.append((doc["id"], f"{doc.get('title', '')}：{text}"))
+        self.terms = [Counter(tokens(text)) for _, text in self.chunks]
+        self.lengths = [sum(t.values()) for t in self.terms]
+        self.avg = sum(self.lengths) / max(len(self.lengths), 1)
+        df: Counter[str] = Counter()
+        for terms in self.terms:
+            df.update(terms.keys())
+        n = len(self.chunks)
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        self.k1, self.b = k1, b
+
+    def search(self, query: str) -> list[tuple[float, int]]:
+        """(score, chunk index) of every chunk sharing a token with ``query``, best first."""
+        q = tokens(query)
+        scored = []
+        for i, terms in enumerate(self.terms):
+            score = 0.0
+            norm = self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg)
+            for t in q:
+                f = terms.get(t)
+                if f:
+                    score += self.idf[t] * f * (self.k1 + 1) / (f + norm)
+            if score > 0:
+                scored.append((score, i))
+        scored.sort(reverse=True)  # equal scores: the later chunk first (a fixed, input-only order)
+        return scored
+
+
+class SampleSystem:
+    """Retriever, reranker and extractive answerer over one knowledge base."""
+
+    def __init__(self, docs: Sequence[dict[str, str]], settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.index = Index(docs, self.settings.chunking)
+        self.doc_ids = frozenset(doc["id"] for doc in docs)
+
+    def answer(self, question: str, k: int) -> dict[str, Any]:
+        """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``)."""
+        settings = self.settings
+        wanted = settings.top_k or max(k, 1)
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        hits = self.index.search(question)
+        timings["keyword"] = time.perf_counter() - started
+        candidates = hits[: max(wanted * 3, RERANK_POOL)]
+        if settings.rerank:
+            started = time.perf_counter()
+            chunks = self.index.chunks
+            candidates.sort(key=lambda hit: (coverage(question, chunks[hit[1]][1]), hit[0]), reverse=True)
+            timings["rerank"] = time.perf_counter() - started
+        started = time.perf_counter()
+        ranked_ids: list[str] = []
+        contexts: list[str] = []
+        for _, i in candidates:
+            doc_id, text = self.index.chunks[i]
+            if doc_id not in ranked_ids:  # several chunks of one document count once
+                ranked_ids.append(doc_id)
+                contexts.append(text)
+            if len(ranked_ids) == wanted:
+                break
+        best = candidates[0][0] if candidates else 0.0  # BM25 score of the chunk ranked first
+        citations: list[int]
+        if best < settings.threshold or not ranked_ids:
+            answer, citations, ranked_ids, contexts = REFUSAL, [], [], []
+        else:
+            sentences = [s for s in SENTENCE.findall(contexts[0]) if s.strip()] or [contexts[0]]
+            answer = max(sentences, key=lambda s: coverage(question, s)).strip()
+            if settings.citations == "source":
+                citations = [1]
+            elif settings.citations == "all":
+                citations = list(range(1, len(ranked_ids) + 1))
+            else:
+                citations = []
+            answer += "".join(f"[{c}]" for c in citations)
+        timings["model"] = time.perf_counter() - started
+        return {
+            "ranked_ids": ranked_ids,
+            "contexts": contexts,
+            "answer": answer,
+            "citations": citations,
+            "timings": timings,
+        }
