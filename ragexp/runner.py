@@ -23,7 +23,7 @@ from ragexp.checkpoint import Checkpoint, read_checkpoint
 from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.identity import config_hash, flatten, resolved_config
 from ragexp.config.models import RagexpConfig
-from ragexp.datasets.audit import Finding, audit, load_corpus
+from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.errors import ConfigError, MetricError, RagexpError
 from ragexp.metrics.calibration import Trust, assess, human_columns
@@ -141,7 +141,15 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         judge = scorer.identity
     findings = None
     if config.dataset.corpus is not None:
-        findings = audit(dataset, load_corpus(resolve_path(config.dataset.corpus, PROJECT_ROOT)))
+        corpus_path = resolve_path(config.dataset.corpus, PROJECT_ROOT)
+        corpus = load_corpus(corpus_path)
+        if shares_ids(dataset, corpus):
+            findings = audit(dataset, corpus)
+        else:
+            info(
+                f"warning: label audit skipped: corpus {corpus_path} holds none of the relevant ids of "
+                f"{dataset.path} (set dataset.corpus to its own corpus, or null)"
+            )
     identity = config_hash(config, dataset.file_sha256, judge)
     return Plan(config, dataset, specs, provider, identity, judge, scorer, findings)
 

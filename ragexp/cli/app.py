@@ -179,7 +179,7 @@ def validate(
 ) -> None:
     """Check a dataset without running anything; with a corpus, audit its labels too."""
     from ragexp.config.compose import PROJECT_ROOT, compose
-    from ragexp.datasets.audit import audit, load_corpus
+    from ragexp.datasets.audit import audit, load_corpus, shares_ids
     from ragexp.datasets.loader import load_dataset, resolve_path
     from ragexp.errors import DatasetErrors
 
@@ -187,14 +187,22 @@ def validate(
     if path is None:
         config = compose(overrides or [])
         file, file_format = resolve_path(config.dataset.path, PROJECT_ROOT), config.dataset.format
-        corpus = corpus or config.dataset.corpus
-        corpus_file = resolve_path(corpus, PROJECT_ROOT) if corpus else None
+        configured = corpus or config.dataset.corpus
+        corpus_file = resolve_path(configured, PROJECT_ROOT) if configured else None
     else:
         file = resolve_path(path)
         corpus_file = resolve_path(corpus) if corpus else None
     try:
         dataset = load_dataset(file, file_format)
-        findings = audit(dataset, load_corpus(corpus_file)) if corpus_file is not None else None
+        findings = None
+        if corpus_file is not None:
+            chunks = load_corpus(corpus_file)
+            if corpus is None and path is None and not shares_ids(dataset, chunks):
+                info(
+                    f"warning: label audit skipped: the configured corpus {corpus_file} holds none of its relevant ids"
+                )
+            else:
+                findings = audit(dataset, chunks)
     except DatasetErrors as exc:
         if as_json:
             emit_json({"valid": False, "errors": [str(error) for error in exc.errors]})

@@ -101,8 +101,14 @@ class DiffResult:
 def differences(baseline: RunData, candidate: RunData) -> list[str]:
     """Everything that makes two runs' scores incomparable, worded for the user."""
     found = []
+    # Human scores describe each run's own outputs, so runs whose cases and labels match but whose
+    # human scores differ are comparable (their paired difference is what PPI corrects).
+    both_have_cases_hash = bool(baseline.record.tag("cases_hash") and candidate.record.tag("cases_hash"))
+    identity = (
+        ("cases_hash", "dataset content hash") if both_have_cases_hash else ("dataset_hash", "dataset content hash")
+    )
     for tag, what in [
-        ("dataset_hash", "dataset content hash"),
+        identity,
         ("k", "K"),
         ("metrics", "metric set"),
         ("judge", "judge identity"),

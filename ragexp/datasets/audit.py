@@ -90,6 +90,13 @@ def load_corpus(path: Path) -> dict[str, str]:
     return corpus
 
 
+def shares_ids(dataset: Dataset, corpus: dict[str, str]) -> bool:
+    """False when the dataset has relevant ids and not one of them is in the corpus: a corpus
+    of another dataset (e.g. a ``dataset.path`` override under a group that names a corpus)."""
+    ids = {chunk_id for case in dataset.cases for chunk_id in case.relevant_ids}
+    return not ids or not ids.isdisjoint(corpus)
+
+
 def audit(dataset: Dataset, corpus: dict[str, str]) -> list[Finding]:
     """Every finding, in file order."""
     path = str(dataset.path)
