@@ -98,7 +98,8 @@ def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float | None:
     chance = float(pa * pb + (1 - pa) * (1 - pb))
     if chance >= 1.0:
         return None
-    return (observed - chance) / (1.0 - chance)
+    # + 0.0 turns a negative zero (no agreement beyond chance) into a plain zero.
+    return (observed - chance) / (1.0 - chance) + 0.0
 
 
 def _kappa_bootstrap(
@@ -120,7 +121,7 @@ def _kappa_bootstrap(
         return None, None
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(kappas, [alpha, 1.0 - alpha])
-    return float(low), float(high)
+    return float(low) + 0.0, float(high) + 0.0
 
 
 def calibrate(
