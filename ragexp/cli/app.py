@@ -398,7 +398,7 @@ def diff(
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
     resamples: Annotated[
-        int, typer.Option("--resamples", min=100, help="Bootstrap resamples and permutations.")
+        int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-value and interval).")
     ] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same figures.")] = 0,

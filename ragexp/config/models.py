@@ -156,9 +156,9 @@ class GatesConfig(Model):
     confidence: float = Field(0.95, gt=0, lt=1)
     """Confidence level of the intervals used by statistical rules and by ``ragexp diff``."""
     resamples: int = Field(10_000, ge=100)
-    """Bootstrap resamples and randomization-test permutations."""
+    """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
-    """Random seed of the bootstrap and the permutations, so results repeat."""
+    """Random seed of the sign-flip draws, so results repeat."""
 
 
 class CalibrationConfig(Model):
