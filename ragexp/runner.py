@@ -143,13 +143,10 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     if config.dataset.corpus is not None:
         corpus_path = resolve_path(config.dataset.corpus, PROJECT_ROOT)
         corpus = load_corpus(corpus_path)
+        # A corpus sharing no id with the cases belongs to another set (a dataset.path override
+        # under a group that names its corpus): no audit, rather than one finding per case.
         if shares_ids(dataset, corpus):
             findings = audit(dataset, corpus)
-        else:
-            info(
-                f"warning: label audit skipped: corpus {corpus_path} holds none of the relevant ids of "
-                f"{dataset.path} (set dataset.corpus to its own corpus, or null)"
-            )
     identity = config_hash(config, dataset.file_sha256, judge)
     return Plan(config, dataset, specs, provider, identity, judge, scorer, findings)
 

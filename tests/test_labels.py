@@ -211,11 +211,14 @@ def test_run_reports_calibration_ppi_and_audit(ragexp: Any, store_uri: str, tmp_
     assert (out / "plots/human_answer_accuracy.svg").exists()
 
 
-def test_a_corpus_of_another_dataset_is_skipped_with_a_warning(ragexp: Any, tmp_path: Path) -> None:
+def test_a_corpus_of_another_dataset_is_not_audited_against(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", replay_labelled(5, [True] * 5, {}))
     result = ragexp("run", f"dataset.path={data}", "provider=replay", "k=3", "--json")  # kb_zh's corpus
-    assert result.code == 0 and "label audit skipped" in result.stderr
+    assert result.code == 0 and result.stderr == ""
     assert result.json()["calibration"] == {} and result.json()["ppi"] == {}
+    assert "ragexp.audit.findings" not in MlflowClient(store_uri).get_run(result.json()["run_id"]).data.tags
+    checked = ragexp("validate", f"dataset.path={data}")
+    assert checked.code == 0 and "label audit skipped" in checked.stderr
 
 
 def test_diff_and_gate_use_paired_ppi_on_shared_labelled_cases(ragexp: Any, tmp_path: Path) -> None:
