@@ -306,7 +306,11 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
     ]
     if ppi_rows:
         doc.heading(t("ppi_title", language), 3)
-        doc.table([t("metric", language), t("mean", language), "PPI", t("ci", language), "labelled"], ppi_rows)
+        confidence = float(config.get("calibration", {}).get("confidence", 0.95))
+        doc.table(
+            [t("metric", language), f"judge {t('mean', language)}", "PPI", f"{confidence:.0%} CI", "labelled"],
+            ppi_rows,
+        )
     for spec in labelled:
         if spec.name in run.scores:
             doc.figure(
