@@ -62,10 +62,13 @@ class Case:
     recorded: SystemOutput | None = None
     recorded_fields: frozenset[str] = frozenset()
     """Which recorded output fields the file gave for this case."""
+    human: dict[str, float] = field(default_factory=dict)
+    """Human scores of this case's answer, by canonical metric name (judge calibration)."""
 
-    def labels(self) -> dict[str, Any]:
-        """Inputs and labels only: what the dataset hash covers."""
-        return {
+    def labels(self, *, human: bool = True) -> dict[str, Any]:
+        """Inputs and labels only: what the dataset hash covers (human scores when present, so
+        a set without them keeps the hash it had before they existed)."""
+        labels: dict[str, Any] = {
             "id": self.id,
             "question": self.question,
             "relevant_ids": self.relevant_ids,
@@ -73,6 +76,9 @@ class Case:
             "reference": self.reference,
             "unanswerable": self.unanswerable,
         }
+        if human and self.human:
+            labels["human"] = self.human
+        return labels
 
 
 @dataclass(slots=True)

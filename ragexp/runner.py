@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,10 @@ from ragexp.checkpoint import Checkpoint, read_checkpoint
 from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.identity import config_hash, flatten, resolved_config
 from ragexp.config.models import RagexpConfig
+from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, TrackingError
+from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
@@ -55,10 +57,15 @@ class Plan:
     judge: str
     """Judge identity (``none`` without judge metrics)."""
     scorer: JudgeScorer | None = None
+    findings: list[Finding] | None = None
+    """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
 
     def tags(self) -> dict[str, str]:
         cfg = self.config
+        audit = {} if self.findings is None else {TAG_PREFIX + "audit.findings": str(len(self.findings))}
         return {
+            **audit,
+            TAG_PREFIX + "cases_hash": self.dataset.cases_hash,
             TAG_PREFIX + "config_hash": self.config_hash,
             TAG_PREFIX + "dataset_hash": self.dataset.dataset_hash,
             TAG_PREFIX + "dataset": cfg.dataset.name,
@@ -87,6 +94,8 @@ class RunOutcome:
     specs: list[MetricSpec]
     timings: dict[str, dict[str, float]]
     """Stage -> p50/p95 seconds, from the timings the system reported."""
+    trust: Trust = field(default_factory=lambda: Trust({}, {}))
+    """Judge calibration and prediction-powered means from the dataset's human scores."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +106,7 @@ class RunOutcome:
             "case_count": self.case_count,
             "error_count": self.error_count,
             "summary": self.summary,
+            **self.trust.to_json(),
         }
 
 
@@ -131,8 +141,16 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
         scorer.preflight()
         judge = scorer.identity
+    findings = None
+    if config.dataset.corpus is not None:
+        corpus_path = resolve_path(config.dataset.corpus, PROJECT_ROOT)
+        corpus = load_corpus(corpus_path)
+        # A corpus sharing no id with the cases belongs to another set (a dataset.path override
+        # under a group that names its corpus): no audit, rather than one finding per case.
+        if shares_ids(dataset, corpus):
+            findings = audit(dataset, corpus)
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer)
+    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings)
 
 
 class Stopped(RagexpError):
@@ -337,12 +355,15 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     error_count = int(errored.sum())
+    human = human_columns([case.human for case in cases], list(scores))
+    trust = assess(plan.specs, scores, human, inputs.unanswerable, cfg.calibration)
 
     timings = stage_timings(results)
     metrics = {name: value for name, value in summary.items() if value is not None}
     metrics["case_count"] = float(len(cases))
     metrics["error_count"] = float(error_count)
     metrics.update(judge_metrics)
+    metrics.update(trust.as_metrics())
     for stage, figures in timings.items():
         for figure, value in figures.items():
             metrics[f"timing.{stage}.{figure}"] = value
@@ -362,6 +383,7 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
                     "error_count": error_count,
                     "config_hash": plan.config_hash,
                     "dataset_hash": plan.dataset.dataset_hash,
+                    **trust.to_json(),
                 },
                 indent=2,
                 ensure_ascii=False,
@@ -377,9 +399,14 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
                     "errored": errored.tolist(),
                     "latency_seconds": latency,
                     "metrics": columns,
+                    "human": {name: _nullable(values) for name, values in human.items()},
                 }
             )
         )
+        if plan.findings is not None:
+            (folder / "audit.json").write_bytes(
+                orjson.dumps({"findings": [f.to_json() for f in plan.findings]}, option=orjson.OPT_INDENT_2)
+            )
         store.log_dir(run_id, folder, tables=["cases_table.json"])
     scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
     return RunOutcome(
@@ -394,6 +421,7 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
         scored,
         plan.specs,
         timings,
+        trust,
     )
 
 

@@ -32,8 +32,12 @@ def test_default_run_logs_everything(ragexp, store_uri: str, tmp_path: Path) -> 
         "case_count",
         "error_count",
         "summary",
+        "calibration",
+        "ppi",
     }
     assert payload["case_count"] == 35 and payload["error_count"] == 0
+    # kb_zh's human scores describe the sample service's answers, not the fake's perfect ones.
+    assert payload["calibration"]["answer_accuracy"]["n"] == 17 and set(payload["ppi"]) == {"answer_accuracy"}
     # provider=fake builds perfect outputs from the labels: every quality metric is 1.0.
     for name in ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]:
         assert payload["summary"][name] == 1.0
@@ -51,7 +55,8 @@ def test_default_run_logs_everything(ragexp, store_uri: str, tmp_path: Path) -> 
     assert run.data.metrics["case_count"] == 35 and run.data.metrics["recall_at_k"] == 1.0
 
     names = {item.path for item in client.list_artifacts(payload["run_id"])}
-    assert {"cases.jsonl", "config.yaml", "summary.json", "cases_table.json"} <= names
+    assert {"cases.jsonl", "config.yaml", "summary.json", "cases_table.json", "audit.json"} <= names
+    assert tags["ragexp.audit.findings"] == "0"
     rows = [json.loads(line) for line in artifact(client, payload["run_id"], "cases.jsonl", tmp_path).splitlines()]
     assert len(rows) == 35
     assert set(rows[0]) >= {"id", "unanswerable", "metrics", "error", "output", "latency_seconds"}

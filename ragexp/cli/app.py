@@ -137,6 +137,10 @@ def run(
         f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {config.provider.name}  "
         f"k={config.k}  {errors}"
     )
+    from ragexp.cli.render import trust_lines
+
+    for line in trust_lines(outcome.trust, config.calibration.threshold, plan.findings):
+        print(line)
 
 
 def _sweep(overrides: list[str], as_json: bool) -> None:
@@ -183,10 +187,19 @@ def validate(
         str | None, typer.Option("--path", help="Check this file instead of the configured dataset.")
     ] = None,
     fmt_: Annotated[str, typer.Option("--format", help="auto, jsonl or columns")] = "auto",
+    corpus: Annotated[
+        str | None,
+        typer.Option(
+            "--corpus",
+            help="Audit the labels against this JSONL of {id, text} chunks (default: the configured dataset.corpus).",
+        ),
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the label audit finds anything.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check a dataset without running anything."""
+    """Check a dataset without running anything; with a corpus, audit its labels too."""
     from ragexp.config.compose import PROJECT_ROOT, compose
+    from ragexp.datasets.audit import audit, load_corpus, shares_ids
     from ragexp.datasets.loader import load_dataset, resolve_path
     from ragexp.errors import DatasetErrors
 
@@ -194,10 +207,22 @@ def validate(
     if path is None:
         config = compose(overrides or [])
         file, file_format = resolve_path(config.dataset.path, PROJECT_ROOT), config.dataset.format
+        configured = corpus or config.dataset.corpus
+        corpus_file = resolve_path(configured, PROJECT_ROOT) if configured else None
     else:
         file = resolve_path(path)
+        corpus_file = resolve_path(corpus) if corpus else None
     try:
         dataset = load_dataset(file, file_format)
+        findings = None
+        if corpus_file is not None:
+            chunks = load_corpus(corpus_file)
+            if corpus is None and path is None and not shares_ids(dataset, chunks):
+                info(
+                    f"warning: label audit skipped: the configured corpus {corpus_file} holds none of its relevant ids"
+                )
+            else:
+                findings = audit(dataset, chunks)
     except DatasetErrors as exc:
         if as_json:
             emit_json({"valid": False, "errors": [str(error) for error in exc.errors]})
@@ -214,7 +239,11 @@ def validate(
         "dataset_hash": dataset.dataset_hash,
         "label_fields": sorted(dataset.label_fields),
         "output_fields": sorted(dataset.output_fields),
+        "human_labels": _human_counts(dataset.cases),
     }
+    if findings is not None:
+        summary["corpus"] = str(corpus_file)
+        summary["findings"] = [finding.to_json() for finding in findings]
     if as_json:
         emit_json(summary)
     else:
@@ -224,6 +253,23 @@ def validate(
         )
         print(f"labels: {', '.join(summary['label_fields'])}")
         print(f"recorded outputs: {', '.join(summary['output_fields']) or 'none'}")
+        if summary["human_labels"]:
+            counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
+            print(f"human scores: {counts}")
+        if findings is not None:
+            print(f"label audit against {corpus_file}: {len(findings)} finding(s)")
+            for finding in findings:
+                print(f"  warning: {finding}")
+    if findings and strict:
+        raise typer.Exit(1)
+
+
+def _human_counts(cases: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for case in cases:
+        for name in case.human:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 @app.command()
@@ -360,6 +406,9 @@ def gate(
                 for f in result.failures
             ]
             print(table(["metric", "rule", "baseline", "candidate", "threshold", "why"], rows, "llrrrl"))
+        for r in result.results:
+            if r.method == "prediction-powered" and r.passed:
+                print(f"note: {r.message}")
     if not result.passed:
         raise typer.Exit(2)
 
@@ -372,7 +421,7 @@ def diff(
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
     resamples: Annotated[
-        int, typer.Option("--resamples", min=100, help="Bootstrap resamples and permutations.")
+        int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-value and interval).")
     ] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same figures.")] = 0,
@@ -437,6 +486,14 @@ def diff(
             "llrrrlrll",
         )
     )
+    with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
+    if with_ppi:
+        print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
+        for name, ppi in with_ppi:
+            print(
+                f"  {name:22} {ppi.mean:+.4f}  CI [{ppi.ci_low:+.4f}, {ppi.ci_high:+.4f}]  "
+                f"judge alone {ppi.judge_mean:+.4f}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+            )
     if result.diagnosis:
         print("\nlikely stage:")
         for line in result.diagnosis:

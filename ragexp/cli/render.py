@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragexp.datasets.audit import Finding
+    from ragexp.metrics.calibration import Trust
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -41,3 +46,36 @@ def _width(text: str) -> int:
     import unicodedata
 
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def trust_lines(trust: Trust, threshold: float, findings: Sequence[Finding] | None) -> list[str]:
+    """Judge calibration, prediction-powered means and the label audit, for after the summary."""
+    lines: list[str] = []
+    if trust.calibration:
+        lines += ["", f"automatic score vs human scores (pass at >= {threshold:g}):"]
+        rows = []
+        for name, c in trust.calibration.items():
+            kappa = "—" if c.kappa is None else f"{c.kappa:.3f}"
+            ci = (
+                ""
+                if c.kappa_ci_low is None or c.kappa_ci_high is None
+                else f"[{c.kappa_ci_low:.2f}, {c.kappa_ci_high:.2f}]"
+            )
+            rho = "—" if c.spearman is None else f"{c.spearman:.3f}"
+            rows.append([name, str(c.n), f"{c.mae:.3f}", f"{c.bias:+.3f}", rho, f"{c.accuracy:.3f}", kappa, ci])
+        lines.append(
+            table(["metric", "n", "MAE", "bias", "spearman", "accuracy", "kappa", "kappa CI"], rows, "lrrrrrrl")
+        )
+    if trust.ppi:
+        lines += ["", "prediction-powered means (judge corrected by human scores):"]
+        rows = [
+            [name, fmt(e.judge_mean), fmt(e.mean), f"[{e.ci_low:.4f}, {e.ci_high:.4f}]", f"{e.n_labelled}/{e.n_total}"]
+            for name, e in trust.ppi.items()
+        ]
+        lines.append(table(["metric", "judge mean", "PPI mean", "CI", "labelled"], rows, "lrrll"))
+    if findings is not None:
+        lines += ["", f"label audit: {len(findings)} finding(s)"]
+        lines += [f"  warning: {finding}" for finding in findings[:20]]
+        if len(findings) > 20:
+            lines.append(f"  ... and {len(findings) - 20} more (ragexp validate --corpus FILE lists them all)")
+    return lines

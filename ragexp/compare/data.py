@@ -31,6 +31,8 @@ class RunData:
     """(n,) int: where each case stands in the run's cases.jsonl."""
     read_lines: Callable[[], list[bytes]] = field(repr=False)
     _lines: list[bytes] | None = field(default=None, repr=False)
+    human: dict[str, np.ndarray] = field(default_factory=dict)
+    """Metric -> (n,) human scores from the dataset, NaN where unlabelled."""
 
     @property
     def run_id(self) -> str:
@@ -45,6 +47,11 @@ class RunData:
         if name == "error_rate" and name not in self.record.metrics:
             return float(self.errored.mean()) if self.errored.size else None
         return self.record.metrics.get(name)
+
+    def calibration(self, name: str) -> dict[str, float]:
+        """The run's logged calibration figures of a metric (empty: not calibrated)."""
+        prefix = f"calibration.{name}."
+        return {key[len(prefix) :]: value for key, value in self.record.metrics.items() if key.startswith(prefix)}
 
     def per_case(self, name: str) -> np.ndarray | None:
         """Per-case values behind a metric: its scores, latency for p95, the error flag."""
@@ -79,6 +86,7 @@ class RunData:
             self.line_index[order],
             self.read_lines,
             self._lines,
+            {name: values[order] for name, values in self.human.items()},
         )
 
 
@@ -104,4 +112,5 @@ def load_run(store: Store, run_id: str) -> RunData:
         latency=np.array(columns["latency_seconds"], dtype=np.float64),
         line_index=np.arange(count, dtype=np.int64),
         read_lines=read_lines,
+        human={name: np.array(values, dtype=np.float64) for name, values in columns.get("human", {}).items()},
     )

@@ -10,6 +10,7 @@ import numpy as np
 from ragexp.compare.data import RunData
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
+from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.registry import METRICS
 
 TOLERANCE = 1e-9
@@ -32,6 +33,9 @@ class MetricDiff:
     regressed: int
     unchanged: int
     paired_cases: int
+    ppi: PpiEstimate | None = None
+    """Prediction-powered estimate of the mean paired difference, when both runs carry human
+    scores of this metric on enough shared cases (the judge's difference corrected by people's)."""
 
     def moved(self) -> str:
         """'better', 'worse' or 'flat': by the interval when there is one, else by the delta."""
@@ -52,6 +56,7 @@ class MetricDiff:
         return "better" if good else "worse"
 
     def to_json(self) -> dict[str, Any]:
+        ppi = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
         return {
             "name": self.name,
             "direction": self.direction,
@@ -64,6 +69,7 @@ class MetricDiff:
             "improved": self.improved,
             "regressed": self.regressed,
             "unchanged": self.unchanged,
+            **ppi,
         }
 
 
@@ -95,8 +101,14 @@ class DiffResult:
 def differences(baseline: RunData, candidate: RunData) -> list[str]:
     """Everything that makes two runs' scores incomparable, worded for the user."""
     found = []
+    # Human scores describe each run's own outputs, so runs whose cases and labels match but whose
+    # human scores differ are comparable (their paired difference is what PPI corrects).
+    both_have_cases_hash = bool(baseline.record.tag("cases_hash") and candidate.record.tag("cases_hash"))
+    identity = (
+        ("cases_hash", "dataset content hash") if both_have_cases_hash else ("dataset_hash", "dataset content hash")
+    )
     for tag, what in [
-        ("dataset_hash", "dataset content hash"),
+        identity,
         ("k", "K"),
         ("metrics", "metric set"),
         ("judge", "judge identity"),
@@ -175,9 +187,20 @@ def _metric_diff(
             stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
+    ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
     return MetricDiff(
-        name, direction, b_value, c_value, delta, ci_low, ci_high, p_value, improved, regressed, unchanged, pairs
+        name, direction, b_value, c_value, delta, ci_low, ci_high, p_value, improved, regressed, unchanged, pairs, ppi
     )
+
+
+def _paired_ppi(name: str, base: RunData, cand: RunData, mask: np.ndarray, confidence: float) -> PpiEstimate | None:
+    """PPI on the paired differences: judge candidate - baseline over every pair, corrected by
+    the human candidate - baseline on the pairs both runs' datasets label."""
+    if name not in base.human or name not in cand.human or name not in base.scores or name not in cand.scores:
+        return None
+    judged = cand.scores[name][mask] - base.scores[name][mask]
+    human = cand.human[name][mask] - base.human[name][mask]
+    return ppi_mean(judged, human, confidence=confidence)
 
 
 def _worst_cases(base: RunData, cand: RunData, top: int) -> list[dict[str, Any]]:

@@ -1,21 +1,35 @@
 """Paired statistics over per-case differences, vectorized with numpy.
 
-Resampling 100,000 cases 10,000 times index by index is a billion draws. Both procedures here
-only need how many times each *value* is drawn, so the differences are grouped by value first:
-a bootstrap resample is then one multinomial draw over the groups, and a sign-flip permutation
-one binomial draw per group. For metrics with few distinct values (binary accuracy, recall at
-small K) this is exact. Continuous differences with more than ``MAX_GROUPS`` distinct values are
-grouped into equal-count quantile bins represented by their means, which keeps every bin's
-mean and loses only the within-bin spread (a negligible share of the variance at that size).
+The p-value is a two-sided sign-flip randomization test of "no difference", and the interval
+is that same test inverted: it holds every shift ``θ`` that the test, run on the differences
+minus ``θ`` with the *same* random sign flips, does not reject. So the interval excludes 0
+exactly when ``p < 1 - confidence``, by construction, which a percentile bootstrap beside a
+randomization p-value does not promise (it printed a 95% interval excluding 0 beside p 0.13).
+
+The inversion is exact and needs no search over ``θ``. For one draw of signs ``s``, with
+``A = Σ s·d``, ``C = Σ s`` and ``D = Σ d``, the permuted statistic ``|A - θC|`` reaches the
+observed ``|D - nθ|`` exactly when ``θ`` lies between ``(D - A)/(n - C)`` and ``(D + A)/(n + C)``;
+every such segment contains the mean difference, so the count of segments covering ``θ`` rises
+and then falls, and the set where the p-value stays at or above ``α`` is one interval whose ends
+are order statistics of the segments' ends.
+
+A sign-flip draw only needs how many pairs of each *value* flip, so the differences are grouped
+by value first and a draw is one binomial per group. For metrics with few distinct values
+(binary accuracy, recall at small K) this is exact. Continuous differences with more than
+``MAX_GROUPS`` distinct values are grouped into equal-count quantile bins represented by their
+means, which keeps every bin's mean and loses only the within-bin spread (a negligible share of
+the variance at that size).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 MAX_GROUPS = 256
+METHOD = "sign-flip randomization test, interval by test inversion"
 
 
 @dataclass(frozen=True)
@@ -42,31 +56,56 @@ def grouped(values: np.ndarray, max_groups: int = MAX_GROUPS) -> tuple[np.ndarra
     return sums / sizes, sizes
 
 
-def bootstrap_ci(
-    diffs: np.ndarray, *, resamples: int, confidence: float, rng: np.random.Generator
-) -> tuple[float, float]:
-    """Percentile interval of the mean difference over paired bootstrap resamples."""
+def sign_flip_segments(diffs: np.ndarray, *, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """For each random sign draw, the segment of shifts ``θ`` where it is at least as extreme as
+    the observed differences minus ``θ`` (ends may be infinite: all signs equal)."""
     n = diffs.size
     values, counts = grouped(diffs)
-    draws = rng.multinomial(n, counts / n, size=resamples)
-    means = draws @ values / n
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return float(low), float(high)
-
-
-def sign_flip_p_value(diffs: np.ndarray, *, resamples: int, rng: np.random.Generator) -> float:
-    """Two-sided paired randomization test: under no difference each pair's sign is a coin flip."""
-    nonzero = diffs[diffs != 0]
-    if nonzero.size == 0:
-        return 1.0
-    observed = abs(float(nonzero.sum()))
-    values, counts = grouped(np.abs(nonzero))
+    total = float(values @ counts)
     heads = rng.binomial(counts, 0.5, size=(resamples, counts.size))
-    statistics = np.abs((2 * heads - counts) @ values)
-    # Tolerance: the observed sum and a permuted one can differ only by rounding.
-    extreme = int(np.count_nonzero(statistics >= observed - 1e-9 * max(observed, 1.0)))
-    return (1 + extreme) / (resamples + 1)
+    flips = 2 * heads - counts
+    a = flips @ values
+    c = flips.sum(axis=1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        first = np.where(c < n, (total - a) / (n - c), -np.inf)
+        second = np.where(c > -n, (total + a) / (n + c), np.inf)
+    low, high = np.minimum(first, second), np.maximum(first, second)
+    # All signs alike reproduce the observed statistic for every θ.
+    whole = (c == n) | (c == -n)
+    low[whole], high[whole] = -np.inf, np.inf
+    # Rounding slack, so that a permuted statistic that ties the observed one counts as a tie.
+    slack = 1e-9 * max(1.0, float(np.abs(values).max(initial=0.0)))
+    return low - slack, high + slack
+
+
+def inverted_interval(
+    low: np.ndarray, high: np.ndarray, *, confidence: float, resamples: int
+) -> tuple[float, float, float]:
+    """(p-value at 0, interval low, interval high) from the segments of :func:`sign_flip_segments`."""
+    covering_zero = int(np.count_nonzero((low <= 0.0) & (high >= 0.0)))
+    p_value = (1 + covering_zero) / (resamples + 1)
+    # θ is kept while (1 + N(θ)) / (B + 1) >= α, i.e. N(θ) >= k segments cover it.
+    alpha = 1.0 - confidence
+    k = math.ceil(alpha * (resamples + 1) - 1 - 1e-12)
+    if k <= 0:
+        return p_value, -math.inf, math.inf
+    k = min(k, resamples)
+    ci_low = float(np.partition(low, k - 1)[k - 1])
+    ci_high = float(-np.partition(-high, k - 1)[k - 1])
+    return p_value, ci_low, ci_high
+
+
+def paired_differences(
+    diffs: np.ndarray, *, resamples: int, confidence: float, seed: int
+) -> tuple[float, float, float] | None:
+    """(p-value, ci_low, ci_high) of the mean of ``diffs``; None when there is no pair."""
+    if diffs.size == 0:
+        return None
+    if not np.any(diffs != diffs[0]) and diffs[0] == 0:
+        return 1.0, 0.0, 0.0  # every pair equal: no shift is distinguishable from none
+    rng = np.random.default_rng(seed)
+    low, high = sign_flip_segments(diffs, resamples=resamples, rng=rng)
+    return inverted_interval(low, high, confidence=confidence, resamples=resamples)
 
 
 def paired(
@@ -75,9 +114,8 @@ def paired(
     """Statistics over the pairs where both runs have a score; None when there is no pair."""
     both = np.isfinite(baseline) & np.isfinite(candidate)
     diffs = candidate[both] - baseline[both]
-    if diffs.size == 0:
+    found = paired_differences(diffs, resamples=resamples, confidence=confidence, seed=seed)
+    if found is None:
         return None
-    rng = np.random.default_rng(seed)
-    low, high = bootstrap_ci(diffs, resamples=resamples, confidence=confidence, rng=rng)
-    p_value = sign_flip_p_value(diffs, resamples=resamples, rng=rng)
+    p_value, low, high = found
     return PairedStats(int(diffs.size), float(diffs.mean()), low, high, p_value)

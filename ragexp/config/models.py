@@ -39,6 +39,9 @@ class DatasetConfig(Model):
     """Who wrote the cases: the report states that the dataset is self-defined."""
     description: str = ""
     """One sentence on what the cases cover."""
+    corpus: str | None = runtime(None)
+    """JSONL of ``{"id", "text"}`` chunks the labels point at: the run audits the labels against
+    it (findings are logged and reported, never fatal). Relative paths as for ``path``."""
 
 
 class MetricsConfig(Model):
@@ -160,7 +163,14 @@ class GateRule(Model):
     """Absolute ceiling on the candidate's value (e.g. on ``error_rate``)."""
     statistical: bool = False
     """``max_drop`` fails only when the confidence interval of the paired difference lies
-    wholly beyond the bound, so noise alone does not fail the gate."""
+    wholly beyond the bound, so noise alone does not fail the gate. On a metric with human
+    scores shared by both runs, the prediction-powered interval is used."""
+    min_kappa: float | None = Field(None, ge=-1, le=1)
+    """The candidate's judge must agree with the human scores at least this well (Cohen's κ at
+    ``calibration.threshold``); no calibration at all fails too."""
+    max_abs_bias: float | None = Field(None, ge=0)
+    """The candidate's judge may be at most this far from the human scores on average
+    (|mean judge - human|); no calibration at all fails too."""
 
 
 class GatesConfig(Model):
@@ -173,9 +183,20 @@ class GatesConfig(Model):
     confidence: float = Field(0.95, gt=0, lt=1)
     """Confidence level of the intervals used by statistical rules and by ``ragexp diff``."""
     resamples: int = Field(10_000, ge=100)
-    """Bootstrap resamples and randomization-test permutations."""
+    """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
-    """Random seed of the bootstrap and the permutations, so results repeat."""
+    """Random seed of the sign-flip draws, so results repeat."""
+
+
+class CalibrationConfig(Model):
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    """A score at or above this is a pass, for the accuracy and Cohen's κ of judge vs human."""
+    min_labelled: int = Field(default=10, ge=2)
+    """Fewest labelled, scored cases for a metric's calibration and prediction-powered mean."""
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    """Confidence level of the κ interval and the prediction-powered interval."""
+    resamples: int = runtime(2000, ge=100)
+    """Bootstrap resamples of the κ interval."""
 
 
 class TrackingConfig(Model):
@@ -212,6 +233,8 @@ class RagexpConfig(Model):
     """Where runs are logged."""
     report: ReportConfig = Field(default_factory=ReportConfig)
     """How ``ragexp report`` presents the run."""
+    calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
+    """How judge scores are compared with the dataset's human scores."""
 
     @field_validator("experiment")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +17,15 @@ from typing import Any
 import orjson
 
 from ragexp.errors import DatasetError, DatasetErrors
+from ragexp.metrics.registry import METRICS, labelled_metric
 from ragexp.records import Case, SystemOutput
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
 LABEL_FIELDS = ("id", "question", "relevant_ids", "expected_facts", "reference", "unanswerable")
 OUTPUT_FIELDS = ("response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds")
-KNOWN_FIELDS = frozenset((*LABEL_FIELDS, *OUTPUT_FIELDS, "metadata"))
-COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference")
+KNOWN_FIELDS = frozenset((*LABEL_FIELDS, *OUTPUT_FIELDS, "metadata", "human"))
+COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference", "human")
 
 
 @dataclass(slots=True)
@@ -36,7 +38,9 @@ class Dataset:
     file_sha256: str
     """sha256 of the file's bytes: enters the config hash."""
     dataset_hash: str
-    """sha256 over the cases' inputs and labels only (not recorded outputs)."""
+    """sha256 over the cases' inputs and labels only (not recorded outputs), human scores included."""
+    cases_hash: str
+    """The same without human scores: two runs whose outputs were labelled apart stay comparable."""
     label_fields: frozenset[str]
     """Label fields every case that needs them carries (e.g. ``relevant_ids``, ``reference``)."""
     output_fields: frozenset[str]
@@ -83,14 +87,15 @@ def load_dataset(path: Path, fmt: str = "auto") -> Dataset:
         cases=cases,
         file_sha256=file_sha,
         dataset_hash=dataset_hash(cases),
+        cases_hash=dataset_hash(cases, human=False),
         label_fields=_label_fields(cases, fmt),
         output_fields=_output_fields(cases),
     )
 
 
-def dataset_hash(cases: list[Case]) -> str:
+def dataset_hash(cases: list[Case], *, human: bool = True) -> str:
     """Order-independent hash of inputs and labels, so replays of the same cases compare."""
-    labels = sorted((case.labels() for case in cases), key=lambda item: item["id"])
+    labels = sorted((case.labels(human=human) for case in cases), key=lambda item: item["id"])
     return hashlib.sha256(orjson.dumps(labels, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -228,6 +233,7 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
     facts = _str_list(row, "expected_facts", line, problems)
     reference = _text(row, "reference", line, problems, required=False)
     recorded, recorded_fields = _recorded(row, line, problems)
+    human = _human(row.get("human"), line, problems)
     if len(problems.errors) != before:
         return None
     return Case(
@@ -240,7 +246,35 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
         line=line,
         recorded=recorded,
         recorded_fields=recorded_fields,
+        human=human,
     )
+
+
+def _human(value: Any, line: int, problems: _Problems) -> dict[str, float]:
+    """``{metric: score}`` human scores: metrics that take them, values in the metric's range."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.add(line, "human", f"expected an object {{metric: score}}, got {_type_name(value)}")
+        return {}
+    labels: dict[str, float] = {}
+    for name, score in value.items():
+        spec = labelled_metric(name)
+        if spec is None:
+            known = sorted(s.name for s in METRICS.values() if s.human_labels)
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.add(line, f"human.{name}", f"not a metric that takes human scores{hint}: {', '.join(known)}")
+            continue
+        high = spec.high if spec.high is not None else math.inf
+        if isinstance(score, bool) or not isinstance(score, int | float) or not spec.low <= score <= high:
+            problems.add(line, f"human.{name}", f"expected a number in [{spec.low:g}, {high:g}], got {score!r}")
+            continue
+        if spec.name in labels:
+            problems.add(line, f"human.{name}", f"repeats '{spec.name}'")
+            continue
+        labels[spec.name] = float(score)
+    return labels
 
 
 def _bad_fields(problems: _Problems, since: int) -> set[str]:
@@ -371,10 +405,15 @@ def _parse_columns(name: str, text: str) -> list[Case]:
         question = _text(row, "question", 0, problems, required=True)
         reference = _text(row, "reference", 0, problems, required=False) if "reference" in row else None
         recorded, fields = _recorded(row, 0, problems)
+        human = _human(table["human"][index], 0, problems) if "human" in table else {}
         for position in range(before, len(problems.errors)):
             error = problems.errors[position]
             column = "user_input" if error.field == "question" else error.field or "user_input"
-            problems.errors[position] = DatasetError(name, line_of(column), column, f"item {index}: {error.reason}")
+            if column.startswith("human."):
+                column, reason = "human", f"{column[len('human.') :]}: {error.reason}"
+            else:
+                reason = error.reason
+            problems.errors[position] = DatasetError(name, line_of(column), column, f"item {index}: {reason}")
         if len(problems.errors) != before:
             continue
         cases.append(
@@ -388,6 +427,7 @@ def _parse_columns(name: str, text: str) -> list[Case]:
                 line=line_of("user_input"),
                 recorded=recorded,
                 recorded_fields=fields,
+                human=human,
             )
         )
     problems.raise_if_any()

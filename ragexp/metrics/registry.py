@@ -52,6 +52,9 @@ class MetricSpec:
     """Which cases the run's mean is taken over; ``answerable`` falls back to all if none."""
     judge: bool = False
     """Needs an LLM judge."""
+    human_labels: bool = False
+    """People can score it by hand (a dataset's ``human`` field), so the automatic score can be
+    calibrated against them and corrected by prediction-powered inference."""
     aliases: tuple[str, ...] = ()
     """Other accepted spellings (``answer_similarity`` is logged as ``semantic_similarity``)."""
     scorer: Callable[[OfflineInputs], np.ndarray] | None = field(default=None, compare=False)
@@ -113,6 +116,13 @@ def parse_metric_names(names: Sequence[str]) -> list[MetricSpec]:
     return specs
 
 
+def labelled_metric(name: object) -> MetricSpec | None:
+    """The metric a ``human`` label names (aliases accepted), if it takes human scores."""
+    canonical = _ALIASES.get(name) if isinstance(name, str) else None
+    spec = METRICS.get(canonical) if canonical is not None else None
+    return spec if spec is not None and spec.human_labels else None
+
+
 def check_requirements(
     specs: Iterable[MetricSpec], labels: frozenset[str], outputs: frozenset[str], *, dataset: str, provider: str
 ) -> None:
@@ -152,6 +162,7 @@ def _judge(
             source=RAGAS,
             definition=definition,
             judge=True,
+            human_labels=True,
             aliases=aliases,
             ragas_class=ragas_class,
             ragas_args=args,
@@ -259,6 +270,7 @@ def _register_offline_metrics() -> None:
         outputs: set[str],
         definition: str,
         population: Population,
+        human_labels: bool = False,
     ) -> None:
         register(
             MetricSpec(
@@ -271,6 +283,7 @@ def _register_offline_metrics() -> None:
                 source=PROJECT,
                 definition=definition,
                 population=population,
+                human_labels=human_labels,
                 scorer=scorer,
             )
         )
@@ -314,6 +327,7 @@ def _register_offline_metrics() -> None:
         {"response"},
         "1 when every expected fact appears in the answer (a refusal for unanswerable cases).",
         "all",
+        human_labels=True,
     )
     register(
         MetricSpec(

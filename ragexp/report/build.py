@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import yaml
 
 from ragexp import __version__
@@ -95,6 +96,8 @@ def build_report(
     _identity(doc, run, base, language)
     _columns(doc, run, base, config, specs, language)
     _results(doc, run, specs, language)
+    _trust(doc, run, config, specs, language)
+    _audit(doc, store, run, language)
     if diff is not None and verdict is not None and base is not None:
         _comparison(doc, diff, verdict, base, run, language)
     return Report("\n".join(doc.md).strip() + "\n", _page(doc, language, run), doc.svgs), language
@@ -252,6 +255,84 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
         )
     doc.table(
         ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)], rows
+    )
+
+
+def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSpec], language: str) -> None:
+    """Calibration against human scores and prediction-powered means, from the run's metrics."""
+    labelled = [spec for spec in specs if spec.human_labels and spec.name in run.human]
+    if not labelled:
+        return
+    threshold = float(config.get("calibration", {}).get("threshold", 0.5))
+    doc.heading(t("trust", language))
+    doc.para(t("trust_intro", language).format(threshold=f"{threshold:g}"))
+    rows = []
+    for spec in labelled:
+        c = run.calibration(spec.name)
+        if not c:
+            continue
+        ci = (
+            f"[{c['kappa_ci_low']:.2f}, {c['kappa_ci_high']:.2f}]"
+            if "kappa_ci_low" in c and "kappa_ci_high" in c
+            else "—"
+        )
+        rows.append(
+            [
+                spec.name,
+                str(int(c["n"])),
+                _fmt(c.get("mae"), 3),
+                f"{c['bias']:+.3f}",
+                _fmt(c.get("spearman"), 3),
+                _fmt(c.get("accuracy"), 3),
+                _fmt(c.get("kappa"), 3),
+                ci,
+            ]
+        )
+    if rows:
+        doc.table([t("metric", language), "n", "MAE", "bias", "Spearman ρ", "accuracy", "Cohen's κ", "κ CI"], rows)
+    else:
+        doc.para(t("no_labels", language))
+    metrics = run.record.metrics
+    ppi_rows = [
+        [
+            spec.name,
+            _fmt(run.summary(spec.name)),
+            _fmt(metrics[f"ppi.{spec.name}.mean"]),
+            f"[{metrics[f'ppi.{spec.name}.ci_low']:.4f}, {metrics[f'ppi.{spec.name}.ci_high']:.4f}]",
+            f"{int(metrics[f'ppi.{spec.name}.n_labelled'])}/{int(metrics[f'ppi.{spec.name}.n_total'])}",
+        ]
+        for spec in labelled
+        if f"ppi.{spec.name}.mean" in metrics
+    ]
+    if ppi_rows:
+        doc.heading(t("ppi_title", language), 3)
+        confidence = float(config.get("calibration", {}).get("confidence", 0.95))
+        doc.table(
+            [t("metric", language), f"judge {t('mean', language)}", "PPI", f"{confidence:.0%} CI", "labelled"],
+            ppi_rows,
+        )
+    for spec in labelled:
+        if spec.name in run.scores:
+            doc.figure(
+                f"human_{spec.name}.svg",
+                plots.judge_vs_human(run.scores[spec.name], run.human[spec.name], spec.name, threshold),
+                f"{t('judge_vs_human', language)}: {spec.name}",
+            )
+
+
+def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
+    """The label audit's findings, when the run had a corpus to audit against."""
+    if "audit.json" not in store.list_artifacts(run.run_id):
+        return
+    findings = orjson.loads(store.read_artifact(run.run_id, "audit.json")).get("findings", [])
+    doc.heading(t("audit", language))
+    if not findings:
+        doc.para(t("audit_none", language))
+        return
+    doc.para(t("audit_count", language).format(n=len(findings)))
+    doc.table(
+        ["id", "line", "kind", t("why", language)],
+        [[f["id"], str(f["line"]), f["kind"], f["message"]] for f in findings[:200]],
     )
 
 

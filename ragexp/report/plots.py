@@ -67,3 +67,22 @@ def scatter(baseline: np.ndarray, candidate: np.ndarray, name: str) -> str:
     ax.set_xlabel(f"baseline {name}")
     ax.set_ylabel(f"candidate {name}")
     return _svg(fig)
+
+
+def judge_vs_human(judge: np.ndarray, human: np.ndarray, name: str, threshold: float | None) -> str:
+    """Automatic against human score on the labelled cases, with the line of agreement."""
+    fig, ax = _figure(3.2, 3.2)
+    both = np.isfinite(judge) & np.isfinite(human)
+    rng = np.random.default_rng(0)  # jitter: labels are often on a few levels
+    jitter = rng.uniform(-0.015, 0.015, size=(2, int(both.sum())))
+    ax.scatter(human[both] + jitter[0], judge[both] + jitter[1], s=14, alpha=0.7, color="#4C78A8")
+    ax.plot([0, 1], [0, 1], color="#888888", linewidth=0.8)
+    if threshold is not None:
+        ax.axvline(threshold, color="#E45756", linewidth=0.6, linestyle="--")
+        ax.axhline(threshold, color="#E45756", linewidth=0.6, linestyle="--")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel(f"human {name}")
+    ax.set_ylabel(f"automatic {name}")
+    ax.set_title(f"{name} (n={int(both.sum())})")
+    return _svg(fig)

@@ -77,6 +77,31 @@ TEXT: dict[str, dict[str, str]] = {
     "k": {"zh": "K", "en": "K"},
     "author": {"zh": "作者", "en": "Author"},
     "not_proved": {"zh": "本次运行没有证明什么", "en": "What this run does not prove"},
+    "trust": {"zh": "判官可信度：与人工评分对照", "en": "How far the judge can be trusted: against human scores"},
+    "trust_intro": {
+        "zh": "数据集中有人工评分（human 字段）的样本用来校准自动评分：MAE 为平均绝对误差，偏差为自动分减人工分的均值"
+        "（正数表示判官偏宽松），Spearman 为排序一致性，准确率与 Cohen's κ 比较以 {threshold} 为界的通过/不通过判断。"
+        "PPI 均值是预测驱动推断：全部样本的自动分均值，用有标注样本上的人工−自动差值修正，区间同时计入两部分方差；"
+        "前提是有标注的样本是随机抽取的。",
+        "en": "Cases with human scores (the dataset's human field) calibrate the automatic scores: MAE is the mean "
+        "absolute error, bias the mean automatic minus human score (positive: the judge is more generous), Spearman "
+        "the rank agreement, accuracy and Cohen's κ the agreement on pass/fail at {threshold}. The PPI mean is the "
+        "prediction-powered estimate: the automatic mean over every case corrected by the mean human - automatic "
+        "difference on the labelled ones, its interval counting both variances; it assumes the labelled cases were "
+        "drawn at random.",
+    },
+    "no_labels": {
+        "zh": "没有指标达到校准所需的人工评分数量：判官分数未经校准，只能作参考。",
+        "en": "No metric has enough human scores for calibration: the judge scores are uncalibrated.",
+    },
+    "ppi_title": {"zh": "预测驱动推断（PPI）均值", "en": "Prediction-powered means"},
+    "judge_vs_human": {"zh": "自动分与人工分", "en": "Automatic vs human score"},
+    "audit": {"zh": "标注审计", "en": "Label audit"},
+    "audit_none": {"zh": "标注审计未发现问题。", "en": "The label audit found nothing."},
+    "audit_count": {
+        "zh": "标注审计发现 {n} 处疑点，请回看原文：",
+        "en": "The label audit found {n} labels to look at:",
+    },
 }
 
 
