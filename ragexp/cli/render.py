@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ragexp.compare.figures import fmt, signed
 
-def fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:,.1f}"
-    return f"{value:.{digits}f}"
+__all__ = ["fmt", "signed", "table"]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
