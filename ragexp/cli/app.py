@@ -349,6 +349,7 @@ def gate(
     from ragexp.compare.promote import holders
     from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.config.compose import compose
+    from ragexp.errors import PromotionConflict
     from ragexp.tracking.store import TAG_PREFIX, Store
 
     config = compose(overrides or [])
@@ -358,6 +359,16 @@ def gate(
     chosen = _choose(store, selector, given)
     base_record, cand_record = chosen[0].record, chosen[1].record
     expected = holders(store, tag, cand_record.experiment_id) if tag else []
+    if tag and expected and expected != [base_record.run_id]:
+        raise PromotionConflict(
+            f"--promote: tag {tag} is on {', '.join(expected)}, not on the baseline {base_record.run_id}; a candidate "
+            f"is promoted only over the run holding the tag (--baseline tag:{tag})",
+            expected,
+        )
+    # Said once the runs (and the tag's holders) are known: a pipeline reading these lines knows
+    # that nothing it compares against can change under it any more.
+    for selection in chosen:
+        info(selection.how)
     base, cand = load_run(store, base_record.run_id), load_run(store, cand_record.run_id)
     diff, result = gate_runs(
         gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
@@ -453,15 +464,12 @@ def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[s
 
 
 def _choose(store: Store, selector: Selector, given: RunRecord | None) -> list[Selection]:
-    """Baseline and candidate, each said in one line on stderr before the comparison runs."""
+    """Baseline and candidate, each explained in one line (``Selection.how``)."""
     from ragexp.compare.select import Selection, choose_candidate, describe, resolve_baseline
     from ragexp.errors import ConfigError
 
     base = resolve_baseline(store, selector, candidate=given)
-    info(base.how)
     cand = choose_candidate(store, base.record) if given is None else Selection(given, f"candidate: {describe(given)}")
-    if given is None:
-        info(cand.how)
     if cand.run_id == base.run_id:
         raise ConfigError(f"the candidate {cand.run_id} is the baseline itself: there is nothing to compare")
     return [base, cand]
