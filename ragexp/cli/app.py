@@ -365,10 +365,11 @@ def gate(
             f"is promoted only over the run holding the tag (--baseline tag:{tag})",
             expected,
         )
-    # Said once the runs (and the tag's holders) are known: a pipeline reading these lines knows
-    # that nothing it compares against can change under it any more.
+    # Whatever was chosen (not named by id) is said once the runs and the tag's holders are
+    # known: nothing the gate compares against can change under it after these lines.
     for selection in chosen:
-        info(selection.how)
+        if selection.asked:
+            info(selection.how)
     base, cand = load_run(store, base_record.run_id), load_run(store, cand_record.run_id)
     diff, result = gate_runs(
         gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
@@ -511,7 +512,7 @@ def diff(
     store = Store(tracking_uri)
     given = store.get_run(candidate)
     chosen = resolve_baseline(store, selector, candidate=given)
-    if selector.kind != "run":
+    if chosen.asked:
         info(chosen.how)
     if chosen.run_id == given.run_id:
         from ragexp.errors import ConfigError
