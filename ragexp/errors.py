@@ -63,3 +63,11 @@ class IncomparableRunsError(RagexpError):
     """Two runs differ in what makes their scores comparable."""
 
     exit_code = 3
+
+
+class PromotionConflict(TrackingError):
+    """``gate --promote`` lost a race: the baseline tag moved while the gate ran."""
+
+    def __init__(self, message: str, holders: list[str]) -> None:
+        self.holders = holders
+        super().__init__(message)

@@ -7,13 +7,18 @@ import gc
 import json
 import sys
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
 from typer.exceptions import TyperException
 
 from ragexp.errors import RagexpError
+
+if TYPE_CHECKING:
+    from ragexp.compare.promote import PromotionTag
+    from ragexp.compare.select import Selection, Selector
+    from ragexp.tracking.store import RunRecord, Store
 
 app = typer.Typer(
     name="ragexp",
@@ -341,9 +346,25 @@ def runs(
     )
 
 
-Baseline = Annotated[str, typer.Option("--baseline", help="Run id of the baseline.")]
+Baseline = Annotated[
+    str,
+    typer.Option(
+        "--baseline",
+        help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT (the newest finished comparable run).",
+    ),
+]
 AllowIncomparable = Annotated[
     bool, typer.Option("--allow-incomparable", help="Compare runs with different dataset, cases, K, metrics or judge.")
+]
+SummaryFile = Annotated[
+    str | None, typer.Option("--summary", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
+]
+Language = Annotated[
+    str | None, typer.Option("--language", help="Language of --summary: zh or en (default: report.language).")
+]
+UiUrl = Annotated[
+    str | None,
+    typer.Option("--ui-url", help="MLflow UI address for links in --summary (default: the tracking URI if a server)."),
 ]
 
 
@@ -354,30 +375,71 @@ def gate(
     candidate: Annotated[
         str | None,
         typer.Option(
-            "--candidate", help="Run id of the candidate (default: newest finished run of the baseline's experiment)."
+            "--candidate",
+            help="Run id of the candidate (default: the newest finished run created after the baseline in its "
+            "experiment that is comparable with it).",
         ),
     ] = None,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    junit: Annotated[str | None, typer.Option("--junit", help="Write a JUnit XML report here.")] = None,
+    summary: SummaryFile = None,
+    language: Language = None,
+    ui_url: UiUrl = None,
+    promote: Annotated[
+        bool,
+        typer.Option(
+            "--promote",
+            help="If the gate passes, move the baseline's tag (tag:KEY=VALUE, or --promote-tag) onto the candidate.",
+        ),
+    ] = False,
+    promote_tag: Annotated[
+        str | None, typer.Option("--promote-tag", help="KEY=VALUE that --promote moves (default: the --baseline tag).")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Release check of a candidate against a baseline: exit 0 pass, 2 fail; every failure is printed."""
+    import time
+
+    from ragexp.cli.outputs import check_writable, write_file
+    from ragexp.compare.select import parse_selector
+
+    started = time.perf_counter()
+    junit_path, summary_path = check_writable("--junit", junit), check_writable("--summary", summary)
+    _check_language(language)
+    selector = parse_selector(baseline)
+    tag = _promotion_tag(promote, promote_tag, selector.tag)
+
     from ragexp.compare.data import load_run
     from ragexp.compare.gate import gate_runs
+    from ragexp.compare.promote import holders
+    from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.config.compose import compose
-    from ragexp.errors import TrackingError
+    from ragexp.errors import PromotionConflict, TrackingError
     from ragexp.tracking.store import TAG_PREFIX, Store
 
-    gates = compose(overrides or []).gates
+    config = compose(overrides or [])
+    gates = config.gates
     store = Store(tracking_uri, read_only=True)
-    base = load_run(store, baseline)
-    if candidate is None:
-        newest = store.newest_finished(base.record.experiment_id, exclude=base.run_id)
-        if newest is None:
-            raise TrackingError(f"no finished candidate run besides the baseline {base.run_id} in its experiment")
-        candidate = newest.run_id
-    cand = load_run(store, candidate)
-    diff, result = gate_runs(gates, base, cand, allow_incomparable=allow_incomparable)
+    given = store.get_run(candidate) if candidate else None
+    chosen = _choose(store, selector, given)
+    base_record, cand_record = chosen[0].record, chosen[1].record
+    expected = holders(store, tag, cand_record.experiment_id) if tag else []
+    if tag and expected and expected != [base_record.run_id]:
+        raise PromotionConflict(
+            f"--promote: tag {tag} is on {', '.join(expected)}, not on the baseline {base_record.run_id}; a candidate "
+            f"is promoted only over the run holding the tag (--baseline tag:{tag})",
+            expected,
+        )
+    # Whatever was chosen (not named by id) is said once the runs and the tag's holders are
+    # known: nothing the gate compares against can change under it after these lines.
+    for selection in chosen:
+        if selection.asked:
+            info(selection.how)
+    base, cand = load_run(store, base_record.run_id), load_run(store, cand_record.run_id)
+    diff, result = gate_runs(
+        gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
+    )
     try:
         store.set_tags(
             cand.run_id,
@@ -390,10 +452,40 @@ def gate(
         )
     except TrackingError as exc:  # a read-only copy of a store: the verdict stands, unrecorded
         info(f"warning: the verdict is not recorded on run {cand.run_id}: {exc}")
+    promotion = None
+    if tag and result.passed:
+        from ragexp.compare.promote import promote as move_tag
+
+        promotion = move_tag(store, tag, cand_record, expected)
+    how = [c.how for c in chosen]
+    if junit_path:
+        from ragexp.compare.junit import junit_xml
+
+        extra = {"baseline.selected": how[0], "candidate.selected": how[1]}
+        write_file("--junit", junit_path, junit_xml(result, diff, seconds=time.perf_counter() - started, extra=extra))
+    if summary_path:
+        from ragexp.compare.summary import Links, gate_summary
+
+        text = gate_summary(
+            result,
+            diff,
+            language=language or config.report.language,
+            links=Links.for_store(store.uri, ui_url),
+            chosen=[c.asked for c in chosen],
+            notes=[promotion.message] if promotion else [],
+        )
+        write_file("--summary", summary_path, text.encode("utf-8"))
     if as_json:
-        emit_json(result.to_json())
+        emit_json(
+            {
+                **result.to_json(),
+                "selection": {"baseline": how[0], "candidate": how[1]},
+                **({"promotion": promotion.to_json()} if promotion else {}),
+            }
+        )
     else:
         from ragexp.cli.render import fmt, table
+        from ragexp.compare.figures import threshold
 
         verdict = "PASSED" if result.passed else "FAILED"
         print(f"gate {gates.name}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
@@ -402,20 +494,65 @@ def gate(
             info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
         if result.failures:
             rows = [
-                [f.metric, f.rule, fmt(f.baseline), fmt(f.candidate), fmt(f.threshold), f.message]
+                [f.metric, f.rule, fmt(f.baseline), fmt(f.candidate), threshold(f.threshold), f.message]
                 for f in result.failures
             ]
             print(table(["metric", "rule", "baseline", "candidate", "threshold", "why"], rows, "llrrrl"))
-        for r in result.results:
+        for r in result.rules:
             if r.method == "prediction-powered" and r.passed:
                 print(f"note: {r.message}")
+    if tag and not result.passed:
+        info(f"not promoted: the gate failed, so tag {tag} stays where it is")
+    if promotion is not None:
+        if not promotion.promoted:
+            info(f"ragexp: error: {promotion.message}")
+            raise typer.Exit(1)
+        info(promotion.message)
     if not result.passed:
         raise typer.Exit(2)
 
 
+def _check_language(language: str | None) -> None:
+    from ragexp.compare.summary import LANGUAGES
+    from ragexp.errors import ConfigError
+
+    if language is not None and language not in LANGUAGES:
+        raise ConfigError(f"--language: expected zh or en, got {language!r}")
+
+
+def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[str, str] | None) -> PromotionTag | None:
+    """The tag --promote moves, checked before any work (None without --promote)."""
+    from ragexp.compare.promote import PromotionTag, parse_tag
+    from ragexp.errors import ConfigError
+
+    if promote_tag is not None and not promote:
+        raise ConfigError("--promote-tag only says which tag --promote moves; add --promote")
+    if not promote:
+        return None
+    if promote_tag is not None:
+        return parse_tag(promote_tag, "--promote-tag")
+    if selector_tag is None:
+        raise ConfigError("--promote needs a tag to move: --baseline tag:KEY=VALUE, or --promote-tag KEY=VALUE")
+    return PromotionTag(*selector_tag)
+
+
+def _choose(store: Store, selector: Selector, given: RunRecord | None) -> list[Selection]:
+    """Baseline and candidate, each explained in one line (``Selection.how``)."""
+    from ragexp.compare.select import Selection, choose_candidate, describe, resolve_baseline
+    from ragexp.errors import ConfigError
+
+    base = resolve_baseline(store, selector, candidate=given)
+    cand = choose_candidate(store, base.record) if given is None else Selection(given, f"candidate: {describe(given)}")
+    if cand.run_id == base.run_id:
+        raise ConfigError(f"the candidate {cand.run_id} is the baseline itself: there is nothing to compare")
+    return [base, cand]
+
+
 @app.command()
 def diff(
-    baseline: Annotated[str, typer.Argument(help="Run id of the baseline.")],
+    baseline: Annotated[
+        str, typer.Argument(help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT.", show_default=False)
+    ],
     candidate: Annotated[str, typer.Argument(help="Run id of the candidate.")],
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most regressed cases to show.")] = 10,
     tracking_uri: TrackingUri = None,
@@ -425,37 +562,68 @@ def diff(
     ] = 10_000,
     confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same figures.")] = 0,
+    summary: SummaryFile = None,
+    language: Language = None,
+    ui_url: UiUrl = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
+    from ragexp.cli.outputs import check_writable, write_file
+    from ragexp.compare.select import parse_selector
+
+    summary_path = check_writable("--summary", summary)
+    _check_language(language)
+    selector = parse_selector(baseline)
+
     from ragexp.compare.data import load_run
     from ragexp.compare.diff import compute_diff
+    from ragexp.compare.select import resolve_baseline
+    from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.tracking.store import Store
 
     store = Store(tracking_uri, read_only=True)
-    base, cand = load_run(store, baseline), load_run(store, candidate)
+    given = store.get_run(candidate)
+    chosen = resolve_baseline(store, selector, candidate=given)
+    if chosen.asked:
+        info(chosen.how)
+    if chosen.run_id == given.run_id:
+        from ragexp.errors import ConfigError
+
+        raise ConfigError(f"the candidate {given.run_id} is the baseline itself: there is nothing to compare")
+    base, cand = load_run(store, chosen.run_id), load_run(store, candidate)
     result = compute_diff(
         base,
         cand,
         resamples=resamples,
         confidence=confidence,
         seed=seed,
-        top=top,
+        # The summary lists the five most regressed cases whatever --top shows.
+        top=max(top, SUMMARY_CASES) if summary_path else top,
         allow_incomparable=allow_incomparable,
     )
+    if summary_path:
+        from ragexp.compare.summary import Links, diff_summary
+
+        text = diff_summary(
+            result,
+            language=language or cand.record.params.get("report.language") or "zh",
+            links=Links.for_store(store.uri, ui_url),
+            chosen=[chosen.asked],
+        )
+        write_file("--summary", summary_path, text.encode("utf-8"))
+    result.cases = result.cases[:top]
     if as_json:
         emit_json(result.to_json())
         return
-    from ragexp.cli.render import fmt, table
+    from ragexp.cli.render import fmt, signed, table
 
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     rows = []
     for m in result.metrics:
-        ci = f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]" if m.ci_low is not None and m.ci_high is not None else "—"
-        p = f"{m.p_value:.4f}" if m.p_value is not None else "—"
-        delta = f"{m.delta:+.4f}" if m.delta is not None else "—"
+        ci = f"[{signed(m.ci_low)}, {signed(m.ci_high)}]" if m.ci_low is not None and m.ci_high is not None else "—"
+        p, delta = fmt(m.p_value), signed(m.delta)
         rows.append(
             [
                 m.name,

@@ -9,13 +9,9 @@ if TYPE_CHECKING:
     from ragexp.datasets.audit import Finding
     from ragexp.metrics.calibration import Trust
 
+from ragexp.compare.figures import fmt, signed
 
-def fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if abs(value) >= 1000:
-        return f"{value:,.1f}"
-    return f"{value:.{digits}f}"
+__all__ = ["fmt", "signed", "table"]
 
 
 def duration(seconds: float) -> str:

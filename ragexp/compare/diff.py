@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ragexp.compare.data import RunData
+from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
@@ -82,6 +83,8 @@ class DiffResult:
     diagnosis: list[str]
     differences: list[str] = field(default_factory=list)
     """What makes the runs incomparable (empty when comparable)."""
+    confidence: float = 0.95
+    """Confidence level of the intervals."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -100,22 +103,7 @@ class DiffResult:
 
 def differences(baseline: RunData, candidate: RunData) -> list[str]:
     """Everything that makes two runs' scores incomparable, worded for the user."""
-    found = []
-    # Human scores describe each run's own outputs, so runs whose cases and labels match but whose
-    # human scores differ are comparable (their paired difference is what PPI corrects).
-    both_have_cases_hash = bool(baseline.record.tag("cases_hash") and candidate.record.tag("cases_hash"))
-    identity = (
-        ("cases_hash", "dataset content hash") if both_have_cases_hash else ("dataset_hash", "dataset content hash")
-    )
-    for tag, what in [
-        identity,
-        ("k", "K"),
-        ("metrics", "metric set"),
-        ("judge", "judge identity"),
-    ]:
-        a, b = baseline.record.tag(tag), candidate.record.tag(tag)
-        if a != b:
-            found.append(f"{what} differs ({_short(a)} vs {_short(b)})")
+    found = identity_differences(baseline.record, candidate.record)
     if set(baseline.case_ids) != set(candidate.case_ids):
         only_a = len(set(baseline.case_ids) - set(candidate.case_ids))
         only_b = len(set(candidate.case_ids) - set(baseline.case_ids))
@@ -152,7 +140,7 @@ def compute_diff(
         if name not in names:
             names.append(name)
     metrics = [_metric_diff(name, base, cand, baseline, candidate, resamples, confidence, seed) for name in names]
-    return DiffResult(baseline, candidate, metrics, _worst_cases(base, cand, top), diagnose(metrics), found)
+    return DiffResult(baseline, candidate, metrics, _worst_cases(base, cand, top), diagnose(metrics), found, confidence)
 
 
 def _metric_diff(
@@ -267,7 +255,3 @@ def diagnose(metrics: list[MetricDiff]) -> list[str]:
     ):
         found.append("quality up but P95 latency doubled: a product trade-off, not an automatic accept")
     return found
-
-
-def _short(value: str) -> str:
-    return value[:12] if len(value) == 64 else value or "none"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
+from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.metrics.registry import METRICS
 
@@ -15,17 +16,14 @@ EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
 
 
-Status = Literal["passed", "failed", "undecided"]
+Outcome = Literal["passed", "failed", "undecided"]
+"""What a rule check came to. ``undecided``: the rule could not be checked (a missing score, an
+uncalibrated judge); the gate does not pass over it, and JUnit reports it as an error."""
 
 
 @dataclass
 class RuleResult:
-    """One rule checked on one metric.
-
-    ``failed``: the candidate is measured beyond the bound. ``undecided``: the rule could not be
-    checked (no score, no paired cases, a judge without calibration); the gate does not pass
-    over it, so it counts as a failure of the gate, but reports (JUnit) can show it as an error.
-    """
+    """One rule checked against one metric."""
 
     metric: str
     rule: str
@@ -33,16 +31,17 @@ class RuleResult:
     candidate: float | None
     threshold: float | None
     message: str
-    status: Status = "failed"
+    outcome: Outcome = "failed"
     method: str | None = None
-    """How a statistical rule was decided (``sign-flip`` or ``prediction-powered``)."""
+    """How a rule was decided where that varies: ``sign-flip`` or ``prediction-powered`` for a
+    statistical rule, ``calibration`` for a judge-calibration rule."""
 
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        return self.outcome == "passed"
 
     def to_json(self) -> dict[str, Any]:
-        """The contract's failure entry."""
+        """The contract's failure object (``ragexp gate --json``'s ``failures``)."""
         return {
             "metric": self.metric,
             "rule": self.rule,
@@ -51,10 +50,6 @@ class RuleResult:
             "threshold": self.threshold,
             "message": self.message,
         }
-
-    def to_rule_json(self) -> dict[str, Any]:
-        """Every rule's entry (``rules`` in ``gate --json``), passed ones included."""
-        return {**self.to_json(), "status": self.status, "method": self.method}
 
 
 Failure = RuleResult
@@ -66,11 +61,22 @@ class GateResult:
     gates: str
     baseline: str
     candidate: str
-    failures: list[Failure]
-    checked: int
-    """How many rule checks were made."""
-    results: list[RuleResult] = field(default_factory=list)
-    """Every rule check, passed ones included."""
+    rules: list[RuleResult]
+    """Every rule checked, in config order, passed or not."""
+
+    @property
+    def failures(self) -> list[RuleResult]:
+        """Rules that failed or could not be decided: either one fails the gate."""
+        return [r for r in self.rules if not r.passed]
+
+    @property
+    def undecided(self) -> list[RuleResult]:
+        return [r for r in self.rules if r.outcome == "undecided"]
+
+    @property
+    def checked(self) -> int:
+        """How many rule checks were made."""
+        return len(self.rules)
 
     @property
     def passed(self) -> bool:
@@ -83,7 +89,7 @@ class GateResult:
             "candidate": self.candidate,
             "gates": self.gates,
             "failures": [f.to_json() for f in self.failures],
-            "rules": [r.to_rule_json() for r in self.results],
+            "rules": [{**r.to_json(), "outcome": r.outcome, "method": r.method} for r in self.rules],
         }
 
 
@@ -93,21 +99,20 @@ def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
     errored = diff.candidate.errored
     calibration = {name: diff.candidate.calibration(name) for name in gates.rules}
     results = rule_results(gates, metrics, int(errored.sum()), int(errored.size), calibration)
-    failures = [r for r in results if not r.passed]
-    return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, failures, len(results), results)
+    return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, results)
 
 
 def gate_runs(
-    gates: GatesConfig, baseline: RunData, candidate: RunData, *, allow_incomparable: bool = False
+    gates: GatesConfig, baseline: RunData, candidate: RunData, *, allow_incomparable: bool = False, top: int = 0
 ) -> tuple[DiffResult, GateResult]:
-    """Compare (statistics as the gates ask) and check every rule."""
+    """Compare (statistics as the gates ask) and check every rule; ``top``: most regressed cases to keep."""
     diff = compute_diff(
         baseline,
         candidate,
         resamples=gates.resamples,
         confidence=gates.confidence,
         seed=gates.seed,
-        top=0,
+        top=top,
         allow_incomparable=allow_incomparable,
     )
     return diff, evaluate_gate(gates, diff)
@@ -132,57 +137,39 @@ def rule_results(
     total: int,
     calibration: dict[str, dict[str, float]] | None = None,
 ) -> list[RuleResult]:
-    """Every rule checked; ``calibration`` is the candidate's logged figures by metric."""
+    """Every rule of ``gates`` checked, passed or not; ``calibration``: the candidate's logged
+    judge-calibration figures by metric."""
     results: list[RuleResult] = []
     if gates.max_error_rate is not None:
         rate = errored / total if total else 0.0
         baseline = metrics["error_rate"].baseline if "error_rate" in metrics else None
-        if rate <= gates.max_error_rate + EPSILON:
-            results.append(
-                RuleResult(
-                    "error_rate",
-                    "max_error_rate",
-                    baseline,
-                    rate,
-                    gates.max_error_rate,
-                    f"{errored} of {total} candidate cases errored",
-                    "passed",
-                )
+        failed = rate > gates.max_error_rate + EPSILON
+        verb = ">" if failed else "<="
+        message = f"{errored} of {total} candidate cases errored ({rate:.2%} {verb} {gates.max_error_rate:.2%})"
+        if failed:
+            message += ": their scores are missing, not zero"
+        results.append(
+            RuleResult(
+                "error_rate",
+                "max_error_rate",
+                baseline,
+                rate,
+                gates.max_error_rate,
+                message,
+                "failed" if failed else "passed",
             )
-        else:
-            results.append(
-                Failure(
-                    "error_rate",
-                    "max_error_rate",
-                    baseline,
-                    rate,
-                    gates.max_error_rate,
-                    f"{errored} of {total} candidate cases errored ({rate:.2%} > {gates.max_error_rate:.2%}): "
-                    "their scores are missing, not zero",
-                )
-            )
+        )
     for name, rule in gates.rules.items():
         for kind, threshold in _bounds(rule):
             metric = metrics.get(name)
             if kind in CALIBRATION_RULES:
-                result = _check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric)
+                results.append(_check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric))
             else:
-                result = _check(name, kind, threshold, rule, metric) or _passed(name, kind, threshold, rule, metric)
-            results.append(result)
+                results.append(_check(name, kind, threshold, rule, metric))
     return results
 
 
 CALIBRATION_RULES = ("min_kappa", "max_abs_bias")
-
-
-def _passed(name: str, kind: str, threshold: float, rule: GateRule, metric: MetricDiff | None) -> RuleResult:
-    base = metric.baseline if metric else None
-    cand = metric.candidate if metric else None
-    method = _method(metric) if rule.statistical and kind == "max_drop" else None
-    note = f" ({method} interval)" if method else ""
-    return RuleResult(
-        name, kind, base, cand, threshold, f"{name}: within '{kind}' {threshold:g}{note}", "passed", method
-    )
 
 
 def _method(metric: MetricDiff | None) -> str:
@@ -196,8 +183,8 @@ def _check_calibration(
     base = metric.baseline if metric else None
     cand = metric.candidate if metric else None
 
-    def result(status: Status, message: str) -> RuleResult:
-        return RuleResult(name, kind, base, cand, threshold, message, status, "calibration")
+    def result(outcome: Outcome, message: str) -> RuleResult:
+        return RuleResult(name, kind, base, cand, threshold, message, outcome, "calibration")
 
     spec = METRICS.get(name)
     if spec is None or not spec.human_labels:
@@ -243,44 +230,71 @@ def _bounds(rule: GateRule) -> list[tuple[str, float]]:
     return [(kind, value) for kind, value in pairs if value is not None]
 
 
-def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: MetricDiff | None) -> Failure | None:
+def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: MetricDiff | None) -> RuleResult:
     spec = METRICS.get(name)
     direction = spec.direction if spec else "higher"
     base = metric.baseline if metric else None
     cand = metric.candidate if metric else None
 
-    def fail(message: str, status: Status = "failed") -> Failure:
-        return Failure(name, kind, base, cand, threshold, message, status)
+    def result(outcome: Outcome, message: str) -> RuleResult:
+        return RuleResult(name, kind, base, cand, threshold, message, outcome)
 
     if metric is None or cand is None:
-        return fail(f"{name}: the candidate has no score for it, so '{kind}' cannot pass", "undecided")
+        return result("undecided", f"{name}: the candidate has no score for it, so '{kind}' cannot pass")
     if kind == "min":
-        return fail(f"{name}: {cand:.4g} is below the floor {threshold:g}") if cand < threshold - EPSILON else None
+        below = cand < threshold - EPSILON
+        word = "below" if below else "at or above"
+        return result("failed" if below else "passed", f"{name}: {fmt(cand)} is {word} the floor {threshold:g}")
     if kind == "max":
-        return fail(f"{name}: {cand:.4g} is above the ceiling {threshold:g}") if cand > threshold + EPSILON else None
+        above = cand > threshold + EPSILON
+        word = "above" if above else "at or below"
+        return result("failed" if above else "passed", f"{name}: {fmt(cand)} is {word} the ceiling {threshold:g}")
     if base is None:
-        return fail(f"{name}: the baseline has no score for it, so '{kind}' cannot be checked", "undecided")
+        return result("undecided", f"{name}: the baseline has no score for it, so '{kind}' cannot be checked")
     worse_by = base - cand if direction == "higher" else cand - base
+    move = f"{name}: {fmt(base)} -> {fmt(cand)}"
     if kind == "max_drop":
         if rule.statistical:
-            return _statistical_drop(name, threshold, metric, direction, fail)
+            return _statistical_drop(name, threshold, metric, direction, result)
         if worse_by > threshold + EPSILON:
-            return fail(f"{name}: {base:.4g} -> {cand:.4g}, worse by {worse_by:.4g} (allowed {threshold:g})")
-        return None
-    # max_increase_ratio: relative move in the bad direction.
-    if base == 0:
-        if worse_by > EPSILON:
-            return fail(f"{name}: {base:.4g} -> {cand:.4g}, worse from zero (allowed ratio {threshold:g})")
-        return None
+            return result("failed", f"{move}, worse by {fmt(worse_by)} (allowed drop {threshold:g})")
+        return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
+    return _ratio(move, base, worse_by, threshold, result)
+
+
+def _ratio(
+    move: str, base: float, worse_by: float, threshold: float, result: Callable[[Outcome, str], RuleResult]
+) -> RuleResult:
+    """``max_increase_ratio``: the move in the bad direction relative to the baseline."""
+    allowed = f"allowed {threshold:+.0%}"
+    if rounds_to_zero(base):
+        # A ratio against (nearly) nothing is a huge number that means nothing: say so plainly.
+        what = "a zero baseline" if base == 0 else "a baseline that is practically zero"
+        if worse_by > EPSILON and (base == 0 or worse_by / abs(base) > threshold + EPSILON):
+            return result(
+                "failed",
+                f"{move}: a relative limit ({allowed}) on {what} allows practically no rise; "
+                f"it rose by {fmt(worse_by)}",
+            )
+        return result("passed", f"{move}: {what}, and the candidate did not rise beyond the relative limit ({allowed})")
     ratio = worse_by / abs(base)
+    relative = f"{ratio + 1:,.1f}x the baseline" if ratio >= 10 else f"{ratio:+.1%}"
     if ratio > threshold + EPSILON:
-        return fail(f"{name}: {base:.4g} -> {cand:.4g}, {ratio:+.1%} worse (allowed {threshold:.0%})")
-    return None
+        return result("failed", f"{move}, {relative} worse ({allowed})")
+    return result("passed", f"{move}, {relative if ratio > EPSILON else 'no rise'} ({allowed})")
+
+
+def _moved(worse_by: float) -> str:
+    if worse_by > EPSILON:
+        return f"worse by {fmt(worse_by)}"
+    if worse_by < -EPSILON:
+        return f"better by {fmt(-worse_by)}"
+    return "unchanged"
 
 
 def _statistical_drop(
-    name: str, threshold: float, metric: MetricDiff, direction: str, fail: Callable[..., Failure]
-) -> Failure | None:
+    name: str, threshold: float, metric: MetricDiff, direction: str, result: Callable[[Outcome, str], RuleResult]
+) -> RuleResult:
     """Fail only when the whole confidence interval of the paired difference is beyond the bound.
 
     With human scores on shared cases, the prediction-powered interval (the judge's difference
@@ -291,11 +305,14 @@ def _statistical_drop(
     elif metric.ci_low is not None and metric.ci_high is not None:
         low, high, how = metric.ci_low, metric.ci_high, "paired difference interval"
     else:
-        return fail(f"{name}: no paired cases to test the drop on", "undecided")
+        return result("undecided", f"{name}: no paired cases to test the drop on")
+    interval = f"[{signed(low)}, {signed(high)}]"
     # The interval end closest to "no change", expressed as how much worse the candidate is.
     least_worse = -high if direction == "higher" else low
-    if least_worse > threshold + EPSILON:
-        failure = fail(f"{name}: {how} [{low:+.4g}, {high:+.4g}] lies wholly beyond the allowed drop {threshold:g}")
-        failure.method = _method(metric)
-        return failure
-    return None
+    failed = least_worse > threshold + EPSILON
+    where = "lies wholly beyond" if failed else "reaches within"
+    checked = result(
+        "failed" if failed else "passed", f"{name}: {how} {interval} {where} the allowed drop {threshold:g}"
+    )
+    checked.method = _method(metric)
+    return checked

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,6 +377,101 @@ class Store:
             )
         return next((_record(run) for run in runs if run.info.run_id != exclude), None)
 
+    def experiment_ids(self) -> list[str]:
+        """Every active experiment of the store."""
+        ids: list[str] = []
+        token = None
+        with self._calling("listing experiments"):
+            while True:
+                page = self.client.search_experiments(max_results=1000, page_token=token)
+                ids.extend(str(experiment.experiment_id) for experiment in page)
+                token = page.token
+                if not token:
+                    return ids
+
+    def iter_runs(
+        self, experiment_ids: Sequence[str], filter_string: str = "", page_size: int = 500
+    ) -> Iterator[RunRecord]:
+        """Runs of the experiments matching an MLflow filter, newest first, fetched page by page."""
+        token = None
+        while True:
+            with self._calling("searching runs"):
+                page = self.client.search_runs(
+                    list(experiment_ids),
+                    filter_string=filter_string,
+                    max_results=page_size,
+                    order_by=["attributes.start_time DESC"],
+                    page_token=token,
+                )
+            yield from (_record(run) for run in page)
+            token = page.token
+            if not token:
+                return
+
+    def swap_tag(
+        self, key: str, value: str, run_id: str, experiment_id: str, *, expected: Iterable[str], wait_s: float = 60.0
+    ) -> list[str]:
+        """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
+        one step: under a lock kept in the store itself, and only if the runs holding the tag are
+        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from.
+
+        MLflow has no transactions over tags; the one write it refuses to repeat is creating a
+        registered model whose name exists (a unique key in the database, on SQLite and on a
+        server alike). The lock is such a model, deleted when the swap ends, so two processes
+        cannot both be inside, and the second one in finds the tag moved and loses.
+        """
+        from ragexp.errors import PromotionConflict
+
+        scope = hashlib.sha256(f"{experiment_id}\0{key}\0{value}".encode()).hexdigest()[:24]
+        with self._registry_lock(f"ragexp.promotion-lock.{scope}", run_id, f"{key}={value}", wait_s):
+            holders = [r.run_id for r in self.iter_runs([experiment_id], tag_filter(key, value))]
+            if set(holders) != set(expected):
+                raise PromotionConflict(
+                    f"tag {key}={value} is now on {_runs(holders)}, not on {_runs(expected)}", holders
+                )
+            with self._calling(f"tagging run {run_id}"):
+                # The new holder first: a reader in between sees two holders, never none.
+                self.client.set_tag(run_id, key, value)
+                for other in holders:
+                    if other != run_id:
+                        self.client.delete_tag(other, key)
+        return [other for other in holders if other != run_id]
+
+    @contextmanager
+    def _registry_lock(self, name: str, holder: str, what: str, wait_s: float) -> Iterator[None]:
+        import random
+        import time
+
+        from mlflow.exceptions import MlflowException
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.client.create_registered_model(
+                    name,
+                    tags={"ragexp.lock.holder": holder, "ragexp.lock.since": str(int(time.time()))},
+                    description=f"ragexp: promotion of {what} in progress (deleted when it ends)",
+                )
+                break
+            except MlflowException as exc:
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise TrackingError(f"locking {what}: {_one_line(exc)}") from None
+            except OSError as exc:
+                raise TrackingError(
+                    f"locking {what}: tracking store {self.uri} unreachable ({_one_line(exc)})"
+                ) from None
+            if time.monotonic() > deadline:
+                raise TrackingError(
+                    f"another promotion of {what} has held its lock for over {wait_s:g} s (registered model "
+                    f"'{name}'); if that pipeline is gone, delete the registered model and promote again"
+                )
+            time.sleep(0.1 + random.random() * 0.2)
+        try:
+            yield
+        finally:
+            with self._calling(f"unlocking {what}"):
+                self.client.delete_registered_model(name)
+
     def search(
         self, experiment: str, *, limit: int, filter_string: str = "", finished_only: bool = False
     ) -> list[RunRecord]:
@@ -393,6 +489,18 @@ class Store:
                 order_by=["attributes.start_time DESC"],
             )
         return [_record(run) for run in runs]
+
+
+def tag_filter(key: str, value: str) -> str:
+    """An MLflow filter for runs with tag ``key`` equal to ``value``."""
+    if "`" in key or "'" in value:
+        raise TrackingError(f"tag {key}={value}: a tag key cannot contain ` and a value cannot contain '")
+    return f"tags.`{key}` = '{value}'"
+
+
+def _runs(ids: Iterable[str]) -> str:
+    listed = sorted(ids)
+    return ", ".join(listed) if listed else "no run"
 
 
 def write_table(path: Path, columns: Mapping[str, Sequence[Any]]) -> None:

@@ -1,0 +1,74 @@
+"""``ragexp gate --promote``: the candidate that passed becomes the baseline a tag selects.
+
+The tag (``role=production``) moves within the candidate's experiment: onto the candidate, off
+every other run. The move is a compare-and-swap against the runs that held the tag when the gate
+started, under a lock kept in the tracking store (see :meth:`Store.swap_tag`), so of two
+pipelines promoting at once exactly one wins; the other is told who holds the tag now.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ragexp.errors import ConfigError, PromotionConflict
+from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
+
+
+@dataclass(frozen=True)
+class PromotionTag:
+    key: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"
+
+
+def parse_tag(text: str, option: str) -> PromotionTag:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value:
+        raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. role=production")
+    tag_filter(key, value)
+    return PromotionTag(key, value)
+
+
+def holders(store: Store, tag: PromotionTag, experiment_id: str) -> list[str]:
+    """Runs of the experiment carrying the tag now, whatever their status."""
+    return [r.run_id for r in store.iter_runs([experiment_id], tag_filter(tag.key, tag.value))]
+
+
+@dataclass(frozen=True)
+class Promotion:
+    tag: str
+    promoted: bool
+    previous: list[str]
+    """Runs the tag was on when the gate started (promoted) or is on now (lost the race)."""
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"tag": self.tag, "promoted": self.promoted, "previous": self.previous, "message": self.message}
+
+
+def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: list[str]) -> Promotion:
+    """Move the tag onto ``candidate`` if it is still on exactly ``expected``."""
+    try:
+        taken_from = store.swap_tag(tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
+    except PromotionConflict as exc:
+        now = ", ".join(exc.holders) or "no run"
+        return Promotion(
+            str(tag),
+            False,
+            exc.holders,
+            f"not promoted: tag {tag} moved to {now} while this gate ran (another pipeline promoted first); "
+            f"gate {candidate.run_id} again against the new baseline",
+        )
+    store.set_tags(
+        candidate.run_id,
+        {
+            TAG_PREFIX + "promoted": str(tag),
+            TAG_PREFIX + "promoted.from": ",".join(taken_from) or "none",
+            TAG_PREFIX + "promoted.at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+    source = f"from {', '.join(taken_from)}" if taken_from else "(no run held it before)"
+    return Promotion(str(tag), True, taken_from, f"promoted: tag {tag} moved to {candidate.run_id} {source}")
