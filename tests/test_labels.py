@@ -259,7 +259,7 @@ def test_diff_and_gate_use_paired_ppi_on_shared_labelled_cases(ragexp: Any, tmp_
     )
     rules = {(r["metric"], r["rule"]): r for r in gate.json()["rules"]}
     rule = rules[("answer_accuracy", "max_drop")]
-    assert rule["status"] == "passed" and rule["method"] == "prediction-powered"
+    assert rule["outcome"] == "passed" and rule["method"] == "prediction-powered"
     assert "prediction-powered interval" in rule["message"]
     assert rules[("recall_at_k", "max_drop")]["method"] == "sign-flip"
 
@@ -310,6 +310,6 @@ def test_kb_zh_with_the_judge_preset_shows_calibration_and_the_audit(
     assert run.data.metrics["calibration.context_recall.n"] == calibration["context_recall"]["n"]
     rules = {(r["metric"], r["rule"]): r for r in gate.json()["rules"]}
     precision = rules[("context_precision", "min_kappa")]  # kb_zh has no human context_precision
-    assert precision["status"] == "undecided" and "judge not calibrated" in precision["message"]
-    assert rules[("context_recall", "max_abs_bias")]["status"] in {"passed", "failed"}
+    assert precision["outcome"] == "undecided" and "judge not calibrated" in precision["message"]
+    assert rules[("context_recall", "max_abs_bias")]["outcome"] in {"passed", "failed"}
     assert gate.code == 2  # the uncalibrated rule does not pass silently
