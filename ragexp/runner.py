@@ -161,7 +161,7 @@ def execute(
         started = time.perf_counter()
         results = _evaluate(plan, done, checkpoint)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
-        outcome = _score_and_log(plan, store, run_id, results)
+        outcome = _score_and_log(plan, store, run_id, results, resumed=resume is not None)
         status = FINISHED
         if checkpoint is not None:
             checkpoint.remove()
@@ -236,7 +236,7 @@ def info(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResult]) -> RunOutcome:
+def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False) -> RunOutcome:
     cfg = plan.config
     cases = plan.dataset.cases
     inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
@@ -306,6 +306,20 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
             )
         )
         store.log_dir(run_id, folder, tables=["cases_table.json"])
+    if cfg.tracking.traces:
+        from ragexp.case_traces import build_traces, log_traces
+
+        traced = build_traces(
+            cases,
+            results,
+            plan.specs,
+            scores,
+            inputs.latency,
+            errored,
+            judge=plan.judge,
+            cap=cfg.tracking.traces_max_cases,
+        )
+        log_traces(store, run_id, cfg.experiment, traced, resumed=resumed, info=info)
     scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
     return RunOutcome(
         run_id,

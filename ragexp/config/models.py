@@ -154,6 +154,11 @@ class GatesConfig(Model):
 class TrackingConfig(Model):
     uri: str | None = runtime(None)
     """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
+    traces: bool = runtime(True)
+    """Log every case as an MLflow trace with one assessment per metric (the UI's per-case
+    comparison of runs); ``cases.jsonl`` is the complete record either way."""
+    traces_max_cases: int = runtime(5000, ge=0)
+    """Above this many cases, only the errored and imperfect cases get a trace (up to this many)."""
 
 
 class ReportConfig(Model):

@@ -108,6 +108,10 @@ class Store:
         except OSError as exc:
             raise TrackingError(f"{what}: tracking store {self.uri} unreachable ({_one_line(exc)})") from None
 
+    def calling(self, what: str) -> Any:
+        """Context manager: MLflow and network errors inside become one-line TrackingErrors."""
+        return self._calling(what)
+
     # --- experiments and runs -----------------------------------------------------------------
 
     def experiment_id(self, name: str, *, create: bool) -> str | None:
