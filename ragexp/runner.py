@@ -21,7 +21,7 @@ import orjson
 from ragexp import __version__
 from ragexp.checkpoint import Checkpoint, read_checkpoint
 from ragexp.config.compose import PROJECT_ROOT
-from ragexp.config.identity import config_hash, flatten, resolved_config
+from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.errors import ConfigError, MetricError, RagexpError
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
 
 TEXT_IN_TABLE = 300
+SHORT_HASH = 12
+"""Characters of the config hash the CLI prints, tags and searches by."""
 CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
 
 
@@ -58,6 +60,7 @@ class Plan:
         cfg = self.config
         return {
             TAG_PREFIX + "config_hash": self.config_hash,
+            TAG_PREFIX + "config_hash_short": self.config_hash[:SHORT_HASH],
             TAG_PREFIX + "dataset_hash": self.dataset.dataset_hash,
             TAG_PREFIX + "dataset": cfg.dataset.name,
             TAG_PREFIX + "provider": cfg.provider.name,
@@ -146,11 +149,15 @@ def execute(
     """
     cfg = plan.config
     if resume is None:
-        run_name = f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"
-        all_tags = {**plan.tags(), **(tags or {})}
+        run_name = cfg.run_name or f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}-{plan.config_hash[:SHORT_HASH]}"
+        user_tags = {
+            key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in cfg.tags.items()
+        }
+        all_tags = {**user_tags, **plan.tags(), **(tags or {})}
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent
-        run_id = store.create_run(cfg.experiment, run_name, all_tags, flatten(resolved_config(cfg)))
+        run_id = store.create_run(cfg.experiment, run_name, all_tags, run_params(cfg))
+        _log_dataset(plan, store, run_id)
         done: dict[str, CaseResult] = {}
     else:
         run_id, done = resume, _resume_state(plan, store, resume)
@@ -177,6 +184,22 @@ def execute(
         if checkpoint is not None:
             checkpoint.close()
         store.end_run(run_id, status)
+
+
+def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
+    dataset = plan.dataset
+    store.log_dataset(
+        run_id,
+        name=plan.config.dataset.name,
+        digest=dataset.dataset_hash[:SHORT_HASH],
+        source=str(dataset.path),
+        profile={
+            "dataset_hash": dataset.dataset_hash,
+            "cases": len(dataset.cases),
+            "answerable": dataset.answerable_count,
+            "format": dataset.format,
+        },
+    )
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
@@ -236,7 +259,9 @@ def info(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False) -> RunOutcome:
+def _score_and_log(
+    plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
+) -> RunOutcome:
     cfg = plan.config
     cases = plan.dataset.cases
     inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)

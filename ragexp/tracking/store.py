@@ -192,6 +192,22 @@ class Store:
                 entries = [{"path": name, "type": "table"} for name in tables]
                 self.client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(entries))
 
+    def log_dataset(
+        self, run_id: str, *, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str = "eval"
+    ) -> None:
+        """Record the evaluation set as the run's dataset input (the UI's Datasets column)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(
+            name=name[:500],
+            digest=digest[:36],  # the store's column holds 36 characters
+            source_type="local",
+            source=json.dumps({"uri": source}, ensure_ascii=False),
+            profile=json.dumps(dict(profile), ensure_ascii=False),
+        )
+        with self._calling(f"logging the dataset of run {run_id}"):
+            self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
+
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
         with self._calling(f"reopening run {run_id}"):

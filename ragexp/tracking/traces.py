@@ -170,7 +170,9 @@ class TraceWriter:
             )
             location = backend._get_trace_artifact_location_tag(self._experiment, info.trace_id)
             tag_rows.append({"request_id": info.trace_id, "key": location.key, "value": location.value})
-            tag_rows.append({"request_id": info.trace_id, "key": "mlflow.trace.spansLocation", "value": "TRACKING_STORE"})
+            tag_rows.append(
+                {"request_id": info.trace_id, "key": "mlflow.trace.spansLocation", "value": "TRACKING_STORE"}
+            )
             for key, value in info.trace_metadata.items():
                 meta_rows.append({"request_id": info.trace_id, "key": key, "value": value})
             for assessment in info.assessments:
@@ -230,9 +232,7 @@ class TraceWriter:
         for case in chunk:
             otel_trace_id = uuid.uuid4().int
             trace_id = f"tr-{otel_trace_id:032x}"
-            duration_ns = int((case.latency_seconds or 0.0) * 1e9) or sum(
-                int(s * 1e9) for s in case.timings.values()
-            )
+            duration_ns = int((case.latency_seconds or 0.0) * 1e9) or sum(int(s * 1e9) for s in case.timings.values())
             case_spans = _case_spans(case, trace_id, otel_trace_id, now_ns, duration_ns)
             spans.extend(case_spans)
             assessments: list[Any] = []
