@@ -84,8 +84,19 @@ def cut(text: str, limit: int) -> str:
 
 def request_preview(case_id: str, question: str) -> str:
     """The trace's request as the UI shows it. The Evaluation-runs comparison pairs the rows of
-    two runs by this exact string, so it starts with the case id (unique, never cut)."""
-    return json.dumps({"case_id": case_id, "question": cut(question, PREVIEW_CHARS)}, ensure_ascii=False)
+    two runs by this exact string, so it starts with the case id (unique, and kept whole)."""
+    return fit_json({"case_id": cut(case_id, 200)}, "question", question)
+
+
+def fit_json(fixed: dict[str, str], key: str, text: str, limit: int = PREVIEW_CHARS) -> str:
+    """``{**fixed, key: text}`` as JSON of at most ``limit`` characters (the store's preview
+    columns hold 1,000), ``text`` cut as needed; always valid JSON."""
+    budget = limit
+    while True:
+        encoded = json.dumps({**fixed, key: cut(text, max(budget, 0))}, ensure_ascii=False)
+        if len(encoded) <= limit or budget <= 0:
+            return encoded[:limit] if len(encoded) > limit else encoded
+        budget -= len(encoded) - limit + 8
 
 
 class TraceWriter:
@@ -265,11 +276,10 @@ class TraceWriter:
                         rationale=item.rationale,
                     )
                 )
-            response: str
             if case.error is not None:
-                response = json.dumps({"error": cut(case.error, PREVIEW_CHARS)}, ensure_ascii=False)
+                response = fit_json({}, "error", case.error)
             else:
-                response = json.dumps({"answer": cut(case.answer or "", PREVIEW_CHARS)}, ensure_ascii=False)
+                response = fit_json({}, "answer", case.answer or "")
             infos.append(
                 TraceInfo(
                     trace_id=trace_id,
