@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge bench-sweep lock
+.PHONY: setup browser run test lint bench bench-compare bench-http bench-judge bench-sweep bench-traces lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ bench-judge: setup
 
 bench-sweep: setup
 	$(BIN)/python tests/benchmarks/bench_sweep.py
+
+# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
+# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
+bench-traces: setup
+	$(BIN)/python tests/benchmarks/bench_traces.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

@@ -82,7 +82,7 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
         if row["unanswerable"]:
             assert not RETRIEVAL & set(marks) and "answer_accuracy" in marks
         else:
-            assert RETRIEVAL <= set(marks)
+            assert set(marks) >= RETRIEVAL
         expectations = {a.name: a.value for a in trace.info.assessments if a.expectation is not None}
         assert expectations["unanswerable"] == row["unanswerable"]
         # The retriever span lists the documents in rank order.
@@ -178,7 +178,8 @@ def test_huge_answer_is_cut_in_the_trace_not_in_cases_jsonl(ragexp: Any, store_u
 def break_assessments(db: Path) -> None:
     with sqlite3.connect(db) as con:
         con.execute(
-            "CREATE TRIGGER ragexp_test_fault BEFORE INSERT ON assessments BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END;"
+            "CREATE TRIGGER ragexp_test_fault BEFORE INSERT ON assessments "
+            "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END;"
         )
 
 
