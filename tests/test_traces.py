@@ -318,3 +318,24 @@ def test_diff_and_gate_leave_a_record_on_the_candidate(ragexp: Any, store_uri: s
         Path(client.download_artifacts(cand_id, f"comparisons/{base}/diff.json", str(tmp_path))).read_text()
     )
     assert {m["name"] for m in diff["metrics"]} >= {"recall_at_k", "mrr"}
+
+
+def test_judge_metrics_are_llm_judge_assessments(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_judge import CASES, JUDGE, KEY, judge_args
+
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", KEY)
+    data = write_jsonl(tmp_path / "cases.jsonl", [CASES[0], CASES[2]])
+    with serve(JUDGE, "--api-key", KEY) as url:
+        result = ragexp("run", f"dataset.path={data}", "metrics.names=[faithfulness,mrr]", *judge_args(url), "--json")
+    assert result.code == 0, result.stderr
+    run_id = result.json()["run_id"]
+    judge = MlflowClient(store_uri).get_run(run_id).data.tags["ragexp.judge"]
+    by_case = {case_id(t): feedback(t) for t in traces_of(store_uri, run_id)}
+    full, broken = by_case["full"], by_case["broken"]
+    assert full["faithfulness"].value == 1.0 and full["faithfulness"].source.source_type == "LLM_JUDGE"
+    assert full["faithfulness"].source.source_id == judge and full["mrr"].source.source_type == "CODE"
+    assert broken["faithfulness"].value is None
+    assert "judge output unusable" in broken["faithfulness"].error.error_message
+    assert broken["mrr"].value == 1.0  # the case's other metrics stand
