@@ -157,7 +157,6 @@ def execute(
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent
         run_id = store.create_run(cfg.experiment, run_name, all_tags, run_params(cfg))
-        _log_dataset(plan, store, run_id)
         done: dict[str, CaseResult] = {}
     else:
         run_id, done = resume, _resume_state(plan, store, resume)
@@ -165,6 +164,8 @@ def execute(
     checkpoint = Checkpoint(store.checkpoint_path(run_id)) if plan.provider.remote else None
     status = FAILED
     try:
+        if resume is None:
+            _log_dataset(plan, store, run_id)
         started = time.perf_counter()
         results = _evaluate(plan, done, checkpoint)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
