@@ -306,14 +306,18 @@ def test_diff_and_gate_leave_a_record_on_the_candidate(ragexp: Any, store_uri: s
     cand_id = ragexp("run", "+tags.role=candidate", "--json").json()["run_id"]
     assert ragexp("diff", base, cand_id, "--json").code == 0
     gate = ragexp("gate", "--baseline", base, "--candidate", cand_id, "--json")
-    assert gate.code == 0, gate.stderr
+    # provider=fake's latencies are microseconds of noise: p95_seconds may fail the gate or not;
+    # either way the record must say exactly what the command said.
+    assert gate.code in (0, 2), gate.stderr
     client = MlflowClient(store_uri)
     names = {a.path for a in client.list_artifacts(cand_id, f"comparisons/{base}")}
     assert names == {f"comparisons/{base}/diff.json", f"comparisons/{base}/gate.json"}
     recorded = json.loads(
         Path(client.download_artifacts(cand_id, f"comparisons/{base}/gate.json", str(tmp_path))).read_text()
     )
-    assert recorded["verdict"] == "passed" and recorded["failures"] == [] and recorded["rules"]
+    assert recorded["verdict"] == ("passed" if gate.code == 0 else "failed")
+    assert recorded["failures"] == gate.json()["failures"] and recorded["rules"]["recall_at_k"]
+    assert recorded["baseline"] == base and recorded["candidate"] == cand_id
     diff = json.loads(
         Path(client.download_artifacts(cand_id, f"comparisons/{base}/diff.json", str(tmp_path))).read_text()
     )
