@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run demo test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep bench-demo lock
+.PHONY: setup browser run demo test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ bench-sweep: setup
 
 bench-demo: setup
 	$(BIN)/python tests/benchmarks/bench_demo.py
+
+# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
+# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
+bench-traces: setup
+	$(BIN)/python tests/benchmarks/bench_traces.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

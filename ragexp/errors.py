@@ -51,6 +51,11 @@ class TrackingError(RagexpError):
     """The tracking store is unreachable or a run id is unknown."""
 
 
+class StoreUnreachable(TrackingError):
+    """The tracking store stopped answering (connection refused, timed out): any further call
+    would wait for its own timeout."""
+
+
 class StorageError(RagexpError):
     """A local file cannot be written (disk full, read-only file system)."""
 

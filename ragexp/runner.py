@@ -22,11 +22,11 @@ import orjson
 from ragexp import __version__
 from ragexp.checkpoint import Checkpoint, read_checkpoint
 from ragexp.config.compose import PROJECT_ROOT
-from ragexp.config.identity import config_hash, flatten, resolved_config
+from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
-from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, TrackingError
+from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
 
 TEXT_IN_TABLE = 300
+SHORT_HASH = 12
+"""Characters of the config hash the CLI prints, tags and searches by."""
 CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
 
 
@@ -67,6 +69,7 @@ class Plan:
             **audit,
             TAG_PREFIX + "cases_hash": self.dataset.cases_hash,
             TAG_PREFIX + "config_hash": self.config_hash,
+            TAG_PREFIX + "config_hash_short": self.config_hash[:SHORT_HASH],
             TAG_PREFIX + "dataset_hash": self.dataset.dataset_hash,
             TAG_PREFIX + "dataset": cfg.dataset.name,
             TAG_PREFIX + "provider": cfg.provider.name,
@@ -194,30 +197,35 @@ def execute(
     """
     cfg = plan.config
     if resume is None:
-        run_name = f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"
-        all_tags = {**plan.tags(), **(tags or {})}
+        run_name = cfg.run_name or f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}-{plan.config_hash[:SHORT_HASH]}"
+        user_tags = {
+            key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in cfg.tags.items()
+        }
+        all_tags = {**user_tags, **plan.tags(), **(tags or {})}
         if parent is not None:
             all_tags["mlflow.parentRunId"] = parent
-        run_id = store.create_run(cfg.experiment, run_name, all_tags, flatten(resolved_config(cfg)))
+        run_id = store.create_run(cfg.experiment, run_name, all_tags, run_params(cfg))
     else:
         run_id = resume
     with store.run_lock(run_id), store.space_reserve():
         done = _resume_state(plan, store, resume, retry_errors) if resume is not None else {}
         if resume is not None:
             store.set_running(run_id)
-        return _execute(plan, store, run_id, done)
+        return _execute(plan, store, run_id, done, resumed=resume is not None)
 
 
-def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult]) -> RunOutcome:
+def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool) -> RunOutcome:
     checkpoint = Checkpoint(store.checkpoint_path(run_id)) if plan.provider.remote else None
     status = FAILED
     store_alive = True
     arrived: list[CaseResult] = []
     try:
+        if not resumed:
+            _log_dataset(plan, store, run_id)
         started = time.perf_counter()
         results = _evaluate(plan, done, checkpoint, arrived)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
-        outcome = _score_and_log(plan, store, run_id, results)
+        outcome = _score_and_log(plan, store, run_id, results, resumed=resumed)
         if outcome.case_count and outcome.error_count == outcome.case_count:
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
@@ -234,7 +242,7 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult])
         status = KILLED
         _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise Interrupted(run_id, len(done) + len(arrived), len(plan.dataset.cases)) from None
-    except TrackingError as exc:
+    except StoreUnreachable as exc:
         # The store stopped answering: every further call would wait for its own timeout.
         store_alive = False
         kept = f"; results so far are kept in {checkpoint.path}" if checkpoint is not None else ""
@@ -254,6 +262,22 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult])
         if store_alive:
             with contextlib.suppress(RagexpError):  # the first error is the one worth a line
                 store.end_run(run_id, status)
+
+
+def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
+    dataset = plan.dataset
+    store.log_dataset(
+        run_id,
+        name=plan.config.dataset.name,
+        digest=dataset.dataset_hash[:SHORT_HASH],
+        source=str(dataset.path),
+        profile={
+            "dataset_hash": dataset.dataset_hash,
+            "cases": len(dataset.cases),
+            "answerable": dataset.answerable_count,
+            "format": dataset.format,
+        },
+    )
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
@@ -329,7 +353,9 @@ def info(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResult]) -> RunOutcome:
+def _score_and_log(
+    plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
+) -> RunOutcome:
     cfg = plan.config
     cases = plan.dataset.cases
     inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
@@ -408,6 +434,20 @@ def _score_and_log(plan: Plan, store: Store, run_id: str, results: list[CaseResu
                 orjson.dumps({"findings": [f.to_json() for f in plan.findings]}, option=orjson.OPT_INDENT_2)
             )
         store.log_dir(run_id, folder, tables=["cases_table.json"])
+    if cfg.tracking.traces:
+        from ragexp.case_traces import build_traces, log_traces
+
+        traced = build_traces(
+            cases,
+            results,
+            plan.specs,
+            scores,
+            inputs.latency,
+            errored,
+            judge=plan.judge,
+            cap=cfg.tracking.traces_max_cases,
+        )
+        log_traces(store, run_id, cfg.experiment, traced, resumed=resumed, info=info)
     scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
     return RunOutcome(
         run_id,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragexp.config.compose import compose, conf_dir, validate
+from ragexp.config.compose import compose, conf_dir, name_dataset_from_path, validate
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.tracking.store import FAILED, FINISHED, TAG_PREFIX, RunRecord, Store
 
@@ -59,7 +59,7 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
         base.experiment,
         f"sweep {points}",
         {
-            TAG_PREFIX + "sweep_parent": "true",
+            TAG_PREFIX + "sweep.role": "parent",
             TAG_PREFIX + "sweep.overrides": points,
         },
         {},
@@ -104,7 +104,8 @@ def run_point(cfg: Any) -> None:
     number = str(job.job.num)
     parent, uri = os.environ[PARENT_ENV], os.environ[URI_ENV]
     try:
-        config = validate(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+        raw = OmegaConf.to_container(cfg, resolve=True)
+        config = validate(name_dataset_from_path(raw, list(job.overrides.task)))  # type: ignore[arg-type]
         store = Store(config.tracking.uri or uri, timeout_s=config.tracking.timeout_s)
         plan = plan_run(config, store.state_dir())
         outcome = execute(
@@ -113,6 +114,7 @@ def run_point(cfg: Any) -> None:
             parent=parent,
             tags={
                 TAG_PREFIX + "sweep": parent,
+                TAG_PREFIX + "sweep.role": "point",
                 TAG_PREFIX + "sweep.point": point,
                 TAG_PREFIX + "sweep.num": number,
             },

@@ -185,6 +185,18 @@ def _sweep(overrides: list[str], as_json: bool) -> None:
         raise typer.Exit(1)
 
 
+def record_comparison(store: Any, candidate: str, baseline: str, name: str, payload: dict[str, Any]) -> None:
+    """Keep every comparison on the candidate run, as ``comparisons/<baseline>/<name>`` (the
+    ``ragexp.gate.*`` tags only hold the latest verdict)."""
+    from ragexp.errors import TrackingError
+
+    data = json.dumps(payload, ensure_ascii=False, indent=1, default=str).encode("utf-8")
+    try:
+        store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
+    except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
+        info(f"warning: the comparison is not recorded on run {candidate}: {exc}")
+
+
 @app.command()
 def validate(
     overrides: Overrides = None,
@@ -282,6 +294,12 @@ def runs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many runs, newest first.")] = 20,
     experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment.")] = "ragexp",
     sweep: Annotated[str | None, typer.Option("--sweep", help="Only the points of this sweep (parent run id).")] = None,
+    config_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--config-hash", help="Only runs whose config hash starts with this (e.g. the 12 characters run prints)."
+        ),
+    ] = None,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -289,12 +307,19 @@ def runs(
     from ragexp.tracking.store import TAG_PREFIX, Store
 
     store = Store(tracking_uri, read_only=True)
+    clauses = []
+    if config_hash is not None:
+        prefix = config_hash.strip().lower()
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            from ragexp.errors import ConfigError
+
+            raise ConfigError(f"--config-hash: expected hexadecimal digits, got {config_hash!r}")
+        clauses.append(f"tags.`{TAG_PREFIX}config_hash` LIKE '{prefix}%'")
     if sweep:
         parent = store.get_run(sweep)
         experiment = store.experiment_name(parent.experiment_id)
-        records = store.search(experiment, limit=limit, filter_string=f"tags.`{TAG_PREFIX}sweep` = '{sweep}'")
-    else:
-        records = store.search(experiment, limit=limit)
+        clauses.append(f"tags.`{TAG_PREFIX}sweep` = '{sweep}'")
+    records = store.search(experiment, limit=limit, filter_string=" and ".join(clauses))
     headline = ["recall_at_k", "mrr", "answer_accuracy", "faithfulness", "p95_seconds", "error_rate"]
     items: list[dict[str, Any]] = []
     for record in records:
@@ -475,6 +500,22 @@ def gate(
             notes=[promotion.message] if promotion else [],
         )
         write_file("--summary", summary_path, text.encode("utf-8"))
+    record_comparison(
+        store,
+        cand.run_id,
+        base.run_id,
+        "gate.json",
+        {
+            "verdict": "passed" if result.passed else "failed",
+            **result.to_json(),
+            "gates": gates.name,
+            "checked": result.checked,
+            "rules": {name: rule.model_dump(exclude_none=True) for name, rule in gates.rules.items()},
+            "max_error_rate": gates.max_error_rate,
+            "confidence": gates.confidence,
+            "compared_although_incomparable": list(diff.differences),
+        },
+    )
     if as_json:
         emit_json(
             {
@@ -612,6 +653,7 @@ def diff(
         )
         write_file("--summary", summary_path, text.encode("utf-8"))
     result.cases = result.cases[:top]
+    record_comparison(store, cand.run_id, base.run_id, "diff.json", result.to_json())
     if as_json:
         emit_json(result.to_json())
         return

@@ -23,7 +23,31 @@ def conf_dir() -> Path:
 
 def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     """Compose the config tree with command-line overrides and validate it."""
-    return validate(compose_raw(overrides))
+    return validate(name_dataset_from_path(compose_raw(overrides), overrides))
+
+
+GENERIC_STEMS = frozenset({"cases", "data", "dataset", "eval", "test", "testset", "questions"})
+
+
+def name_dataset_from_path(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``dataset.path=FILE`` without ``dataset.name=``: the run is about FILE, not the bundled
+    set the group selected, so its name comes from the file (``my_set.jsonl`` -> ``my_set``;
+    ``foo/cases.jsonl`` -> ``foo-cases``) and the bundled set's author and description go."""
+    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+    dataset = raw.get("dataset")
+    if "dataset.path" not in keys or not isinstance(dataset, dict) or not dataset.get("path"):
+        return raw
+    path = Path(str(dataset["path"]))
+    stem = path.stem or path.name
+    name = f"{path.parent.name}-{stem}" if stem.lower() in GENERIC_STEMS and path.parent.name else stem
+    derived = dict(dataset)
+    if "dataset.name" not in keys:
+        derived["name"] = name
+    if "dataset.description" not in keys:
+        derived["description"] = ""
+    if "dataset.author" not in keys:
+        derived["author"] = "unknown"
+    return {**raw, "dataset": derived}
 
 
 def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:

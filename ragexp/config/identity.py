@@ -69,6 +69,25 @@ def resolved_config(config: RagexpConfig) -> dict[str, Any]:
     return redacted
 
 
+def run_params(config: RagexpConfig) -> dict[str, str]:
+    """MLflow params: what the run measured with, without noise. Runtime-only keys (URIs,
+    concurrency, paths, names) and nulls are left out, and the gate rules are one JSON param
+    (the whole resolved config is the run's ``config.yaml`` artifact)."""
+    view = identity_view(config)
+    rules = view.get("gates", {}).pop("rules", None)
+    view.setdefault("dataset", {})["name"] = config.dataset.name
+    params = flatten(_without_nulls(view))
+    if rules:
+        params["gates.rules"] = canonical_json(_without_nulls(rules))
+    return params
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_nulls(item) for key, item in value.items() if item is not None}
+    return value
+
+
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists and nulls become JSON text."""
     flat: dict[str, str] = {}

@@ -23,8 +23,10 @@ class Model(BaseModel):
 
 
 class DatasetConfig(Model):
-    name: str = Field(min_length=1)
-    """Short name of the evaluation set, logged as the ``ragexp.dataset`` tag."""
+    name: str = runtime(..., min_length=1)
+    """Short name of the evaluation set, logged as the ``ragexp.dataset`` tag. Derived from the
+    file when ``dataset.path`` is overridden alone. A label, not identity: the file's content
+    enters the config hash, so a copy of the set elsewhere keeps its hash."""
     path: str = runtime(..., min_length=1)
     """JSONL or MindSDK column file. Relative paths are tried against the working directory,
     then the project root. Its content, not its location, enters the config hash."""
@@ -35,9 +37,9 @@ class DatasetConfig(Model):
     )
     """An answer to an unanswerable case is correct when it contains one of these
     (case-insensitive, after Unicode normalisation)."""
-    author: str = "unknown"
+    author: str = runtime("unknown")
     """Who wrote the cases: the report states that the dataset is self-defined."""
-    description: str = ""
+    description: str = runtime("")
     """One sentence on what the cases cover."""
     corpus: str | None = runtime(None)
     """JSONL of ``{"id", "text"}`` chunks the labels point at: the run audits the labels against
@@ -205,6 +207,11 @@ class TrackingConfig(Model):
     timeout_s: float = runtime(60.0, gt=0)
     """How long a tracking server may fail to answer one logging call before the run stops
     (checkpoint kept for ``--resume``)."""
+    traces: bool = runtime(True)
+    """Log every case as an MLflow trace with one assessment per metric (the UI's per-case
+    comparison of runs); ``cases.jsonl`` is the complete record either way."""
+    traces_max_cases: int = runtime(5000, ge=0)
+    """Above this many cases, only the errored and imperfect cases get a trace (up to this many)."""
 
 
 class ReportConfig(Model):
@@ -229,6 +236,10 @@ class RagexpConfig(Model):
     """Who answers, and who judges."""
     gates: GatesConfig
     """Release-gate thresholds used by ``ragexp gate``."""
+    run_name: str | None = runtime(None, min_length=1, max_length=250)
+    """MLflow run name (default: provider-dataset-kK-<short config hash>)."""
+    tags: dict[str, str | int | float | bool] = Field(default_factory=dict, json_schema_extra=dict(RUNTIME_ONLY))
+    """Extra MLflow tags, e.g. ``+tags.role=baseline``; they label a run, never change its hash."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Where runs are logged."""
     report: ReportConfig = Field(default_factory=ReportConfig)

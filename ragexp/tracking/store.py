@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ragexp.errors import RunLockedError, StorageError, TrackingError
+from ragexp.errors import RunLockedError, StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
@@ -180,9 +181,15 @@ class Store:
                 raise StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow") from None
             if "readonly database" in text or "read-only" in text:
                 raise TrackingError(f"{what}: tracking store {self.uri} is read-only") from None
+            if "failed with exception" in text and _CONNECTION_LOST.search(text):
+                raise StoreUnreachable(f"{what}: {mask_url(text)}") from None
             raise TrackingError(f"{what}: {mask_url(text)}") from None
         except OSError as exc:
             raise store_os_error(exc, self.uri, what) from None
+
+    def calling(self, what: str) -> Any:
+        """Context manager: MLflow and network errors inside become one-line TrackingErrors."""
+        return self._calling(what)
 
     # --- experiments and runs -----------------------------------------------------------------
 
@@ -263,6 +270,22 @@ class Store:
             if tables:
                 entries = [{"path": name, "type": "table"} for name in tables]
                 self.client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(entries))
+
+    def log_dataset(
+        self, run_id: str, *, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str = "eval"
+    ) -> None:
+        """Record the evaluation set as the run's dataset input (the UI's Datasets column)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(
+            name=name[:500],
+            digest=digest[:36],  # the store's column holds 36 characters
+            source_type="local",
+            source=json.dumps({"uri": source}, ensure_ascii=False),
+            profile=json.dumps(dict(profile), ensure_ascii=False),
+        )
+        with self._calling(f"logging the dataset of run {run_id}"):
+            self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
 
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
@@ -519,13 +542,19 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
+_CONNECTION_LOST = re.compile(
+    r"Max retries exceeded|Connection(Error| refused| reset| aborted)|timed out|Timeout", re.IGNORECASE
+)
+"""What MLflow's REST client says when the server is gone, as opposed to an answer it gave."""
+
+
 def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | StorageError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f" ({exc.filename})" if exc.filename else ""
         return StorageError(f"disk full: {what}: no space left for the tracking store {uri}{where}")
     if exc.errno == errno.EROFS:
         return TrackingError(f"{what}: tracking store {uri} is on a read-only file system")
-    return TrackingError(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
+    return StoreUnreachable(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
 
 
 def _record(run: Any) -> RunRecord:

@@ -1,0 +1,166 @@
+"""Per-case cost of logging traces with assessments: ragexp's bulk writer vs MLflow's own path.
+
+    make bench-traces                       # SQLite in a temp folder, and the server if reachable
+    python tests/benchmarks/bench_traces.py --cases 10000 --baseline-cases 200 \
+        --server http://127.0.0.1:5055 --server-cases 2000
+
+For each store, side by side in one process:
+- ragexp: ``TraceWriter.write`` (what ``ragexp run`` calls), N cases, each a trace with a root,
+  a retriever and four stage spans, 3 expectations and 5 feedback assessments;
+- MLflow: the public path a user would write, the same content through ``mlflow.start_span``
+  (synchronous export, so the async queue cannot drop anything) then one ``log_expectation`` /
+  ``log_feedback`` call per assessment, inside ``mlflow.start_run``.
+Afterwards every trace and every assessment is counted back from the store; a shortfall fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"  # the baseline must not drop traces
+
+METRICS = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]
+STAGES = {"embedding": 0.004, "vector": 0.006, "rerank": 0.02, "model": 0.4}
+
+
+def cases(n: int) -> list:
+    from ragexp.tracking.traces import CaseTrace, FeedbackRecord
+
+    return [
+        CaseTrace(
+            case_id=f"case-{i:06d}",
+            question=f"退款多久到账？问题 {i}",
+            answer=f"退款一般 1-3 个工作日到账 [1]。回答 {i}",
+            error=None,
+            latency_seconds=0.43,
+            ranked_ids=[f"doc-{i}-{r}" for r in range(5)],
+            contexts=[f"文档 {r} 的内容，关于退款和物流。" * 4 for r in range(5)],
+            timings=dict(STAGES),
+            expectations={"expected_facts": ["1-3 个工作日"], "relevant_ids": [f"doc-{i}-0"], "unanswerable": False},
+            feedback=[FeedbackRecord(name, (i % 7) / 6) for name in METRICS],
+        )
+        for i in range(n)
+    ]
+
+
+def ragexp_path(uri: str, experiment: str, n: int) -> tuple[float, int, int, float]:
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import TraceWriter
+
+    store = Store(uri)
+    experiment_id = store.experiment_id(experiment, create=True)
+    assert experiment_id is not None
+    run_id = store.create_run(experiment, "bench-ragexp", {}, {})
+    records = cases(n)
+    writer = TraceWriter(store, experiment_id, run_id)
+    started = time.perf_counter()
+    writer.write(records)
+    seconds = time.perf_counter() - started
+    counted = time.perf_counter()
+    traces, assessments = writer.count()
+    store.end_run(run_id, "FINISHED")
+    return seconds, traces, assessments, time.perf_counter() - counted
+
+
+def mlflow_path(uri: str, experiment: str, n: int) -> tuple[float, int, int]:
+    import mlflow
+    from mlflow.entities import AssessmentSource, AssessmentSourceType, Document
+
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import TraceWriter
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment)
+    code = AssessmentSource(source_type=AssessmentSourceType.CODE, source_id="bench")
+    human = AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="dataset")
+    records = cases(n)
+    with mlflow.start_run(run_name="bench-mlflow") as run:
+        started = time.perf_counter()
+        for case in records:
+            with mlflow.start_span("rag_case", span_type="CHAIN") as root:
+                root.set_inputs({"case_id": case.case_id, "question": case.question})
+                with mlflow.start_span("retrieve", span_type="RETRIEVER") as retriever:
+                    retriever.set_inputs({"query": case.question})
+                    retriever.set_outputs(
+                        [
+                            Document(page_content=text, metadata={"doc_uri": doc}, id=doc)
+                            for doc, text in zip(case.ranked_ids, case.contexts, strict=True)
+                        ]
+                    )
+                    for stage in STAGES:
+                        with mlflow.start_span(stage) as span:
+                            span.set_outputs({"seconds": STAGES[stage]})
+                root.set_outputs(case.answer)
+                trace_id = root.trace_id
+            for name, value in case.expectations.items():
+                mlflow.log_expectation(trace_id=trace_id, name=name, value=value, source=human)
+            for item in case.feedback:
+                mlflow.log_feedback(trace_id=trace_id, name=item.name, value=item.value, source=code)
+        seconds = time.perf_counter() - started
+    store = Store(uri)
+    experiment_id = store.experiment_id(experiment, create=False)
+    assert experiment_id is not None
+    traces, assessments = TraceWriter(store, experiment_id, run.info.run_id).count()
+    return seconds, traces, assessments
+
+
+def bench(label: str, uri: str, n: int, baseline_n: int) -> bool:
+    experiment = f"bench-traces-{int(time.time())}"
+    print(f"\n== {label}: {uri}", flush=True)
+    seconds, traces, assessments, count_s = ragexp_path(uri, experiment, n)
+    ours = seconds / n * 1000
+    ok = traces == n and assessments == n * 8
+    print(
+        f"ragexp bulk writer : {n:6d} cases {seconds:8.2f} s  {ours:7.2f} ms/case   "
+        f"counted {traces} traces, {assessments} assessments (expected {n}, {n * 8}; count took {count_s:.1f} s)"
+    )
+    base_s, base_traces, base_assessments = mlflow_path(uri, experiment + "-mlflow", baseline_n)
+    theirs = base_s / baseline_n * 1000
+    ok_base = base_traces == baseline_n and base_assessments == baseline_n * 8
+    print(
+        f"mlflow public path : {baseline_n:6d} cases {base_s:8.2f} s  {theirs:7.2f} ms/case   "
+        f"counted {base_traces} traces, {base_assessments} assessments"
+    )
+    print(f"ratio              : ragexp is {theirs / ours:.1f}x cheaper per case")
+    if not ok:
+        print("MISSING DATA in ragexp's traces", file=sys.stderr)
+    if not ok_base:
+        print("note: MLflow's path lost data (see counts above)", file=sys.stderr)
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", type=int, default=10_000, help="cases through ragexp's writer (SQLite)")
+    parser.add_argument("--baseline-cases", type=int, default=200, help="cases through MLflow's public path")
+    parser.add_argument("--server", default=os.environ.get("RAGEXP_TEST_MLFLOW_SERVER", "http://127.0.0.1:5055"))
+    parser.add_argument("--server-cases", type=int, default=2000, help="cases through ragexp's writer (server)")
+    args = parser.parse_args()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="ragexp-bench-traces-") as tmp:
+        uri = f"sqlite:///{tmp}/mlflow.db"
+        from ragexp.tracking.store import Store
+
+        Store(uri).experiment_id("warm-up", create=True)  # schema migrations are not per-case cost
+        ok &= bench("SQLite store", uri, args.cases, args.baseline_cases)
+    if args.server:
+        import httpx
+
+        try:
+            httpx.get(args.server.rstrip("/") + "/health", timeout=5).raise_for_status()
+        except httpx.HTTPError as exc:
+            print(f"\n== server {args.server} unreachable ({exc}); skipped")
+        else:
+            ok &= bench("PostgreSQL-backed tracking server", args.server, args.server_cases, args.baseline_cases // 2)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
