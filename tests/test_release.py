@@ -146,6 +146,9 @@ def test_ratio_rule_on_a_near_zero_baseline_is_stated_plainly() -> None:
     assert "%" not in message.replace("+20%", "")
     zero = MetricDiff("p95_seconds", "lower", 0.0, 0.5, 0.5, None, None, None, 0, 10, 0, 10)
     assert "on a zero baseline" in check_rules(gates, {"p95_seconds": zero}, 0, 10)[0][0].message
+    # Two in-process runs measure microseconds of timer noise: no change that could be printed.
+    noise = MetricDiff("p95_seconds", "lower", 4.2e-06, 9.8e-06, 5.6e-06, None, None, None, 0, 10, 0, 10)
+    assert check_rules(gates, {"p95_seconds": noise}, 0, 10) == ([], 1)
     steep = MetricDiff("p95_seconds", "lower", 0.01, 1.46, 1.45, None, None, None, 0, 10, 0, 10)
     assert (
         "0.0100 -> 1.4600, 146.0x the baseline worse (allowed +20%)"

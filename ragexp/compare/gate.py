@@ -259,18 +259,24 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
         if worse_by > threshold + EPSILON:
             return result("failed", f"{move}, worse by {fmt(worse_by)} (allowed drop {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
-    return _ratio(move, base, worse_by, threshold, result)
+    return _ratio(move, base, cand, worse_by, threshold, result)
 
 
 def _ratio(
-    move: str, base: float, worse_by: float, threshold: float, result: Callable[[Outcome, str], RuleResult]
+    move: str,
+    base: float,
+    cand: float,
+    worse_by: float,
+    threshold: float,
+    result: Callable[[Outcome, str], RuleResult],
 ) -> RuleResult:
     """``max_increase_ratio``: the move in the bad direction relative to the baseline."""
     allowed = f"allowed {threshold:+.0%}"
     if rounds_to_zero(base):
         # A ratio against (nearly) nothing is a huge number that means nothing: say so plainly.
+        # Both below the printed precision (microseconds of timer noise) is no change at all.
         what = "a zero baseline" if base == 0 else "a baseline that is practically zero"
-        if worse_by > EPSILON and (base == 0 or worse_by / abs(base) > threshold + EPSILON):
+        if worse_by > EPSILON and not rounds_to_zero(cand) and (base == 0 or worse_by / abs(base) > threshold):
             return result(
                 "failed",
                 f"{move}: a relative limit ({allowed}) on {what} allows practically no rise; "
