@@ -282,8 +282,8 @@ def test_a_tracking_server_killed_mid_run_fails_in_bounded_time_and_resume_compl
             proc = spawn(args, uri, **env)
             checkpoints = tmp_path / "cache" / "ragexp" / "checkpoints"
             deadline = time.time() + 180
-            while time.time() < deadline and not list(checkpoints.glob("*.jsonl")):
-                time.sleep(0.1)
+            while time.time() < deadline and not any(p.stat().st_size for p in checkpoints.glob("*.jsonl")):
+                time.sleep(0.05)
             assert list(checkpoints.glob("*.jsonl")), "the run did not start"
         # The server is gone (killed) while the run still evaluates.
         killed_at = time.perf_counter()

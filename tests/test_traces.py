@@ -265,7 +265,7 @@ def test_traces_on_the_tracking_server(ragexp: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
-    named = ragexp("run", "run_name=my baseline", "+tags.role=baseline", "--json")
+    named = ragexp("run", "provider=fake", "run_name=my baseline", "+tags.role=baseline", "--json")
     assert named.code == 0, named.stderr
     client = MlflowClient(store_uri)
     run = client.get_run(named.json()["run_id"])
@@ -286,7 +286,7 @@ def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -
     # Another file: its own name, never the bundled set's; a default name telling runs apart.
     copy = tmp_path / "support_v2.jsonl"
     copy.write_text((ROOT / "experiments/kb_zh/cases.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
-    other = ragexp("run", f"dataset.path={copy}", "--json")
+    other = ragexp("run", "provider=fake", f"dataset.path={copy}", "--json")
     assert other.code == 0, other.stderr
     run2 = client.get_run(other.json()["run_id"])
     assert run2.data.tags["ragexp.dataset"] == "support_v2" and run2.data.params["dataset.name"] == "support_v2"
@@ -316,7 +316,8 @@ def test_diff_and_gate_leave_a_record_on_the_candidate(ragexp: Any, store_uri: s
         Path(client.download_artifacts(cand_id, f"comparisons/{base}/gate.json", str(tmp_path))).read_text()
     )
     assert recorded["verdict"] == ("passed" if gate.code == 0 else "failed")
-    assert recorded["failures"] == gate.json()["failures"] and recorded["rules"]["recall_at_k"]
+    assert recorded["failures"] == gate.json()["failures"] and recorded["rules"] == gate.json()["rules"]
+    assert recorded["config"]["rules"]["recall_at_k"]
     assert recorded["baseline"] == base and recorded["candidate"] == cand_id
     diff = json.loads(
         Path(client.download_artifacts(cand_id, f"comparisons/{base}/diff.json", str(tmp_path))).read_text()

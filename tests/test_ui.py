@@ -88,7 +88,7 @@ def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
 ) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium package is needed (make browser installs it)"
-    base = ragexp("run", "dataset=scifacts_zh", "run_name=baseline", "+tags.role=baseline", "--json")
+    base = ragexp("run", "provider=fake", "dataset=scifacts_zh", "run_name=baseline", "+tags.role=baseline", "--json")
     cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "run_name=candidate", "--json")
     assert base.code == 0 and cand.code == 0, base.stderr + cand.stderr
     base_id, cand_id = base.json()["run_id"], cand.json()["run_id"]

@@ -508,11 +508,13 @@ def gate(
         {
             "verdict": "passed" if result.passed else "failed",
             **result.to_json(),
-            "gates": gates.name,
             "checked": result.checked,
-            "rules": {name: rule.model_dump(exclude_none=True) for name, rule in gates.rules.items()},
-            "max_error_rate": gates.max_error_rate,
-            "confidence": gates.confidence,
+            "config": {
+                "gates": gates.name,
+                "rules": {name: rule.model_dump(exclude_none=True) for name, rule in gates.rules.items()},
+                "max_error_rate": gates.max_error_rate,
+                "confidence": gates.confidence,
+            },
             "compared_although_incomparable": list(diff.differences),
         },
     )

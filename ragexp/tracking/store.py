@@ -113,11 +113,15 @@ class Store:
             self._check_location()
             db = _sqlite_path(self.uri)
             lock = None
-            if db is not None and str(db) != ":memory:" and not db.exists():
-                db.parent.mkdir(parents=True, exist_ok=True)
+            if db is not None and str(db) != ":memory:":
+                if not db.exists():
+                    db.parent.mkdir(parents=True, exist_ok=True)
                 # A new SQLite store runs schema migrations on first open; parallel processes
-                # (a joblib sweep) must not run them at the same time.
-                lock = db.parent / ".ragexp-init.lock"
+                # (a joblib sweep) must not run them at the same time, and a file that exists may
+                # still be mid-migration by another process. A folder that cannot be written (a
+                # read-only copy of a team's store) needs no lock: nothing can migrate it.
+                if os.access(db.parent, os.W_OK):
+                    lock = db.parent / ".ragexp-init.lock"
             from mlflow.tracking import MlflowClient
 
             try:
