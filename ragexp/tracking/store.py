@@ -366,17 +366,6 @@ class Store:
         with self._calling(f"listing artifacts of run {run_id}"):
             return [item.path for item in self.client.list_artifacts(run_id, path)]
 
-    def newest_finished(self, experiment_id: str, *, exclude: str) -> RunRecord | None:
-        """The most recently started finished run of an experiment, other than ``exclude``."""
-        with self._calling(f"searching runs of experiment {experiment_id}"):
-            runs = self.client.search_runs(
-                [experiment_id],
-                filter_string="attributes.status = 'FINISHED'",
-                max_results=2,
-                order_by=["attributes.start_time DESC"],
-            )
-        return next((_record(run) for run in runs if run.info.run_id != exclude), None)
-
     def experiment_ids(self) -> list[str]:
         """Every active experiment of the store."""
         ids: list[str] = []
