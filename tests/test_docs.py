@@ -97,3 +97,53 @@ def test_readme_commands_run_as_shown(ragexp: Any, tmp_path: Path, monkeypatch: 
             ids = {"CANDIDATE_ID": listed[0]["run_id"], "BASELINE_ID": listed[1]["run_id"]}
             assert listed[0]["config_hash"] != listed[1]["config_hash"]
     assert (tmp_path / "report" / "report.html").is_file()
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """(page, command line) for every ``ragexp`` command in a code block of ``docs/``."""
+    found = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        fenced = False
+        for line in page.read_text(encoding="utf-8").splitlines():
+            if FENCE.match(line.strip()):
+                fenced = not fenced
+                continue
+            command = re.sub(r"^\s*(\$ )?(\.venv/bin/)?", "", line)
+            if fenced and command.startswith("ragexp "):
+                found.append((page.name, command.split("  #")[0].rstrip(" \\")))
+    return found
+
+
+def test_every_option_and_override_in_the_docs_is_exercised_by_a_test() -> None:
+    # Commands that need a live service, an NPU or CI variables are run by the tests of their
+    # subject (test_http, test_judge, test_release, test_scale); here each of their options and
+    # override keys must appear in some test, so a documented spelling no test uses fails.
+    sources = [p for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_docs.py"]
+    tests = "\n".join(p.read_text(encoding="utf-8") for p in sources)
+    missing = []
+    for page, command in _doc_commands():
+        for token in (t.strip("[]") for t in command.split()[1:]):
+            word = token.split("=", 1)[0] + "=" if "=" in token and not token.startswith("-") else token
+            if re.fullmatch(r"--[a-z-]+|[a-z_+~/.]*[a-z_]=", word) and word.lstrip("+~") not in tests:
+                missing.append(f"{page}: {word}")
+    assert missing == []
+
+
+def test_gate_and_sample_pages_commands_run_as_shown(
+    ragexp: Any, tmp_path: Path, store_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragexp.tracking.store import Store
+
+    monkeypatch.chdir(tmp_path)
+    base = ragexp("run", "--json").json()["run_id"]
+    cand = ragexp("run", "provider.system.sample.chunking=sentence", "--json").json()["run_id"]
+    Store(store_uri).set_tags(base, {"role": "production"})
+    ids = {"BASELINE_ID": base, "B": base, "CANDIDATE_ID": cand, "C": cand}
+    commands = [c for page, c in _doc_commands() if page in {"gates.md", "sample.md"}]
+    assert len(commands) == 6
+    for command in commands:
+        args = [ids.get(arg, arg) for arg in shlex.split(command)[1:]]
+        result = ragexp(*args)
+        assert result.code in ({0, 2} if args[0] in {"gate", "demo"} else {0}), f"{command}: {result.stderr[-2000:]}"
+    assert (tmp_path / "gate.xml").is_file() and (tmp_path / "gate.md").is_file()
+    assert (tmp_path / "ragexp-demo").is_dir()

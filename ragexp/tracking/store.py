@@ -66,7 +66,9 @@ def _file_lock(path: Path | None) -> Iterator[None]:
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    # An existing lock file is opened for reading: flock needs no write access, and a read-only
+    # store stays readable.
+    with path.open("rb") if path.exists() else path.open("ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -112,11 +114,17 @@ class Store:
             self._check_location()
             db = _sqlite_path(self.uri)
             lock = None
-            if db is not None and str(db) != ":memory:" and not db.exists():
-                db.parent.mkdir(parents=True, exist_ok=True)
+            if db is not None and str(db) != ":memory:":
                 # A new SQLite store runs schema migrations on first open; parallel processes
-                # (a joblib sweep) must not run them at the same time.
-                lock = db.parent / ".ragexp-init.lock"
+                # (a joblib sweep) must not run them at the same time. The database file appears
+                # as soon as the first process starts migrating, so a process that finds it and
+                # the lock file waits for the lock too.
+                init_lock = db.parent / ".ragexp-init.lock"
+                if not db.exists():
+                    db.parent.mkdir(parents=True, exist_ok=True)
+                    lock = init_lock
+                elif init_lock.exists():
+                    lock = init_lock
             from mlflow.tracking import MlflowClient
 
             try:
