@@ -7,7 +7,6 @@ exists, so bad input never leaves a half-written run behind.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ from ragexp.secrets import scrub
 if TYPE_CHECKING:
     from ragexp.metrics.judge.scorer import JudgeScorer
 
+from ragexp.tracking import artifacts
+from ragexp.tracking.artifacts import error_text, nullable
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
 
 TEXT_IN_TABLE = 300
@@ -230,7 +231,7 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult],
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
                 f"every case errored ({outcome.error_count} of {outcome.case_count}; the first: "
-                f"{_error_text(first)}); run {run_id} is logged and marked failed"
+                f"{error_text(first)}); run {run_id} is logged and marked failed"
             )
         store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
         store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
@@ -374,7 +375,7 @@ def _score_and_log(
             usage[name] += value
         judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits), "judge.seconds": judge_seconds}
         for name, values in judged.spread.items():
-            spread[name] = _nullable(values)
+            spread[name] = nullable(values)
             mean_spread = float(np.nanmean(values)) if np.isfinite(values).any() else None
             if mean_spread is not None:
                 judge_metrics[f"judge_spread.{name}"] = mean_spread
@@ -395,45 +396,30 @@ def _score_and_log(
             metrics[f"timing.{stage}.{figure}"] = value
     store.log_metrics(run_id, metrics)
 
-    columns = {name: _nullable(values) for name, values in scores.items()}
-    latency = _nullable(inputs.latency)
+    columns = {name: nullable(values) for name, values in scores.items()}
+    latency = nullable(inputs.latency)
     with tempfile.TemporaryDirectory(prefix="ragexp-run-") as tmp:
         folder = Path(tmp)
-        _write_cases_jsonl(folder / "cases.jsonl", plan, results, columns, latency, spread)
-        (folder / "config.yaml").write_bytes(_yaml(resolved_config(cfg)))
-        (folder / "summary.json").write_text(
-            json.dumps(
-                {
-                    "summary": summary,
-                    "case_count": len(cases),
-                    "error_count": error_count,
-                    "config_hash": plan.config_hash,
-                    "dataset_hash": plan.dataset.dataset_hash,
-                    **trust.to_json(),
-                },
-                indent=2,
-                ensure_ascii=False,
-            ),
-            encoding="utf-8",
+        artifacts.write_cases(folder / artifacts.CASES, cases, results, columns, latency, spread)
+        (folder / artifacts.CONFIG).write_bytes(_yaml(resolved_config(cfg)))
+        artifacts.write_summary(
+            folder / artifacts.SUMMARY,
+            {
+                "summary": summary,
+                "case_count": len(cases),
+                "error_count": error_count,
+                "config_hash": plan.config_hash,
+                "dataset_hash": plan.dataset.dataset_hash,
+                **trust.to_json(),
+            },
         )
-        write_table(folder / "cases_table.json", _table(plan, results, columns, latency))
-        (folder / "scores.json").write_bytes(
-            orjson.dumps(
-                {
-                    "case_ids": [case.id for case in cases],
-                    "unanswerable": [case.unanswerable for case in cases],
-                    "errored": errored.tolist(),
-                    "latency_seconds": latency,
-                    "metrics": columns,
-                    "human": {name: _nullable(values) for name, values in human.items()},
-                }
-            )
-        )
+        write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
+        artifacts.write_scores(folder / artifacts.SCORES, cases, errored, latency, columns, human)
         if plan.findings is not None:
-            (folder / "audit.json").write_bytes(
+            (folder / artifacts.AUDIT).write_bytes(
                 orjson.dumps({"findings": [f.to_json() for f in plan.findings]}, option=orjson.OPT_INDENT_2)
             )
-        store.log_dir(run_id, folder, tables=["cases_table.json"])
+        store.log_dir(run_id, folder, tables=[artifacts.TABLE])
     if cfg.tracking.traces:
         from ragexp.case_traces import build_traces, log_traces
 
@@ -483,45 +469,6 @@ def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
     return figures
 
 
-def _nullable(values: np.ndarray) -> list[float | None]:
-    return [None if value != value else value for value in values.tolist()]
-
-
-def _write_cases_jsonl(
-    path: Path,
-    plan: Plan,
-    results: Sequence[CaseResult],
-    columns: dict[str, list[float | None]],
-    latency: list[float | None],
-    spread: dict[str, list[float | None]],
-) -> None:
-    names = list(columns)
-    with path.open("wb") as out:
-        for i, (case, result) in enumerate(zip(plan.dataset.cases, results, strict=True)):
-            row: dict[str, Any] = {
-                "id": case.id,
-                "question": case.question,
-                "unanswerable": case.unanswerable,
-                "metrics": {name: columns[name][i] for name in names},
-                "error": _error_text(result),
-                "output": result.output.to_json() if result.output is not None else None,
-                "latency_seconds": latency[i],
-            }
-            if result.metric_errors:
-                row["metric_errors"] = result.metric_errors
-            if spread:
-                row["spread"] = {name: values[i] for name, values in spread.items()}
-            out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-
-
-def _error_text(result: CaseResult) -> str | None:
-    if result.error is not None:
-        return result.error
-    if result.metric_errors:
-        return "; ".join(f"{name}: {reason}" for name, reason in result.metric_errors.items())
-    return None
-
-
 def _table(
     plan: Plan, results: Sequence[CaseResult], columns: dict[str, list[float | None]], latency: list[float | None]
 ) -> dict[str, list[Any]]:
@@ -530,7 +477,7 @@ def _table(
         "id": [case.id for case in cases],
         "question": [case.question[:TEXT_IN_TABLE] for case in cases],
         "answer": [(r.output.answer[:TEXT_IN_TABLE] if r.output else None) for r in results],
-        "error": [_error_text(r) for r in results],
+        "error": [error_text(r) for r in results],
         **columns,
         "latency_seconds": latency,
     }

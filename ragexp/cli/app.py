@@ -150,10 +150,11 @@ def run(
 
 def _sweep(overrides: list[str], as_json: bool) -> None:
     from ragexp.cli.render import fmt, table
+    from ragexp.metrics.registry import headline_metrics
     from ragexp.sweep import run_sweep
 
     outcome = run_sweep(overrides)
-    headline = ["recall_at_k", "mrr", "answer_accuracy", "faithfulness", "p95_seconds", "error_rate"]
+    headline = headline_metrics()
     if as_json:
         emit_json(
             {
@@ -320,7 +321,9 @@ def runs(
         experiment = store.experiment_name(parent.experiment_id)
         clauses.append(f"tags.`{TAG_PREFIX}sweep` = '{sweep}'")
     records = store.search(experiment, limit=limit, filter_string=" and ".join(clauses))
-    headline = ["recall_at_k", "mrr", "answer_accuracy", "faithfulness", "p95_seconds", "error_rate"]
+    from ragexp.metrics.registry import headline_metrics
+
+    headline = headline_metrics()
     items: list[dict[str, Any]] = []
     for record in records:
         items.append(

@@ -22,7 +22,6 @@ from ragexp.errors import ConfigError
 EXPERIMENT = "ragexp-demo"
 MARKER = ".ragexp-demo"
 """Written into the demo folder: a folder holding it may be wiped and reused by the next demo."""
-DEFAULT_FOLDER = "ragexp-demo"
 SYSTEM = ["provider=sample", "dataset=kb_zh", "metrics=offline", "k=5"]
 KNOB = "provider.system.sample.chunking=sentence"
 GATE = ["gates=release", "~gates.rules.p95_seconds"]

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 
 from ragexp.errors import TrackingError
+from ragexp.metrics.registry import METRICS
+from ragexp.tracking import artifacts
 from ragexp.tracking.store import FINISHED, RunRecord, Store
 
 
@@ -44,7 +45,8 @@ class RunData:
 
     def summary(self, name: str) -> float | None:
         """The run's logged value of a metric (None when it had no score)."""
-        if name == "error_rate" and name not in self.record.metrics:
+        spec = METRICS.get(name)
+        if name not in self.record.metrics and spec is not None and spec.case_values == "errored":
             return float(self.errored.mean()) if self.errored.size else None
         return self.record.metrics.get(name)
 
@@ -57,9 +59,12 @@ class RunData:
         """Per-case values behind a metric: its scores, latency for p95, the error flag."""
         if name in self.scores:
             return self.scores[name]
-        if name == "p95_seconds":
+        spec = METRICS.get(name)
+        if spec is None or spec.per_case:
+            return None
+        if spec.case_values == "latency":
             return self.latency
-        if name == "error_rate":
+        if spec.case_values == "errored":
             return self.errored.astype(np.float64)
         return None
 
@@ -67,8 +72,7 @@ class RunData:
         """The full cases.jsonl record of the case at ``position``."""
         if self._lines is None:
             self._lines = self.read_lines()
-        row: dict[str, Any] = orjson.loads(self._lines[int(self.line_index[position])])
-        return row
+        return artifacts.case_row(self._lines[int(self.line_index[position])])
 
     def select(self, case_ids: list[str]) -> RunData:
         """The same run restricted to ``case_ids``, in that order (each id must be present)."""
@@ -96,21 +100,19 @@ def load_run(store: Store, run_id: str) -> RunData:
         raise TrackingError(f"run {run_id} was not logged by ragexp run (no ragexp.config_hash tag)")
     if record.status != FINISHED:
         raise TrackingError(f"run {run_id} is {record.status.lower()}, not finished: it cannot be compared")
-    columns = orjson.loads(store.read_artifact(run_id, "scores.json"))
-    count = len(columns["case_ids"])
+    columns = artifacts.read_scores(store.read_artifact(run_id, artifacts.SCORES), run_id)
 
     def read_lines() -> list[bytes]:
-        return [line for line in store.read_artifact(run_id, "cases.jsonl").splitlines() if line.strip()]
+        return artifacts.case_lines(store.read_artifact(run_id, artifacts.CASES))
 
     return RunData(
         record=record,
-        case_ids=columns["case_ids"],
-        unanswerable=np.array(columns["unanswerable"], dtype=bool),
-        errored=np.array(columns["errored"], dtype=bool),
-        # dtype float turns None into NaN: a missing score stays missing.
-        scores={name: np.array(values, dtype=np.float64) for name, values in columns["metrics"].items()},
-        latency=np.array(columns["latency_seconds"], dtype=np.float64),
-        line_index=np.arange(count, dtype=np.int64),
+        case_ids=columns.case_ids,
+        unanswerable=columns.unanswerable,
+        errored=columns.errored,
+        scores=columns.metrics,
+        latency=columns.latency,
+        line_index=np.arange(len(columns.case_ids), dtype=np.int64),
         read_lines=read_lines,
-        human={name: np.array(values, dtype=np.float64) for name, values in columns.get("human", {}).items()},
+        human=columns.human,
     )

@@ -12,7 +12,7 @@ from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
-from ragexp.metrics.registry import METRICS
+from ragexp.metrics.registry import METRICS, Stage
 
 TOLERANCE = 1e-9
 """Per-case changes smaller than this are rounding, not change."""
@@ -171,7 +171,7 @@ def _metric_diff(
         regressed = int((change < -TOLERANCE).sum())
         unchanged = int(change.size - improved - regressed)
         pairs = int(change.size)
-        if (spec is not None and spec.per_case) or name == "error_rate":
+        if spec is not None and spec.mean_of_cases:
             stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
@@ -231,27 +231,38 @@ def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def diagnose(metrics: list[MetricDiff]) -> list[str]:
-    """The first seed's decision table: which stage a pattern of moves points at."""
-    moved = {m.name: m.moved() for m in metrics}
-    worse = {name for name, move in moved.items() if move == "worse"}
-    better = {name for name, move in moved.items() if move == "better"}
-    retrieval = {"recall_at_k", "mrr", "ndcg_at_k"}
+    """The decision table of the RAG evaluation article: which pipeline stage a pattern of moves
+    points at. It reads each metric's ``stage`` from the registry, never its name."""
+    moves: dict[str, list[str]] = {}
+    for m in metrics:
+        spec = METRICS.get(m.name)
+        if spec is not None and spec.stage is not None:
+            moves.setdefault(spec.stage, []).append(m.moved())
+
+    def worse(stage: Stage) -> bool:
+        return "worse" in moves.get(stage, [])
+
     found = []
-    if {"recall_at_k", "mrr"} <= worse:
+    if worse("recall") and worse("ranking"):
         found.append("recall and MRR down: look at parsing, chunking and recall first")
-    elif moved.get("recall_at_k") == "flat" and "mrr" in worse:
+    elif moves.get("recall") and all(move == "flat" for move in moves["recall"]) and worse("ranking"):
         found.append("recall flat but MRR down: fusion or rerank regressed")
-    if not (retrieval & worse) and "answer_accuracy" in worse:
+    if not worse("recall") and not worse("ranking") and worse("answer"):
         found.append("retrieval flat but answer accuracy down: prompt, model or context assembly")
-    if "citation_precision" in worse and "answer_accuracy" not in worse:
+    if worse("citation") and not worse("answer"):
         found.append("citation precision down: the citation protocol or its validation")
-    p95 = next((m for m in metrics if m.name == "p95_seconds"), None)
-    if (
-        (better - {"p95_seconds", "error_rate"})
-        and p95
-        and p95.baseline
-        and p95.candidate
-        and p95.candidate >= 2 * p95.baseline
-    ):
+    quality_up = any(
+        m.moved() == "better" and (METRICS.get(m.name) is None or METRICS[m.name].stage not in ("latency", "errors"))
+        for m in metrics
+    )
+    doubled = any(
+        METRICS.get(m.name) is not None
+        and METRICS[m.name].stage == "latency"
+        and m.baseline
+        and m.candidate
+        and m.candidate >= 2 * m.baseline
+        for m in metrics
+    )
+    if quality_up and doubled:
         found.append("quality up but P95 latency doubled: a product trade-off, not an automatic accept")
     return found

@@ -10,7 +10,7 @@ from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.config.models import GateRule, GatesConfig
-from ragexp.metrics.registry import METRICS
+from ragexp.metrics.registry import METRICS, case_values_metric
 
 EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
@@ -142,7 +142,8 @@ def rule_results(
     results: list[RuleResult] = []
     if gates.max_error_rate is not None:
         rate = errored / total if total else 0.0
-        baseline = metrics["error_rate"].baseline if "error_rate" in metrics else None
+        error_rate = case_values_metric("errored").name
+        baseline = metrics[error_rate].baseline if error_rate in metrics else None
         failed = rate > gates.max_error_rate + EPSILON
         verb = ">" if failed else "<="
         message = f"{errored} of {total} candidate cases errored ({rate:.2%} {verb} {gates.max_error_rate:.2%})"
@@ -150,7 +151,7 @@ def rule_results(
             message += ": their scores are missing, not zero"
         results.append(
             RuleResult(
-                "error_rate",
+                error_rate,
                 "max_error_rate",
                 baseline,
                 rate,

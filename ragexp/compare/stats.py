@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_GROUPS = 256
-METHOD = "sign-flip randomization test, interval by test inversion"
 
 
 @dataclass(frozen=True)

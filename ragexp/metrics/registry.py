@@ -24,6 +24,13 @@ MAX_NAME = 50
 
 Direction = Literal["higher", "lower"]
 Population = Literal["answerable", "all", "answered"]
+Stage = Literal["recall", "ranking", "answer", "citation", "latency", "errors"]
+"""Where in a RAG pipeline a metric looks, as the diagnosis table reads it: ``recall`` (were the
+relevant items found), ``ranking`` (in what order), ``answer`` (the generated answer), ``citation``,
+``latency`` and ``errors`` (run-level health, not quality)."""
+CaseValues = Literal["score", "latency", "errored"]
+"""What stands behind a metric case by case: its own per-case score, the case's latency (for a
+latency percentile) or the case's error flag (for an error rate)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,15 @@ class MetricSpec:
     """Who defines it: ``ragas`` / ``MindSDK evaluation module`` (official) or this project."""
     definition: str
     """One sentence: what it measures."""
+    definition_zh: str = ""
+    """The same sentence in Chinese (the report's ``zh`` language)."""
+    stage: Stage | None = None
+    """The pipeline stage the diagnosis table attributes a move of this metric to (None: the
+    metric takes no part in it)."""
+    headline: bool = False
+    """Shown in run tables and plotted case by case in reports."""
+    case_values: CaseValues = "score"
+    """What a run's per-case values of this metric are (see :data:`CaseValues`)."""
     per_case: bool = True
     """False for run-level figures (``p95_seconds``, ``error_rate``) with no per-case score."""
     population: Population = "all"
@@ -74,8 +90,18 @@ class MetricSpec:
     def needs(self) -> frozenset[str]:
         return self.needs_labels | self.needs_output
 
+    @property
+    def mean_of_cases(self) -> bool:
+        """The run's value is a mean of per-case values, so a paired test applies to it (a
+        percentile such as ``p95_seconds`` is not)."""
+        return self.per_case or self.case_values == "errored"
 
-PROJECT = "defined by this project (after the first seed)"
+    def describe(self, language: str) -> str:
+        """The definition in ``language`` (``zh`` or ``en``; English where no translation exists)."""
+        return self.definition_zh if language == "zh" and self.definition_zh else self.definition
+
+
+PROJECT = "defined by this project (after the RAG evaluation article)"
 RAGAS = "ragas 0.4.3 / MindSDK 26.1.0 evaluation module"
 
 METRICS: dict[str, MetricSpec] = {}
@@ -87,6 +113,16 @@ def register(spec: MetricSpec) -> MetricSpec:
     for alias in (spec.name, *spec.aliases):
         _ALIASES[alias] = spec.name
     return spec
+
+
+def headline_metrics() -> list[str]:
+    """The metrics run tables show and reports plot, in registry order."""
+    return [spec.name for spec in METRICS.values() if spec.headline]
+
+
+def case_values_metric(kind: CaseValues) -> MetricSpec:
+    """The run-level metric whose per-case values are ``kind`` (``errored``: the error rate)."""
+    return next(spec for spec in METRICS.values() if spec.case_values == kind and not spec.per_case)
 
 
 def parse_metric_names(names: Sequence[str]) -> list[MetricSpec]:
@@ -148,7 +184,9 @@ def _judge(
     ragas_class: str,
     args: tuple[str, ...],
     definition: str,
+    definition_zh: str,
     aliases: tuple[str, ...] = (),
+    headline: bool = False,
 ) -> None:
     outputs = {"response", "retrieved_contexts"} & set(args)
     register(
@@ -161,6 +199,8 @@ def _judge(
             needs_output=frozenset(outputs),
             source=RAGAS,
             definition=definition,
+            definition_zh=definition_zh,
+            headline=headline,
             judge=True,
             human_labels=True,
             aliases=aliases,
@@ -179,6 +219,8 @@ def _register_judge_metrics() -> None:
         "AnswerCorrectness",
         (q, resp, ref),
         "Correctness of the answer against the reference: factual overlap combined with semantic similarity.",
+        "结合事实准确性和语义相似度，衡量答案与标准答案之间的正确性。",
+        headline=True,
     )
     _judge(
         "answer_relevancy",
@@ -186,6 +228,7 @@ def _register_judge_metrics() -> None:
         "AnswerRelevancy",
         (q, resp),
         "How relevant the answer is to the question; incomplete or redundant answers score lower.",
+        "根据问题评估答案的相关性；不完整或有多余信息会扣分。",
     )
     _judge(
         "semantic_similarity",
@@ -193,6 +236,7 @@ def _register_judge_metrics() -> None:
         "SemanticSimilarity",
         (ref, resp),
         "Semantic closeness of the answer to the reference, from embeddings.",
+        "生成答案与标准答案在语义上的接近程度（answer_similarity，返回键为 semantic_similarity）。",
         aliases=("answer_similarity",),
     )
     _judge(
@@ -201,6 +245,7 @@ def _register_judge_metrics() -> None:
         "ContextPrecision",
         (q, ref, ctx),
         "Share of relevant chunks among the retrieved contexts, averaged precision@k over their ranks.",
+        "检索到的上下文中相关片段所占比例（对各片段的 precision@k 求平均）。",
     )
     _judge(
         "context_recall",
@@ -208,6 +253,8 @@ def _register_judge_metrics() -> None:
         "ContextRecall",
         (q, ctx, ref),
         "How much of the reference is supported by the retrieved contexts: nothing relevant left out.",
+        "系统成功检索出多少相关内容，重点在不遗漏。",
+        headline=True,
     )
     _judge(
         "context_entity_recall",
@@ -215,6 +262,7 @@ def _register_judge_metrics() -> None:
         "ContextEntityRecall",
         (ref, ctx),
         "Share of the reference's entities that appear in the retrieved contexts.",
+        "按参考答案与检索上下文中的实体数量衡量召回。",
     )
     _judge(
         "context_utilization",
@@ -222,6 +270,7 @@ def _register_judge_metrics() -> None:
         "ContextUtilization",
         (q, resp, ctx),
         "Precision of the retrieved contexts judged against the answer rather than a reference.",
+        "回答与检索上下文的相关性（以回答而非参考答案为准）。",
     )
     _judge(
         "faithfulness",
@@ -229,6 +278,8 @@ def _register_judge_metrics() -> None:
         "Faithfulness",
         (q, resp, ctx),
         "Share of the answer's claims that the retrieved contexts support.",
+        "回答与检索上下文在事实层面的一致程度。",
+        headline=True,
     )
     _judge(
         "noise_sensitivity",
@@ -236,6 +287,7 @@ def _register_judge_metrics() -> None:
         "NoiseSensitivity",
         (q, resp, ref, ctx),
         "How often the answer makes incorrect claims under relevant or irrelevant contexts (lower is better).",
+        "使用相关或不相关的检索文档时，因给出错误回答而出错的频率（越低越好）。",
     )
     _judge(
         "nv_accuracy",
@@ -243,6 +295,7 @@ def _register_judge_metrics() -> None:
         "AnswerAccuracy",
         (q, resp, ref),
         "Agreement of answer and reference: two judge prompts rate 0/2/4, rescaled to [0,1] and averaged.",
+        "两条判官提示各打 0/2/4 分，转到 [0,1] 后取平均，衡量回答与标准答案的一致程度。",
     )
     _judge(
         "nv_context_relevance",
@@ -250,6 +303,7 @@ def _register_judge_metrics() -> None:
         "ContextRelevance",
         (q, ctx),
         "Relevance of the retrieved contexts to the question: two judge prompts rate 0/1/2, rescaled and averaged.",
+        "两条判官提示各打 0/1/2 分，转到 [0,1] 后取平均，衡量检索上下文与问题的相关性。",
     )
     _judge(
         "nv_response_groundedness",
@@ -257,6 +311,7 @@ def _register_judge_metrics() -> None:
         "ResponseGroundedness",
         (resp, ctx),
         "How far each claim of the answer is supported by the retrieved contexts.",
+        "回答中的每条论断能否在检索上下文中找到依据。",
     )
 
 
@@ -269,7 +324,11 @@ def _register_offline_metrics() -> None:
         labels: set[str],
         outputs: set[str],
         definition: str,
+        definition_zh: str,
         population: Population,
+        stage: Stage,
+        *,
+        headline: bool = False,
         human_labels: bool = False,
     ) -> None:
         register(
@@ -282,7 +341,10 @@ def _register_offline_metrics() -> None:
                 needs_output=frozenset(outputs),
                 source=PROJECT,
                 definition=definition,
+                definition_zh=definition_zh,
                 population=population,
+                stage=stage,
+                headline=headline,
                 human_labels=human_labels,
                 scorer=scorer,
             )
@@ -294,7 +356,10 @@ def _register_offline_metrics() -> None:
         {"relevant_ids"},
         {"retrieved_ids"},
         "Share of the relevant ids found in the top K.",
+        "前 K 个召回结果中命中的相关项数 / 全部相关项数。",
         "answerable",
+        "recall",
+        headline=True,
     )
     offline_metric(
         "mrr",
@@ -302,7 +367,10 @@ def _register_offline_metrics() -> None:
         {"relevant_ids"},
         {"retrieved_ids"},
         "Reciprocal rank of the first relevant id anywhere in the ranking (uncut), averaged.",
+        "第一个相关项名次的倒数（不截断，排在任何位置都算），再对问题取平均。",
         "answerable",
+        "ranking",
+        headline=True,
     )
     offline_metric(
         "ndcg_at_k",
@@ -310,7 +378,9 @@ def _register_offline_metrics() -> None:
         {"relevant_ids"},
         {"retrieved_ids"},
         "Binary-relevance nDCG of the top K (each id counted once).",
+        "二元相关的 nDCG@K：命中位置的折损累计增益除以理想排序的增益；重复 id 只计一次。",
         "answerable",
+        "ranking",
     )
     offline_metric(
         "citation_precision",
@@ -318,7 +388,9 @@ def _register_offline_metrics() -> None:
         {"relevant_ids"},
         {"retrieved_ids", "citations"},
         "Share of the answer's citations that point at a relevant id.",
+        "回答引用的位置中，指向相关项的比例。",
         "all",
+        "citation",
     )
     offline_metric(
         "answer_accuracy",
@@ -326,12 +398,16 @@ def _register_offline_metrics() -> None:
         {"expected_facts"},
         {"response"},
         "1 when every expected fact appears in the answer (a refusal for unanswerable cases).",
+        "期望事实全部出现在回答中记 1；不可回答样本要求回答拒答。",
         "all",
+        "answer",
+        headline=True,
         human_labels=True,
     )
     register(
         MetricSpec(
             name="p95_seconds",
+            definition_zh="得到回答的样本的延迟的第 95 百分位（nearest-rank）。",
             direction="lower",
             low=0.0,
             high=None,
@@ -340,6 +416,9 @@ def _register_offline_metrics() -> None:
             source=PROJECT,
             per_case=False,
             population="answered",
+            stage="latency",
+            headline=True,
+            case_values="latency",
             definition="95th percentile (nearest rank) of the latency of the cases that got an answer.",
             run_value=offline.run_p95,
         )
@@ -347,6 +426,7 @@ def _register_offline_metrics() -> None:
     register(
         MetricSpec(
             name="error_rate",
+            definition_zh="出错样本（系统调用或指标计算出错）的比例。",
             direction="lower",
             low=0.0,
             high=1.0,
@@ -354,6 +434,9 @@ def _register_offline_metrics() -> None:
             needs_output=frozenset(),
             source=PROJECT,
             per_case=False,
+            stage="errors",
+            headline=True,
+            case_values="errored",
             definition="Share of cases with any error (system call or metric).",
             run_value=offline.run_error_rate,
         )

@@ -34,7 +34,6 @@ from ragexp.transport import (
     ssl_context,
 )
 
-STAGES = ("embedding", "vector", "keyword", "rerank", "model")
 MAX_CITATION = 2**31 - 1
 
 

@@ -22,13 +22,13 @@ from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.config.models import GatesConfig
-from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.metrics.registry import METRICS, MetricSpec, headline_metrics
 from ragexp.report import plots
-from ragexp.report.text import DEFINITIONS_ZH, t
+from ragexp.report.text import t
+from ragexp.tracking import artifacts
 from ragexp.tracking.store import Store
 
 WORST = 5
-HEADLINE = ["answer_accuracy", "recall_at_k", "mrr", "faithfulness", "answer_correctness", "context_recall"]
 
 
 @dataclass
@@ -82,7 +82,7 @@ def build_report(
 ) -> tuple[Report, str]:
     """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language."""
     run = load_run(store, run_id)
-    config = yaml.safe_load(store.read_artifact(run_id, "config.yaml")) or {}
+    config = yaml.safe_load(store.read_artifact(run_id, artifacts.CONFIG)) or {}
     language = language or config.get("report", {}).get("language") or "zh"
     base = load_run(store, baseline_id) if baseline_id else None
     diff: DiffResult | None = None
@@ -141,7 +141,7 @@ def _columns(
     for spec in specs:
         high = "∞" if spec.high is None else f"{spec.high:g}"
         source = t("project", language) if not spec.official else spec.source
-        definition = DEFINITIONS_ZH.get(spec.name, spec.definition) if language == "zh" else spec.definition
+        definition = spec.describe(language)
         rows.append(
             [
                 spec.name,
@@ -322,9 +322,9 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
 
 def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
     """The label audit's findings, when the run had a corpus to audit against."""
-    if "audit.json" not in store.list_artifacts(run.run_id):
+    if artifacts.AUDIT not in store.list_artifacts(run.run_id):
         return
-    findings = orjson.loads(store.read_artifact(run.run_id, "audit.json")).get("findings", [])
+    findings = orjson.loads(store.read_artifact(run.run_id, artifacts.AUDIT)).get("findings", [])
     doc.heading(t("audit", language))
     if not findings:
         doc.para(t("audit_none", language))
@@ -378,7 +378,7 @@ def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData,
             ),
             f"{t('delta', language)} ({t('ci', language)})",
         )
-    shared = [name for name in HEADLINE if name in base.scores and name in run.scores][:3]
+    shared = [name for name in headline_metrics() if name in base.scores and name in run.scores][:3]
     candidate = run.select(base.case_ids) if set(base.case_ids) == set(run.case_ids) else None
     for name in shared:
         if candidate is None:

@@ -107,26 +107,3 @@ TEXT: dict[str, dict[str, str]] = {
 
 def t(key: str, language: str) -> str:
     return TEXT[key][language]
-
-
-DEFINITIONS_ZH: dict[str, str] = {
-    "recall_at_k": "前 K 个召回结果中命中的相关项数 / 全部相关项数。",
-    "mrr": "第一个相关项名次的倒数（不截断，排在任何位置都算），再对问题取平均。",
-    "ndcg_at_k": "二元相关的 nDCG@K：命中位置的折损累计增益除以理想排序的增益；重复 id 只计一次。",
-    "citation_precision": "回答引用的位置中，指向相关项的比例。",
-    "answer_accuracy": "期望事实全部出现在回答中记 1；不可回答样本要求回答拒答。",
-    "p95_seconds": "得到回答的样本的延迟的第 95 百分位（nearest-rank）。",
-    "error_rate": "出错样本（系统调用或指标计算出错）的比例。",
-    "answer_correctness": "结合事实准确性和语义相似度，衡量答案与标准答案之间的正确性。",
-    "answer_relevancy": "根据问题评估答案的相关性；不完整或有多余信息会扣分。",
-    "semantic_similarity": "生成答案与标准答案在语义上的接近程度（answer_similarity，返回键为 semantic_similarity）。",
-    "context_precision": "检索到的上下文中相关片段所占比例（对各片段的 precision@k 求平均）。",
-    "context_recall": "系统成功检索出多少相关内容，重点在不遗漏。",
-    "context_entity_recall": "按参考答案与检索上下文中的实体数量衡量召回。",
-    "context_utilization": "回答与检索上下文的相关性（以回答而非参考答案为准）。",
-    "faithfulness": "回答与检索上下文在事实层面的一致程度。",
-    "noise_sensitivity": "使用相关或不相关的检索文档时，因给出错误回答而出错的频率（越低越好）。",
-    "nv_accuracy": "两条判官提示各打 0/2/4 分，转到 [0,1] 后取平均，衡量回答与标准答案的一致程度。",
-    "nv_context_relevance": "两条判官提示各打 0/1/2 分，转到 [0,1] 后取平均，衡量检索上下文与问题的相关性。",
-    "nv_response_groundedness": "回答中的每条论断能否在检索上下文中找到依据。",
-}

@@ -67,7 +67,9 @@ def _file_lock(path: Path | None) -> Iterator[None]:
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    # An existing lock file is opened for reading: flock needs no write access, and a read-only
+    # store stays readable.
+    with path.open("rb") if path.exists() else path.open("ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -392,17 +394,6 @@ class Store:
     def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
         with self._calling(f"listing artifacts of run {run_id}"):
             return [item.path for item in self.client.list_artifacts(run_id, path)]
-
-    def newest_finished(self, experiment_id: str, *, exclude: str) -> RunRecord | None:
-        """The most recently started finished run of an experiment, other than ``exclude``."""
-        with self._calling(f"searching runs of experiment {experiment_id}"):
-            runs = self.client.search_runs(
-                [experiment_id],
-                filter_string="attributes.status = 'FINISHED'",
-                max_results=2,
-                order_by=["attributes.start_time DESC"],
-            )
-        return next((_record(run) for run in runs if run.info.run_id != exclude), None)
 
     def experiment_ids(self) -> list[str]:
         """Every active experiment of the store."""

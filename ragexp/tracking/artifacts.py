@@ -1,0 +1,179 @@
+"""The run-artifact format: what ``ragexp run`` writes next to a run, and how it is read back.
+
+This module is the only code that knows the layout of ``cases.jsonl`` (one JSON object per case,
+everything the case did), ``scores.json`` (the same scores as columns, for fast comparison) and
+``summary.json`` (the run's figures). It does not import mlflow: the store moves bytes, this
+module gives them their meaning.
+
+``scores.json`` and ``summary.json`` carry ``format_version``; a run's ``cases.jsonl`` has the
+version of its ``scores.json``. Runs logged before the field existed have no version and are read
+as version 1, which is the same layout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ragexp.errors import TrackingError
+from ragexp.records import Case, CaseResult
+
+FORMAT_VERSION = 1
+"""The version this ragexp writes."""
+READABLE_VERSIONS = frozenset({1})
+"""The versions this ragexp reads."""
+
+CASES = "cases.jsonl"
+SCORES = "scores.json"
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+TABLE = "cases_table.json"
+AUDIT = "audit.json"
+
+
+def nullable(values: np.ndarray) -> list[float | None]:
+    """A float column as JSON can hold it: NaN (no score) becomes null."""
+    return [None if value != value else value for value in values.tolist()]
+
+
+def error_text(result: CaseResult) -> str | None:
+    """One line saying why a case has no (or an incomplete) score."""
+    if result.error is not None:
+        return result.error
+    if result.metric_errors:
+        return "; ".join(f"{name}: {reason}" for name, reason in result.metric_errors.items())
+    return None
+
+
+def write_cases(
+    path: Path,
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    columns: Mapping[str, list[float | None]],
+    latency: list[float | None],
+    spread: Mapping[str, list[float | None]],
+) -> None:
+    """``cases.jsonl``: per case its id, question, scores, error, system output and latency."""
+    names = list(columns)
+    with path.open("wb") as out:
+        for i, (case, result) in enumerate(zip(cases, results, strict=True)):
+            row: dict[str, Any] = {
+                "id": case.id,
+                "question": case.question,
+                "unanswerable": case.unanswerable,
+                "metrics": {name: columns[name][i] for name in names},
+                "error": error_text(result),
+                "output": result.output.to_json() if result.output is not None else None,
+                "latency_seconds": latency[i],
+            }
+            if result.metric_errors:
+                row["metric_errors"] = result.metric_errors
+            if spread:
+                row["spread"] = {name: values[i] for name, values in spread.items()}
+            out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+
+
+def write_scores(
+    path: Path,
+    cases: Sequence[Case],
+    errored: np.ndarray,
+    latency: list[float | None],
+    columns: Mapping[str, list[float | None]],
+    human: Mapping[str, np.ndarray],
+) -> None:
+    """``scores.json``: the per-case columns comparisons read (null: no score)."""
+    path.write_bytes(
+        orjson.dumps(
+            {
+                "format_version": FORMAT_VERSION,
+                "case_ids": [case.id for case in cases],
+                "unanswerable": [case.unanswerable for case in cases],
+                "errored": errored.tolist(),
+                "latency_seconds": latency,
+                "metrics": dict(columns),
+                "human": {name: nullable(values) for name, values in human.items()},
+            }
+        )
+    )
+
+
+def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
+    """``summary.json``: the run's figures, human-readable."""
+    payload = {"format_version": FORMAT_VERSION, **summary}
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def check_version(payload: Mapping[str, Any], artifact: str, run_id: str) -> int:
+    """The payload's format version, or one line saying this ragexp cannot read it."""
+    version = payload.get("format_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+        hint = "upgrade ragexp to read it" if newer else "rerun it with this ragexp"
+        readable = ", ".join(str(v) for v in sorted(READABLE_VERSIONS))
+        raise TrackingError(
+            f"run {run_id}: {artifact} has artifact format {version!r}, this ragexp reads format {readable}; {hint}"
+        )
+    return version
+
+
+def _object(data: bytes, artifact: str, run_id: str) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise TrackingError(f"run {run_id}: {artifact} is not valid JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise TrackingError(f"run {run_id}: {artifact} should hold a JSON object")
+    return payload
+
+
+@dataclass
+class ScoreColumns:
+    """A run's ``scores.json`` as arrays (NaN where a score is missing)."""
+
+    case_ids: list[str]
+    unanswerable: np.ndarray
+    errored: np.ndarray
+    latency: np.ndarray
+    metrics: dict[str, np.ndarray]
+    human: dict[str, np.ndarray]
+    format_version: int
+
+
+def read_scores(data: bytes, run_id: str) -> ScoreColumns:
+    payload = _object(data, SCORES, run_id)
+    version = check_version(payload, SCORES, run_id)
+    try:
+        return ScoreColumns(
+            case_ids=list(payload["case_ids"]),
+            unanswerable=np.array(payload["unanswerable"], dtype=bool),
+            errored=np.array(payload["errored"], dtype=bool),
+            latency=np.array(payload["latency_seconds"], dtype=np.float64),
+            # dtype float turns None into NaN: a missing score stays missing.
+            metrics={name: np.array(v, dtype=np.float64) for name, v in payload["metrics"].items()},
+            human={name: np.array(v, dtype=np.float64) for name, v in payload.get("human", {}).items()},
+            format_version=version,
+        )
+    except KeyError as exc:
+        raise TrackingError(f"run {run_id}: {SCORES} has no field {exc.args[0]!r}") from None
+
+
+def read_summary(data: bytes, run_id: str) -> dict[str, Any]:
+    payload = _object(data, SUMMARY, run_id)
+    check_version(payload, SUMMARY, run_id)
+    return payload
+
+
+def case_lines(data: bytes) -> list[bytes]:
+    """The raw lines of ``cases.jsonl``, one per case (parse one with :func:`case_row`)."""
+    return [line for line in data.splitlines() if line.strip()]
+
+
+def case_row(line: bytes) -> dict[str, Any]:
+    row: dict[str, Any] = orjson.loads(line)
+    return row

@@ -1,0 +1,114 @@
+"""One place per concept: metric knowledge in the registry, the artifact format in one module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ragexp.compare.diff import MetricDiff, diagnose
+from ragexp.errors import TrackingError
+from ragexp.metrics.registry import _ALIASES, METRICS, case_values_metric, headline_metrics
+from ragexp.tracking import artifacts
+from ragexp.tracking.store import Store
+from tests.conftest import write_jsonl
+from tests.test_compare import replay_rows, run_replay
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ragexp"
+STAGE_TIMING = "p95_seconds"
+"""Also the name of a per-stage timing figure (``timing.<stage>.p95_seconds``), not the metric."""
+
+
+def test_no_metric_name_outside_the_registry() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "registry.py" and path.parent.name == "metrics":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _ALIASES:
+                if node.value == STAGE_TIMING and path.name in {"runner.py", "app.py"}:
+                    continue
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value}")
+    assert found == []
+
+
+def test_registry_holds_headline_definitions_and_case_values() -> None:
+    assert headline_metrics() == [
+        "recall_at_k",
+        "mrr",
+        "answer_accuracy",
+        "p95_seconds",
+        "error_rate",
+        "answer_correctness",
+        "context_recall",
+        "faithfulness",
+    ]
+    for spec in METRICS.values():
+        assert spec.definition_zh and spec.describe("zh") == spec.definition_zh
+        assert spec.describe("en") == spec.definition
+        assert "seed" not in spec.source
+    assert case_values_metric("errored").name == "error_rate"
+    assert case_values_metric("latency").name == "p95_seconds"
+    assert METRICS["error_rate"].mean_of_cases and not METRICS["p95_seconds"].mean_of_cases
+
+
+def _moved(name: str, delta: float, baseline: float = 1.0) -> MetricDiff:
+    # A run-level move without interval: moved() goes by the sign of the delta and the direction.
+    direction = METRICS[name].direction
+    return MetricDiff(name, direction, baseline, baseline + delta, delta, None, None, None, 0, 0, 0, 0)
+
+
+def test_diagnosis_reads_stages_not_names() -> None:
+    # nDCG is a ranking metric like MRR: recall flat and nDCG down points at fusion or rerank.
+    assert diagnose([_moved("recall_at_k", 0.0), _moved("ndcg_at_k", -0.1)]) == [
+        "recall flat but MRR down: fusion or rerank regressed"
+    ]
+    assert diagnose([_moved("recall_at_k", -0.1), _moved("mrr", -0.1)]) == [
+        "recall and MRR down: look at parsing, chunking and recall first"
+    ]
+    assert diagnose([_moved("mrr", 0.0), _moved("answer_accuracy", -0.1)]) == [
+        "retrieval flat but answer accuracy down: prompt, model or context assembly"
+    ]
+    assert diagnose([_moved("faithfulness", 0.1), _moved("p95_seconds", 1.0, baseline=1.0)]) == [
+        "quality up but P95 latency doubled: a product trade-off, not an automatic accept"
+    ]
+    # A better error rate is no quality gain.
+    assert diagnose([_moved("error_rate", -0.1, baseline=0.2), _moved("p95_seconds", 1.0)]) == []
+
+
+def test_format_version_checked_with_one_line() -> None:
+    today = {"case_ids": ["a"], "unanswerable": [False], "errored": [False], "latency_seconds": [0.5]}
+    columns = artifacts.read_scores(orjson.dumps({**today, "metrics": {"mrr": [None]}}), "r1")
+    assert columns.format_version == 1 and columns.metrics["mrr"].tolist() != columns.metrics["mrr"].tolist()
+    with pytest.raises(TrackingError, match=r"^run r1: scores.json has artifact format 2, .*upgrade ragexp"):
+        artifacts.read_scores(orjson.dumps({**today, "metrics": {}, "format_version": 2}), "r1")
+    with pytest.raises(TrackingError, match=r"format 0, .*rerun it"):
+        artifacts.read_summary(b'{"format_version": 0}', "r1")
+    with pytest.raises(TrackingError, match=r"scores.json has no field 'metrics'"):
+        artifacts.read_scores(orjson.dumps(today), "r1")
+
+
+def test_runs_carry_the_version_and_a_newer_format_is_refused(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    base = run_replay(ragexp, write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 4)))
+    cand = run_replay(ragexp, write_jsonl(tmp_path / "b.jsonl", replay_rows([{"rank": 2}] * 4)))
+    store = Store(store_uri)
+    scores = orjson.loads(store.read_artifact(cand["run_id"], artifacts.SCORES))
+    summary = artifacts.read_summary(store.read_artifact(cand["run_id"], artifacts.SUMMARY), cand["run_id"])
+    assert scores["format_version"] == summary["format_version"] == artifacts.FORMAT_VERSION
+    assert summary["summary"]["mrr"] == pytest.approx(0.5)
+
+    # A run logged before the version field existed still compares.
+    del scores["format_version"]
+    store.log_files(cand["run_id"], {artifacts.SCORES: orjson.dumps(scores)})
+    assert ragexp("diff", base["run_id"], cand["run_id"], "--json").code == 0
+
+    store.log_files(cand["run_id"], {artifacts.SCORES: orjson.dumps({**scores, "format_version": 7})})
+    refused = ragexp("diff", base["run_id"], cand["run_id"])
+    assert refused.code == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"ragexp: error: run {cand['run_id']}: scores.json has artifact format 7, "
+        "this ragexp reads format 1; upgrade ragexp to read it"
+    ]
