@@ -22,8 +22,9 @@ start() {
   fi
   local version
   version=$(ls /usr/lib/postgresql | sort -n | tail -1)
+  # stdout carries only the tracking URI (callers capture it): everything else goes elsewhere.
   pg_lsclusters -h | grep -q "^$version *main" || pg_createcluster "$version" main >/dev/null
-  pg_ctlcluster "$version" main start 2>/dev/null || true   # already running is fine
+  pg_ctlcluster "$version" main start >/dev/null 2>&1 || true   # already running is fine
   for _ in $(seq 1 30); do as_postgres psql -tAc "select 1" >/dev/null 2>&1 && break; sleep 1; done
   as_postgres psql -tAc "select 1 from pg_roles where rolname='ragexp'" | grep -q 1 ||
     as_postgres psql -qc "create role ragexp login password 'ragexp'"

@@ -275,7 +275,7 @@ def test_a_tracking_server_killed_mid_run_fails_in_bounded_time_and_resume_compl
     ids = [f"ok-{i}" for i in range(300)]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # where checkpoints live for a server store
-    args = ["run", "provider=http", f"dataset.path={data}", "concurrency=2", "tracking.timeout_s=20"]
+    args = ["run", "provider=http", f"dataset.path={data}", "concurrency=2", "tracking.timeout_s=30"]
     with serve(FAULTY, "--delay-ms", "20") as url:
         args.append(f"provider.system.url={url}")
         with mlflow_server(tmp_path / "server", port):
@@ -297,8 +297,8 @@ def test_a_tracking_server_killed_mid_run_fails_in_bounded_time_and_resume_compl
         assert lines[0].endswith(
             f"when the store answers again; continue with: ragexp run {' '.join(args[1:])} --resume {run_id}"
         )
-        # 300 cases x 20 ms over 2 workers is about 3 s of evaluation; then at most the 20 s bound.
-        assert waited < 60
+        # 300 cases x 20 ms over 2 workers is about 3 s of evaluation; then at most the 30 s bound.
+        assert waited < 90
         saved = len(next(checkpoints.glob("*.jsonl")).read_bytes().splitlines())
         assert saved == 300
         before = stats(url)

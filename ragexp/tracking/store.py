@@ -164,8 +164,9 @@ class Store:
 
     def _bound_http_retries(self) -> None:
         """Fit MLflow's retries of one call within ``timeout_s``: 3 retries waiting about 0, 2
-        and 4 s (plus jitter), each attempt bounded by a quarter of what is left."""
-        per_attempt = max(2, int((self.timeout_s - 10) / 4))
+        and 4 s (plus jitter), each attempt bounded by a quarter of what is left (at least 5 s: a
+        busy server answering a large batch takes seconds)."""
+        per_attempt = max(5, int((self.timeout_s - 10) / 4))
         wanted = {
             "MLFLOW_HTTP_REQUEST_TIMEOUT": str(per_attempt),
             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
