@@ -473,7 +473,10 @@ class Store:
                 )
                 break
             except MlflowException as exc:
-                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                # Two creations racing on a SQL backend can surface as another error than
+                # RESOURCE_ALREADY_EXISTS (the unique violation found at commit): the lock is held
+                # if the model exists now.
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS" and not self._model_exists(name):
                     raise TrackingError(f"locking {what}: {_one_line(exc)}") from None
             except OSError as exc:
                 raise TrackingError(
@@ -490,6 +493,15 @@ class Store:
         finally:
             with self._calling(f"unlocking {what}"):
                 self.client.delete_registered_model(name)
+
+    def _model_exists(self, name: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(name)
+        except (MlflowException, OSError):
+            return False
+        return True
 
     def search(
         self, experiment: str, *, limit: int, filter_string: str = "", finished_only: bool = False
