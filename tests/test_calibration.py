@@ -112,7 +112,7 @@ def test_calibration_gate_rules_fail_with_the_reason() -> None:
 
     def faithfulness(calibration: dict[str, float]) -> list[tuple[str, str, str]]:
         results = rule_results(gates, metrics, 0, 40, {"faithfulness": calibration})
-        return [(r.rule, r.status, r.message) for r in results if r.metric == "faithfulness"]
+        return [(r.rule, r.outcome, r.message) for r in results if r.metric == "faithfulness"]
 
     low = faithfulness({"n": 40, "kappa": 0.21, "bias": -0.02})
     assert low[0] == ("min_kappa", "failed", "faithfulness: judge not calibrated (κ 0.21 < 0.40 on 40 labelled cases)")
