@@ -20,7 +20,6 @@ import orjson
 
 from ragexp import __version__
 from ragexp.checkpoint import Checkpoint, read_checkpoint
-from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
@@ -30,6 +29,7 @@ from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
+from ragexp.paths import data_roots
 from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
@@ -120,7 +120,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
     specs = parse_metric_names(config.metrics.names)
-    path = resolve_path(config.dataset.path, PROJECT_ROOT)
+    path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
     judge_specs = [spec.name for spec in specs if spec.judge]
     if judge_specs and config.provider.judge is None:
@@ -147,7 +147,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         judge = scorer.identity
     findings = None
     if config.dataset.corpus is not None:
-        corpus_path = resolve_path(config.dataset.corpus, PROJECT_ROOT)
+        corpus_path = resolve_path(config.dataset.corpus, data_roots())
         corpus = load_corpus(corpus_path)
         # A corpus sharing no id with the cases belongs to another set (a dataset.path override
         # under a group that names its corpus): no audit, rather than one finding per case.

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragexp.config.compose import compose, conf_dir, name_dataset_from_path, validate
+from ragexp.config.compose import (
+    compose,
+    name_dataset_from_path,
+    name_provider,
+    prepare_overrides,
+    search_path,
+    validate,
+)
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.tracking.store import FAILED, FINISHED, TAG_PREFIX, RunRecord, Store
 
@@ -66,12 +73,14 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     )
     os.environ[PARENT_ENV], os.environ[URI_ENV] = parent, store.uri
     folder = store.state_dir() / "sweeps" / parent
+    directory, name, search = search_path()
     argv = sys.argv
     sys.argv = [
         "ragexp",
         "--multirun",
-        *[o for o in overrides if o not in hydra_keys],
+        *prepare_overrides([o for o in overrides if o not in hydra_keys]),
         *hydra_keys,
+        *search,
         *HYDRA_QUIET,
         f"hydra.sweep.dir={folder}",
         "hydra.sweep.subdir=${hydra.job.num}",
@@ -80,7 +89,7 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     try:
         import hydra
 
-        hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(run_point)()
+        hydra.main(config_path=str(directory), config_name=name, version_base="1.3")(run_point)()
         runs = store.search(base.experiment, limit=10_000, filter_string=f"tags.`{TAG_PREFIX}sweep` = '{parent}'")
         record = store.get_run(parent)
         failures = {key[len(FAILED_TAG) :]: value for key, value in record.tags.items() if key.startswith(FAILED_TAG)}
@@ -100,12 +109,15 @@ def run_point(cfg: Any) -> None:
 
     gc.disable()  # as in the CLI's own process (a launcher's worker does not go through main())
     job = HydraConfig.get()
-    point = " ".join(job.overrides.task)
+    # Typed keys were forced (`++k=3`) only so Hydra accepts them; the point reads as typed.
+    point = " ".join(item.removeprefix("++") for item in job.overrides.task)
     number = str(job.job.num)
     parent, uri = os.environ[PARENT_ENV], os.environ[URI_ENV]
     try:
-        raw = OmegaConf.to_container(cfg, resolve=True)
-        config = validate(name_dataset_from_path(raw, list(job.overrides.task)))  # type: ignore[arg-type]
+        raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+        task = [item.removeprefix("++") for item in job.overrides.task]
+        name_provider(raw, dict(job.runtime.choices), task)
+        config = validate(name_dataset_from_path(raw, task))
         store = Store(config.tracking.uri or uri, timeout_s=config.tracking.timeout_s)
         plan = plan_run(config, store.state_dir())
         outcome = execute(

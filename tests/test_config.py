@@ -87,7 +87,7 @@ def test_config_hash_changes_with_what_is_measured(tmp_path: Path) -> None:
     }
     assert base not in changed and len(changed) == 5
     # Same path, different content: the hash follows the content.
-    source = (ROOT / "experiments/kb_zh/cases.jsonl").read_text(encoding="utf-8")
+    source = (ROOT / "ragexp/data/kb_zh/cases.jsonl").read_text(encoding="utf-8")
     copy = tmp_path / "kb.jsonl"
     copy.write_text(source, encoding="utf-8")
     same_content = hash_of([f"dataset.path={copy}"])
@@ -108,6 +108,6 @@ def test_identity_view_and_params_hold_no_runtime_keys_or_url_credentials() -> N
 
 def test_relative_dataset_path_falls_back_to_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert plan_run(compose([])).dataset.path == ROOT / "experiments/kb_zh/cases.jsonl"
+    assert plan_run(compose([])).dataset.path == ROOT / "ragexp/data/kb_zh/cases.jsonl"
     write_jsonl(tmp_path / "own.jsonl", [{"id": "a", "question": "q", "relevant_ids": ["d"], "expected_facts": ["f"]}])
     assert plan_run(compose(["dataset.path=own.jsonl", "provider=fake"])).dataset.path.name == "own.jsonl"

@@ -78,7 +78,7 @@ def test_every_problem_is_listed(tmp_path: Path) -> None:
 
 
 def test_column_format(tmp_path: Path) -> None:
-    data = load_dataset(ROOT / "experiments/scifacts_zh/mindsdk_columns.json")
+    data = load_dataset(ROOT / "ragexp/data/scifacts_zh/mindsdk_columns.json")
     assert data.format == "columns" and len(data.cases) == 3
     assert data.cases[0].recorded is not None and len(data.cases[0].recorded.contexts) == 3
     assert "relevant_ids" not in data.label_fields and "reference" in data.label_fields
@@ -116,7 +116,7 @@ def test_dataset_hash_covers_labels_not_outputs_nor_order(tmp_path: Path) -> Non
 
 
 def test_bundled_sets() -> None:
-    kb = load_dataset(ROOT / "experiments/kb_zh/cases.jsonl")
+    kb = load_dataset(ROOT / "ragexp/data/kb_zh/cases.jsonl")
     assert len(kb.cases) >= 30
     assert sum(c.unanswerable for c in kb.cases) >= 3
     # The seed's trap: "how long until the refund arrives" is not the seven-day application window.
@@ -124,12 +124,12 @@ def test_bundled_sets() -> None:
     assert arrival.relevant_ids == ["refund-arrival"] and "七天" not in "".join(arrival.expected_facts)
     docs = {
         json.loads(line)["id"]: json.loads(line)["text"]
-        for line in (ROOT / "experiments/kb_zh/docs.jsonl").read_text(encoding="utf-8").splitlines()
+        for line in (ROOT / "ragexp/data/kb_zh/docs.jsonl").read_text(encoding="utf-8").splitlines()
     }
     for c in kb.cases:
         for fact in c.expected_facts:  # every expected fact is written in one of its relevant documents
             assert any(fact in docs[d] for d in c.relevant_ids), (c.id, fact)
-    sci = load_dataset(ROOT / "experiments/scifacts_zh/cases.jsonl")
+    sci = load_dataset(ROOT / "ragexp/data/scifacts_zh/cases.jsonl")
     assert len(sci.cases) >= 20
     assert {"response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds"} <= sci.output_fields
     imperfect = [c for c in sci.cases if c.recorded and c.recorded.ranked_ids[:1] != c.relevant_ids[:1]]

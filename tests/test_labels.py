@@ -16,8 +16,8 @@ from ragexp.errors import DatasetErrors
 from ragexp.metrics.calibration import calibrate, ppi_mean
 from tests.conftest import ROOT, write_jsonl
 
-KB_CASES = ROOT / "experiments/kb_zh/cases.jsonl"
-KB_DOCS = ROOT / "experiments/kb_zh/docs.jsonl"
+KB_CASES = ROOT / "ragexp/data/kb_zh/cases.jsonl"
+KB_DOCS = ROOT / "ragexp/data/kb_zh/docs.jsonl"
 GOOD = {"id": "a", "question": "退款多久到账？", "relevant_ids": ["refund-arrival"], "expected_facts": ["1-3 个工作日"]}
 
 
@@ -124,7 +124,7 @@ def test_audit_flags_the_refund_arrival_mislabel_and_every_kind(tmp_path: Path) 
 
 def test_bundled_sets_audit_clean() -> None:
     assert audit(load_dataset(KB_CASES), load_corpus(KB_DOCS)) == []
-    sci = ROOT / "experiments/scifacts_zh"
+    sci = ROOT / "ragexp/data/scifacts_zh"
     assert audit(load_dataset(sci / "cases.jsonl"), load_corpus(sci / "corpus.jsonl")) == []
 
 

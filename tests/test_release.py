@@ -422,7 +422,7 @@ def workspace(tmp_path: Path) -> Path:
     """A checkout as a CI runner sees it: the project's files (the set-up venv linked in)."""
     folder = tmp_path / "checkout"
     folder.mkdir()
-    for name in ["Makefile", "pyproject.toml", "requirements.lock", "ragexp", "conf", "experiments", ".venv"]:
+    for name in ["Makefile", "pyproject.toml", "requirements.lock", "ragexp", "experiments", ".venv"]:
         (folder / name).symlink_to(ROOT / name)
     return folder
 

@@ -115,7 +115,7 @@ def test_replay_values_match_an_independent_computation(ragexp, k: int) -> None:
     result = ragexp("run", "dataset=scifacts_zh", "provider=replay", f"k={k}", "--json")
     assert result.code == 0, result.stderr
     summary = result.json()["summary"]
-    expected = plain_summary(ROOT / "experiments/scifacts_zh/cases.jsonl", k)
+    expected = plain_summary(ROOT / "ragexp/data/scifacts_zh/cases.jsonl", k)
     assert summary == pytest.approx(expected)
     assert summary["recall_at_k"] < 1.0 and summary["mrr"] < 1.0  # the recorded retrieval is imperfect
 

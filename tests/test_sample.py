@@ -20,7 +20,7 @@ from ragexp.sample import SampleSystem, Settings, load_docs
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import SAMPLE, serve
 
-DOCS = ROOT / "experiments/kb_zh/docs.jsonl"
+DOCS = ROOT / "ragexp/data/kb_zh/docs.jsonl"
 REFUSED = {"ship-carrier", "invoice-vat-docs", "price-drop"}
 """Answerable cases the shipped sample refuses: their best BM25 score is below the threshold."""
 
@@ -142,7 +142,7 @@ def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, st
         tmp_path / "cases.jsonl",
         [{"id": "q1", "question": "谁提出了相对论？", "relevant_ids": ["rel-1"], "expected_facts": ["爱因斯坦"]}],
     )
-    corpus = ROOT / "experiments/scifacts_zh/corpus.jsonl"
+    corpus = ROOT / "ragexp/data/scifacts_zh/corpus.jsonl"
     own = ragexp("run", f"dataset.path={data}", f"provider.system.sample.docs={corpus}", "--json")
     assert own.code == 0, own.stderr
     assert own.json()["summary"]["recall_at_k"] == 1.0 and own.json()["summary"]["answer_accuracy"] == 1.0

@@ -245,7 +245,7 @@ def test_sweep_points_each_have_their_traces(ragexp: Any, store_uri: str) -> Non
     assert len(runs) == 2
     for point in runs:
         assert sorted({case_id(t) for t in traces_of(store_uri, point["run_id"])}) == sorted(
-            json.loads(line)["id"] for line in (ROOT / "experiments/kb_zh/cases.jsonl").read_text().splitlines()
+            json.loads(line)["id"] for line in (ROOT / "ragexp/data/kb_zh/cases.jsonl").read_text().splitlines()
         )
     tags = MlflowClient(store_uri).get_run(result.json()["sweep"]).data.tags
     assert tags["ragexp.sweep.role"] == "parent" and "ragexp.sweep_parent" not in tags
@@ -285,7 +285,7 @@ def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -
 
     # Another file: its own name, never the bundled set's; a default name telling runs apart.
     copy = tmp_path / "support_v2.jsonl"
-    copy.write_text((ROOT / "experiments/kb_zh/cases.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    copy.write_text((ROOT / "ragexp/data/kb_zh/cases.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
     other = ragexp("run", "provider=fake", f"dataset.path={copy}", "--json")
     assert other.code == 0, other.stderr
     run2 = client.get_run(other.json()["run_id"])

@@ -31,6 +31,7 @@ except ModuleNotFoundError:  # a checkout without the package installed: use its
     sys.path.insert(0, str(HERE.parents[1]))
     from ragexp.sample import CHUNKINGS, CITATION_POLICIES, DocsError, SampleSystem, Settings, load_docs
 
+from ragexp.paths import package_data  # noqa: E402
 
 class Service:
     def __init__(self, args: argparse.Namespace) -> None:
@@ -85,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stdout)")
-    parser.add_argument("--docs", default=str(HERE / "docs.jsonl"))
+    parser.add_argument("--docs", default=str(package_data() / "kb_zh" / "docs.jsonl"))
     parser.add_argument("--chunking", choices=CHUNKINGS, default="doc")
     parser.add_argument("--no-rerank", action="store_true", help="rank by BM25 alone")
     parser.add_argument("--citations", choices=CITATION_POLICIES, default="source", help="what the answer cites")

@@ -53,9 +53,53 @@ def info(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
+ConfigDir = Annotated[
+    str | None,
+    typer.Option(
+        "--config-dir",
+        help="Your config folder, composed over the packaged defaults "
+        "(default: $RAGEXP_CONFIG_DIR, else ./conf when it exists).",
+    ),
+]
+
+
+def _use_config_dir(config_dir: str | None) -> None:
+    if config_dir:
+        import os
+
+        from ragexp.paths import CONFIG_DIR_ENV
+
+        os.environ[CONFIG_DIR_ENV] = config_dir  # read by composition, data paths and sweep workers alike
+
+
+@app.callback()
+def _options(config_dir: ConfigDir = None) -> None:
+    """Config-driven RAG evaluation: run, compare and gate experiments tracked in MLflow."""
+    _use_config_dir(config_dir)
+
+
+@app.command()
+def init(
+    directory: Annotated[str, typer.Argument(help="Folder to set up (created if missing).")] = ".",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite starter files that already exist.")] = False,
+) -> None:
+    """Write a starter conf/ (your dataset, your service, your gate), a two-case dataset and a .gitignore."""
+    from pathlib import Path
+
+    from ragexp.cli.init import init_project, next_commands
+
+    folder = Path(directory)
+    for path in init_project(folder, force=force):
+        info(f"wrote {path}")
+    typer.echo("Next:")
+    for line in next_commands(folder):
+        typer.echo(f"  {line}")
+
+
 @app.command()
 def run(
     overrides: Overrides = None,
+    config_dir: ConfigDir = None,
     resume: Annotated[
         str | None,
         typer.Option(
@@ -80,6 +124,7 @@ def run(
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
+    _use_config_dir(config_dir)
     import signal
 
     if multirun:
@@ -201,6 +246,7 @@ def record_comparison(store: Any, candidate: str, baseline: str, name: str, payl
 @app.command()
 def validate(
     overrides: Overrides = None,
+    config_dir: ConfigDir = None,
     path: Annotated[
         str | None, typer.Option("--path", help="Check this file instead of the configured dataset.")
     ] = None,
@@ -216,17 +262,19 @@ def validate(
     as_json: JsonFlag = False,
 ) -> None:
     """Check a dataset without running anything; with a corpus, audit its labels too."""
-    from ragexp.config.compose import PROJECT_ROOT, compose
+    _use_config_dir(config_dir)
+    from ragexp.config.compose import compose
     from ragexp.datasets.audit import audit, load_corpus, shares_ids
     from ragexp.datasets.loader import load_dataset, resolve_path
     from ragexp.errors import DatasetErrors
+    from ragexp.paths import data_roots
 
     file_format: str = fmt_
     if path is None:
         config = compose(overrides or [])
-        file, file_format = resolve_path(config.dataset.path, PROJECT_ROOT), config.dataset.format
+        file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
         configured = corpus or config.dataset.corpus
-        corpus_file = resolve_path(configured, PROJECT_ROOT) if configured else None
+        corpus_file = resolve_path(configured, data_roots()) if configured else None
     else:
         file = resolve_path(path)
         corpus_file = resolve_path(corpus) if corpus else None
@@ -400,6 +448,7 @@ UiUrl = Annotated[
 def gate(
     baseline: Baseline,
     overrides: Overrides = None,
+    config_dir: ConfigDir = None,
     candidate: Annotated[
         str | None,
         typer.Option(
@@ -427,6 +476,7 @@ def gate(
     as_json: JsonFlag = False,
 ) -> None:
     """Release check of a candidate against a baseline: exit 0 pass, 2 fail; every failure is printed."""
+    _use_config_dir(config_dir)
     import time
 
     from ragexp.cli.outputs import check_writable, write_file

@@ -1,24 +1,71 @@
-"""Compose ``conf/`` with Hydra and validate the result, once, into :class:`RagexpConfig`."""
+"""Compose the config tree with Hydra and validate the result, once, into :class:`RagexpConfig`.
+
+The tree is the packaged ``ragexp/conf`` with the user's own config folder (``ragexp init``)
+composed over it: a file in the user's folder wins over a packaged file of the same name, and
+new files add options to the groups (``dataset=my_set``, ``system=my_service``).
+"""
 
 from __future__ import annotations
 
-import os
 import re
+import types
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ragexp.config.models import RagexpConfig
 from ragexp.errors import ConfigError
+from ragexp.paths import package_conf, user_conf_dir
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates")
+"""Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``."""
 
 
-def conf_dir() -> Path:
-    """The config tree: ``RAGEXP_CONF_DIR`` if set, else ``conf/`` at the project root."""
-    return Path(os.environ.get("RAGEXP_CONF_DIR") or PROJECT_ROOT / "conf").resolve()
+PACKAGED_PRIMARY = "ragexp_packaged_config"
+"""Name of the packaged ``config.yaml`` in Hydra's ConfigStore, when a user folder has none."""
+
+
+def search_path() -> tuple[Path, str, list[str]]:
+    """(primary config folder, primary config name, extra Hydra overrides) for the user's folder
+    over the packaged one.
+
+    Hydra searches the primary folder first and ``hydra.searchpath`` entries after it, so the
+    user's folder is primary and the packaged tree backs it; without a user folder the packaged
+    tree is primary on its own.
+    """
+    packaged = package_conf()
+    user = user_conf_dir()
+    if user is None or user == packaged:
+        return packaged, "config", []
+    if not user.is_dir():
+        raise ConfigError(f"{user}: no such config folder (--config-dir / RAGEXP_CONFIG_DIR)")
+    name = "config"
+    if not (user / "config.yaml").is_file():
+        _store_packaged_primary(packaged)
+        name = PACKAGED_PRIMARY
+    return user, name, [f"hydra.searchpath=[{_file_url(packaged)}]"]
+
+
+def _store_packaged_primary(packaged: Path) -> None:
+    """Hydra looks the primary config up before it applies ``hydra.searchpath``, so a user folder
+    without its own ``config.yaml`` gets the packaged one from Hydra's ConfigStore (searched
+    last), defaults list included. Not under the name ``config``: Hydra would take a stored node
+    of the same name as a schema for every ``config.yaml``."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    ConfigStore.instance().store(
+        name=PACKAGED_PRIMARY, node=OmegaConf.load(packaged / "config.yaml"), provider="ragexp"
+    )
+
+
+def _file_url(path: Path) -> str:
+    text = f"file://{path.as_posix()}"
+    # Hydra's override grammar reads these characters as syntax, unless quoted.
+    return f"'{text}'" if any(ch in path.as_posix() for ch in ' ,[]{}()=:"$') else text
 
 
 def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
@@ -55,16 +102,17 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = [quote_plain_value(item) for item in overrides]
-    directory = conf_dir()
-    if not (directory / "config.yaml").is_file():
-        raise ConfigError(f"{directory}: no config.yaml (set RAGEXP_CONF_DIR to a config tree)")
+    overrides = prepare_overrides(overrides)
+    directory, name, extra = search_path()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base="1.3", job_name="ragexp"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = hydra_compose(config_name=name, overrides=[*overrides, *extra], return_hydra_config=True)
+        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        with open_dict(cfg):
+            del cfg["hydra"]
         raw = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
         message = _first_line(str(exc))
@@ -73,7 +121,21 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         raise ConfigError(f"config: {message}") from None
     if not isinstance(raw, dict):  # pragma: no cover - config.yaml is a mapping by construction
         raise ConfigError(f"{directory / 'config.yaml'}: the config must be a mapping")
-    return {str(key): value for key, value in raw.items()}
+    plain = {str(key): value for key, value in raw.items()}
+    name_provider(plain, choices if isinstance(choices, dict) else {}, overrides)
+    return plain
+
+
+def name_provider(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> None:
+    """``provider.name`` says what answered and judged: the preset's name, or ``system+judge``
+    when ``system=`` / ``judge=`` on the command line changed the preset's selection (an explicit
+    ``provider.name=...`` wins). It is a tag and part of the config hash, like any other key."""
+    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+    if "provider.name" in keys or not ({"system", "judge"} & keys):
+        return
+    provider = raw.get("provider")
+    if isinstance(provider, dict):
+        provider["name"] = f"{choices.get('system')}+{choices.get('judge')}"
 
 
 def validate(raw: dict[str, Any]) -> RagexpConfig:
@@ -94,6 +156,11 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
         raise ConfigError(f"config: {location}: {message}{more}") from None
 
 
+def prepare_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides as Hydra should read them: non-ASCII values quoted, typed keys forced."""
+    return [force_typed_key(quote_plain_value(item)) for item in overrides]
+
+
 _OVERRIDE = re.compile(r"^(?P<key>[+~]{0,2}[\w.@/-]+)=(?P<value>.+)$")
 _GRAMMAR = set(",[]{}()'\"\\$:=*")
 
@@ -108,6 +175,50 @@ def quote_plain_value(override: str) -> str:
     if value.isascii() or any(ch in _GRAMMAR for ch in value):
         return override
     return f"{match.group('key')}='{value}'"
+
+
+def force_typed_key(override: str) -> str:
+    """``provider.system.timeout_s=5`` as ``++provider.system.timeout_s=5`` when the key is a
+    field of the typed models: config files set only what differs from the typed defaults, so a
+    key they do not list is absent from the composed tree and Hydra's struct mode would refuse it.
+    The typed models, not the YAML files, say which keys exist; any other key is left to Hydra
+    (and a misspelt one is refused as before). Group selections (``system=http``) are untouched."""
+    match = re.match(r"^(?P<key>[\w.-]+)=", override)
+    if match is None:
+        return override
+    key = match.group("key")
+    if key in GROUPS or key.startswith("hydra"):
+        return override
+    return "++" + override if is_typed_leaf(key.split(".")) else override
+
+
+def is_typed_leaf(path: Sequence[str], model: type[BaseModel] = RagexpConfig) -> bool:
+    """Whether ``path`` names a value (not a whole block) in the typed config models."""
+    annotation: Any = model
+    for index, part in enumerate(path):
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part)
+            if field is None:
+                return False
+            annotation = field.annotation
+        elif typing.get_origin(annotation) is dict:
+            annotation = typing.get_args(annotation)[1]
+        else:
+            return False
+        if index == len(path) - 1:
+            inner = _unwrap(annotation)
+            return not (isinstance(inner, type) and issubclass(inner, BaseModel))
+    return False
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
 
 
 def _first_line(text: str) -> str:

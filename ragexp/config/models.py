@@ -28,8 +28,9 @@ class DatasetConfig(Model):
     file when ``dataset.path`` is overridden alone. A label, not identity: the file's content
     enters the config hash, so a copy of the set elsewhere keeps its hash."""
     path: str = runtime(..., min_length=1)
-    """JSONL or MindSDK column file. Relative paths are tried against the working directory,
-    then the project root. Its content, not its location, enters the config hash."""
+    """JSONL or MindSDK column file. Relative paths are tried against the working directory, then
+    the folder holding the user's ``conf/``, then the bundled data (``ragexp/data``). Its content,
+    not its location, enters the config hash."""
     format: Literal["auto", "jsonl", "columns"] = "auto"
     """File format; ``auto`` picks ``columns`` for a single JSON object, else JSONL."""
     refusal_phrases: list[str] = Field(
@@ -56,9 +57,9 @@ class MetricsConfig(Model):
 class SampleConfig(Model):
     """Knobs of the bundled sample system (``ragexp.sample``); part of the config hash."""
 
-    docs: str = runtime("experiments/kb_zh/docs.jsonl", min_length=1)
-    """Knowledge base, JSONL ``{"id", "text", "title"?}``. Relative paths are tried against the
-    working directory, then the project root. Its content, not its location, enters the config hash."""
+    docs: str = runtime("kb_zh/docs.jsonl", min_length=1)
+    """Knowledge base, JSONL ``{"id", "text", "title"?}``. Relative paths are resolved as for
+    ``dataset.path``. Its content, not its location, enters the config hash."""
     top_k: int | None = Field(None, ge=1)
     """Documents the system returns and answers from; null: as many as ``k`` asks for."""
     rerank: bool = True
@@ -221,7 +222,7 @@ class ReportConfig(Model):
 
 class RagexpConfig(Model):
     experiment: str = Field("ragexp", min_length=1)
-    """MLflow experiment the run is logged to."""
+    """MLflow experiment the run is logged to (``experiment=`` stays this name; it is not a group)."""
     k: int = Field(ge=1, le=10_000, strict=True)
     """Cut-off of Recall@K and nDCG@K, and how many ids are asked of the system."""
     concurrency: int = runtime(8, ge=1, le=4096)

@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,16 @@ class Dataset:
         return sum(not case.unanswerable for case in self.cases)
 
 
-def resolve_path(path: str, root: Path | None = None) -> Path:
-    """A relative path is tried against the working directory, then the project root."""
+def resolve_path(path: str, roots: Path | Sequence[Path] | None = None) -> Path:
+    """A relative path is tried against the working directory, then each of ``roots`` in turn
+    (see :func:`ragexp.paths.data_roots`); the first that exists wins."""
     candidate = Path(path).expanduser()
-    if candidate.is_absolute() or candidate.exists() or root is None:
+    if candidate.is_absolute() or candidate.exists() or roots is None:
         return candidate
-    under_root = root / candidate
-    return under_root if under_root.exists() else candidate
+    for root in [roots] if isinstance(roots, Path) else roots:
+        if (root / candidate).exists():
+            return root / candidate
+    return candidate
 
 
 def load_dataset(path: Path, fmt: str = "auto") -> Dataset:

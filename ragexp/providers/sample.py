@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
-from ragexp.config.compose import PROJECT_ROOT
 from ragexp.config.models import SampleConfig
 from ragexp.datasets.loader import Dataset, resolve_path
 from ragexp.errors import ProviderError
+from ragexp.paths import data_roots
 from ragexp.providers.base import OnResult, Provider
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
@@ -29,7 +29,7 @@ class SampleProvider(Provider):
         self._docs_sha256: str | None = None
 
     def preflight(self, dataset: Dataset) -> None:
-        path = resolve_path(self.knobs.docs, PROJECT_ROOT)
+        path = resolve_path(self.knobs.docs, data_roots())
         try:
             docs = load_docs(path)
             self._docs_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()

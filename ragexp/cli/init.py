@@ -1,0 +1,119 @@
+"""``ragexp init [DIR]``: a starter config folder in the user's own repository.
+
+The files name only what is the user's own (their cases, their service, their gate); everything
+else comes from the packaged defaults, which ragexp composes under ``conf/``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ragexp.errors import ConfigError
+from ragexp.paths import package_conf
+
+STARTER_CASES = [
+    {
+        "id": "refund-deadline",
+        "question": "买了东西多久内可以申请无理由退货？",
+        "relevant_ids": ["refund-policy"],
+        "expected_facts": ["七天"],
+        "reference": "自签收之日起七天内，商品未使用且不影响二次销售的，可申请七天无理由退货退款。",
+    },
+    {
+        "id": "refund-arrival-time",
+        "question": "退款多久到账？",
+        "relevant_ids": ["refund-arrival"],
+        "expected_facts": ["1-3 个工作日"],
+        "reference": "退款审核通过后原路退回：微信和支付宝 1-3 个工作日到账，银行卡 3-7 个工作日到账。",
+    },
+]
+
+DATASET = """\
+# Your evaluation set: `ragexp run dataset=my_set`. Replace data/my_set.jsonl with your cases,
+# one JSON object a line:
+#   id            unique case id
+#   question      what is sent to your service
+#   relevant_ids  ids of the chunks/documents a correct retrieval returns (recall, MRR, nDCG, citations)
+#   expected_facts  short strings a correct answer contains (answer_accuracy)
+#   reference     a reference answer (judge metrics such as context_recall)
+#   unanswerable  true for a question your knowledge base cannot answer (a refusal is then correct)
+# The two starter cases ask the bundled sample knowledge base (experiments/kb_zh in ragexp's
+# repository); check your cases with `ragexp validate dataset=my_set`.
+# Relative paths are read from the working directory, then from the folder holding conf/.
+name: my_set
+path: data/my_set.jsonl
+author: CHANGE ME (who wrote the cases)
+description: CHANGE ME (one sentence on what the cases cover)
+# What your service says when it refuses to answer (an unanswerable case is correct when it does):
+refusal_phrases: [没有足够证据, 无法回答, 证据不足, cannot answer, not enough evidence]
+"""
+
+SYSTEM = """\
+# @package provider.system
+# Your RAG service: `ragexp run system=my_service`. ragexp POSTs {"question", "k", "case_id"} as
+# JSON to `url` and expects {"ranked_ids", "contexts", "answer", "citations"} back
+# (+ optional "timings"); see docs/config.md for every key and its default.
+kind: http
+url: http://127.0.0.1:8000/query   # CHANGE ME: your service's query endpoint
+# timeout_s: 30                    # deadline of one attempt, in seconds
+# headers_env: {Authorization: MY_SERVICE_AUTH}   # header -> environment variable holding its value
+# ca_file: /path/to/private-ca.pem
+"""
+
+GITIGNORE_LINES = ["mlruns/"]
+
+
+def starter_files() -> dict[str, str]:
+    """Relative path -> content of every file ``ragexp init`` writes (``.gitignore`` apart)."""
+    release = (package_conf() / "gates" / "release.yaml").read_text(encoding="utf-8")
+    body = "\n".join(line for line in release.splitlines() if not line.startswith("#"))
+    gates = (
+        "# Your release gate: `ragexp gate --baseline RUN_ID gates=my_release`. Copied from the packaged\n"
+        "# `release` preset; tighten or loosen each rule for your service (docs/config.md lists the rule keys:\n"
+        "# max_drop, max_increase_ratio, min, max, statistical). Metrics not named here never fail the gate.\n"
+        + body.replace("name: release", "name: my_release", 1).strip()
+        + "\n"
+    )
+    cases = "".join(json.dumps(case, ensure_ascii=False) + "\n" for case in STARTER_CASES)
+    return {
+        "conf/dataset/my_set.yaml": DATASET,
+        "conf/system/my_service.yaml": SYSTEM,
+        "conf/gates/my_release.yaml": gates,
+        "data/my_set.jsonl": cases,
+    }
+
+
+def init_project(directory: Path, force: bool = False) -> list[Path]:
+    """Write the starter files under ``directory``; refuse to overwrite unless ``force``."""
+    files = starter_files()
+    existing = [directory / name for name in files if (directory / name).exists()]
+    if existing and not force:
+        raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")
+    written = []
+    for name, content in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+        written.append(path)
+    ignore = directory / ".gitignore"
+    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
+    missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
+    if missing:
+        prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
+        with ignore.open("a", encoding="utf-8") as handle:
+            handle.write(prefix + "# MLflow store of `ragexp run` (SQLite and artifacts)\n" + "\n".join(missing) + "\n")
+        written.append(ignore)
+    return written
+
+
+def next_commands(directory: Path) -> list[str]:
+    """The three commands a user types next."""
+    cd = [] if directory.resolve() == Path.cwd().resolve() else [f"cd {directory}"]
+    first = "ragexp run dataset=my_set system=my_service"
+    return [
+        *cd,
+        f"{first}            # baseline (edit conf/system/my_service.yaml first)",
+        f"{first}            # candidate, after changing your service",
+        "ragexp gate --baseline BASELINE_RUN_ID dataset=my_set gates=my_release   # exit 0 pass, 2 fail",
+    ]

@@ -1,0 +1,50 @@
+"""Where ragexp finds its packaged config and data, and the user's own config folder.
+
+Standard library only: the sample service script imports it too.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+CONFIG_DIR_ENV = "RAGEXP_CONFIG_DIR"
+LEGACY_CONFIG_DIR_ENV = "RAGEXP_CONF_DIR"
+
+
+def _package_dir(name: str) -> Path:
+    # A wheel installs ragexp as plain files, so the traversable is a real folder Hydra can read.
+    return Path(str(files("ragexp") / name)).resolve()
+
+
+def package_conf() -> Path:
+    """The packaged config tree (``ragexp/conf``): every default group and preset."""
+    return _package_dir("conf")
+
+
+def package_data() -> Path:
+    """The bundled evaluation sets and knowledge bases (``ragexp/data``)."""
+    return _package_dir("data")
+
+
+def user_conf_dir(explicit: str | None = None) -> Path | None:
+    """The user's config folder, composed over the packaged defaults: ``--config-dir``, else
+    ``RAGEXP_CONFIG_DIR`` (or the older ``RAGEXP_CONF_DIR``), else ``./conf`` when it exists."""
+    given = explicit or os.environ.get(CONFIG_DIR_ENV) or os.environ.get(LEGACY_CONFIG_DIR_ENV)
+    if given:
+        return Path(given).expanduser().resolve()
+    local = Path("conf")
+    return local.resolve() if local.is_dir() else None
+
+
+def data_roots() -> list[Path]:
+    """Folders a relative data path is tried against, after the working directory: the folder
+    holding the user's ``conf/`` (so a user's config names files from their repo's root), then
+    the packaged data."""
+    roots = []
+    user = user_conf_dir()
+    if user is not None:
+        roots.append(user.parent)
+    roots.append(package_data())
+    return roots

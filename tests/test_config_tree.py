@@ -1,0 +1,273 @@
+"""The config tree: every file of every group and every preset composes and plans (as
+lightning-hydra-template tests its configs), the system/judge split keeps the old commands and
+hashes, typed keys absent from the YAML files can be overridden, and a user's conf/ composes over
+the packaged one."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragexp.config.compose import GROUPS, compose
+from ragexp.errors import ConfigError
+from ragexp.paths import package_conf, package_data
+from ragexp.runner import plan_run
+from tests.conftest import invoke
+from tests.servers.procs import SAMPLE, serve
+
+PACKAGED = package_conf()
+JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
+OPTIONS = sorted((group, path.stem) for group in GROUPS for path in (PACKAGED / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def services() -> Iterator[dict[str, str]]:
+    """The sample RAG service and the deterministic judge, as real processes on 127.0.0.1."""
+    with serve(SAMPLE) as system, serve(JUDGE) as judge:
+        yield {"system": system, "judge": judge}
+
+
+def local(services: dict[str, str]) -> dict[str, list[str]]:
+    system = [f"provider.system.url={services['system']}"]
+    judge = [f"provider.judge.base_url={services['judge']}", f"provider.judge.embeddings.url={services['judge']}"]
+    return {"system": system, "judge": judge}
+
+
+def context(group: str, option: str, services: dict[str, str]) -> list[str]:
+    """Overrides that let one option plan: a dataset and metrics it can measure, local servers."""
+    urls = local(services)
+    recorded = ["dataset=scifacts_zh", *urls["judge"]]
+    judged = [*recorded, "metrics=core"]
+    table: dict[tuple[str, str], list[str]] = {
+        ("dataset", "kb_zh"): [],
+        ("dataset", "scifacts_zh"): ["provider=replay"],
+        ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
+        ("metrics", "offline"): [],
+        ("metrics", "retrieval"): [],
+        ("metrics", "core"): ["provider=replay_judge", *recorded],
+        ("metrics", "judge"): ["provider=replay_judge", *recorded],
+        ("metrics", "full"): ["provider=replay_judge", *recorded],
+        ("system", "sample"): [],
+        ("system", "fake"): [],
+        ("system", "replay"): ["dataset=scifacts_zh"],
+        ("system", "http"): urls["system"],
+        ("judge", "none"): [],
+        ("judge", "openai"): ["system=replay", *judged],
+        ("judge", "mindie"): ["system=replay", *judged],
+        ("provider", "sample"): [],
+        ("provider", "fake"): [],
+        ("provider", "replay"): ["dataset=scifacts_zh"],
+        ("provider", "http"): urls["system"],
+        ("provider", "http_judge"): ["metrics=core", *urls["system"], *urls["judge"]],
+        ("provider", "replay_judge"): judged,
+        ("provider", "npu"): judged,
+        ("gates", "release"): [],
+        ("gates", "release_stat"): [],
+    }
+    if (group, option) not in table:
+        pytest.fail(f"{group}/{option}.yaml has no planning context in this test: add one")
+    return [f"{group}={option}", *table[(group, option)]]
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}/{o}" for g, o in OPTIONS])
+def test_every_config_file_composes_and_plans(
+    group: str, option: str, services: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_JUDGE_API_KEY", "test-key")
+    monkeypatch.chdir(tmp_path)  # nothing found through the working directory
+    config = compose(context(group, option, services))
+    plan = plan_run(config, tmp_path / "state")
+    assert len(plan.config_hash) == 64 and plan.dataset.cases
+    if group in ("dataset", "metrics", "gates"):
+        chosen = {"dataset": config.dataset.name, "metrics": config.metrics.set, "gates": config.gates.name}
+        assert chosen[group] == option
+    if group == "system":
+        assert config.provider.system.kind == option
+    if group == "judge":
+        assert (config.provider.judge.kind if config.provider.judge else "none") == option
+    if group == "provider":
+        assert config.provider.name == option
+
+
+def test_the_groups_hold_every_packaged_file() -> None:
+    groups = {path.name for path in PACKAGED.iterdir() if path.is_dir()}
+    assert groups == {*GROUPS, "hydra"}
+    assert {("system", "http"), ("judge", "mindie"), ("provider", "npu")} <= set(OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("preset", "system", "judge"),
+    [
+        ("sample", "sample", None),
+        ("fake", "fake", None),
+        ("replay", "replay", None),
+        ("http", "http", None),
+        ("http_judge", "http", "openai"),
+        ("replay_judge", "replay", "openai"),
+        ("npu", "replay", "mindie"),
+    ],
+)
+def test_presets_select_a_system_and_a_judge(preset: str, system: str, judge: str | None) -> None:
+    config = compose([f"provider={preset}"])
+    assert (config.provider.name, config.provider.system.kind) == (preset, system)
+    assert (config.provider.judge.kind if config.provider.judge else None) == judge
+
+
+def test_system_and_judge_combine_freely_and_name_the_provider() -> None:
+    free = compose(["system=http", "judge=mindie"])
+    assert free.provider.name == "http+mindie"
+    assert free.provider.system.url == "http://127.0.0.1:8000/query"
+    assert free.provider.judge is not None and free.provider.judge.embeddings.kind == "tei"
+    assert compose(["provider=npu", "system=http"]).provider.name == "http+mindie"
+    assert compose(["provider=npu", "judge=openai"]).provider.name == "replay+openai"
+    assert compose(["system=http", "provider.name=staging"]).provider.name == "staging"
+    # The same choice through a preset or through the groups measures the same thing.
+    judge_default = compose(["provider=replay_judge"]).provider.judge
+    assert compose(["system=replay", "judge=openai"]).provider.judge == judge_default
+
+
+def test_a_judge_default_lives_in_one_file() -> None:
+    """Every preset with an OpenAI-compatible judge reads it from judge/openai.yaml."""
+    text = (PACKAGED / "judge/openai.yaml").read_text(encoding="utf-8")
+    assert "http://127.0.0.1:8400/v1" in text
+    for preset in ("http_judge", "replay_judge"):
+        assert "8400" not in (PACKAGED / f"provider/{preset}.yaml").read_text(encoding="utf-8")
+        judge = compose([f"provider={preset}"]).provider.judge
+        assert judge is not None and judge.base_url == "http://127.0.0.1:8400/v1"
+
+
+def test_typed_keys_absent_from_the_yaml_files_can_be_overridden() -> None:
+    assert "timeout_s" not in (PACKAGED / "system/fake.yaml").read_text(encoding="utf-8")
+    config = compose(["provider=fake", "provider.system.timeout_s=7", "provider.system.headers_env.X-Key=MY_ENV"])
+    assert config.provider.system.timeout_s == 7 and config.provider.system.headers_env == {"X-Key": "MY_ENV"}
+    judge = compose(["provider=npu", "provider.judge.max_tokens=100", "provider.judge.abort_after=3"]).provider.judge
+    assert judge is not None and (judge.max_tokens, judge.abort_after, judge.language) == (100, 3, "chinese")
+    sample = compose(["provider.system.sample.chunking=sentence"]).provider.system.sample
+    assert sample is not None and sample.chunking == "sentence"
+    assert compose(["gates.rules.mrr.statistical=true"]).gates.rules["mrr"].statistical is True
+    with pytest.raises(ConfigError, match=r"^config: Could not override 'provider.system.colour'"):
+        compose(["provider.system.colour=red"])  # not a typed key: refused as before
+    with pytest.raises(ConfigError, match=r"^config: provider.system.timeout_s: Input should be greater than 0"):
+        compose(["provider.system.timeout_s=0"])
+
+
+# Hashes of the presets as main logged them before the system/judge split (same resolved config,
+# same hash).
+PINNED = {
+    ("fake", "kb_zh"): "fc9af436ddeb",
+    ("fake", "scifacts_zh"): "b23052b34102",
+    ("replay", "scifacts_zh"): "db8ff9e12e7b",
+    ("sample", "kb_zh"): "c14fe4d93054",
+}
+
+
+@pytest.mark.parametrize(("preset", "dataset"), sorted(PINNED))
+def test_preset_hashes_did_not_change(preset: str, dataset: str) -> None:
+    assert plan_run(compose([f"provider={preset}", f"dataset={dataset}"])).config_hash[:12] == PINNED[(preset, dataset)]
+
+
+def test_hash_does_not_depend_on_where_config_and_data_files_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    packaged = plan_run(compose(["provider=replay", "dataset=scifacts_zh"])).config_hash
+    user = tmp_path / "repo"
+    (user / "conf/dataset").mkdir(parents=True)
+    (user / "conf/system").mkdir(parents=True)
+    (user / "sets").mkdir()
+    shutil.copy(package_data() / "scifacts_zh/cases.jsonl", user / "sets/mine.jsonl")
+    text = (PACKAGED / "dataset/scifacts_zh.yaml").read_text(encoding="utf-8")
+    (user / "conf/dataset/mine.yaml").write_text(
+        text.replace("path: scifacts_zh/cases.jsonl", "path: sets/mine.jsonl"), encoding="utf-8"
+    )
+    shutil.copy(PACKAGED / "system/replay.yaml", user / "conf/system/recorded.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(user / "conf"))
+    mine = compose(["dataset=mine", "system=recorded", "provider.name=replay"])
+    plan = plan_run(mine)
+    assert plan.dataset.path == user / "sets/mine.jsonl"  # found next to conf/, not in the package
+    assert plan.config_hash == packaged
+
+
+def test_user_conf_composes_over_the_packaged_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "conf"
+    (conf / "dataset").mkdir(parents=True)
+    (conf / "dataset/kb_zh.yaml").write_text("name: shadowed\npath: kb_zh/cases.jsonl\n", encoding="utf-8")
+    (conf / "gates").mkdir()
+    (conf / "gates/strict.yaml").write_text("name: strict\nrules: {mrr: {max_drop: 0.0}}\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("RAGEXP_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("RAGEXP_CONF_DIR", raising=False)
+    assert compose([]).dataset.name == "kb_zh"  # no ./conf here: packaged defaults only
+    monkeypatch.chdir(tmp_path)  # ./conf is picked up; its file wins over the packaged one of the same name
+    assert compose([]).dataset.name == "shadowed"
+    assert compose(["gates=strict", "provider=npu"]).gates.rules["mrr"].max_drop == 0.0
+    monkeypatch.chdir(elsewhere)
+    for variable in ("RAGEXP_CONFIG_DIR", "RAGEXP_CONF_DIR"):  # the older name keeps working
+        monkeypatch.setenv(variable, str(conf))
+        assert compose(["gates=strict"]).gates.name == "strict"
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="no such config folder"):
+        compose([])
+
+
+def test_config_dir_option_of_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "mine"
+    (conf / "gates").mkdir(parents=True)
+    (conf / "gates/strict.yaml").write_text("name: strict\nrules: {mrr: {max_drop: 0.0}}\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAGEXP_CONFIG_DIR", raising=False)
+    monkeypatch.setattr("os.environ", dict(__import__("os").environ))  # the option sets the variable
+    result = invoke("validate", "--config-dir", str(conf), "gates=strict")
+    assert result.code == 0, result.stderr
+    result = invoke("validate", "gates=strict")
+    assert result.code == 0, result.stderr  # the variable set by --config-dir lasts for the process
+    assert invoke("--config-dir", str(tmp_path / "none"), "validate").code == 1
+
+
+def test_init_writes_a_starter_conf_that_composes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj/.gitignore").write_text("*.pyc", encoding="utf-8")  # kept, mlruns/ appended
+    result = invoke("init", "proj")
+    assert result.code == 0, result.stderr
+    project = tmp_path / "proj"
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()) == [
+        ".gitignore",
+        "conf/dataset/my_set.yaml",
+        "conf/gates/my_release.yaml",
+        "conf/system/my_service.yaml",
+        "data/my_set.jsonl",
+    ]
+    assert (project / ".gitignore").read_text(encoding="utf-8").splitlines()[::2] == ["*.pyc", "mlruns/"]
+    commands = [line.strip() for line in result.stdout.splitlines()[1:]]
+    assert commands[0] == "cd proj" and len(commands) == 4
+    assert commands[1].startswith("ragexp run dataset=my_set system=my_service")
+    assert commands[3].startswith("ragexp gate --baseline")
+    again = invoke("init", "proj")
+    assert again.code == 1 and "already exists" in again.stderr and again.stderr.count("\n") == 1
+    assert invoke("init", "proj", "--force").code == 0
+    assert (project / ".gitignore").read_text(encoding="utf-8").count("mlruns/") == 1
+    monkeypatch.chdir(project)
+    config = compose(["dataset=my_set", "system=my_service", "gates=my_release"])
+    release = compose(["gates=release"]).gates
+    assert config.gates.rules == release.rules and config.gates.name == "my_release"
+    assert (config.dataset.name, config.provider.name) == ("my_set", "my_service+none")
+    assert config.provider.system.kind == "http"
+    path = plan_run(compose(["dataset=my_set", "provider=fake"])).dataset.path
+    assert path.resolve() == project / "data/my_set.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("preset", "dataset"), [("sample", "kb_zh"), ("fake", "kb_zh"), ("replay", "scifacts_zh")])
+def test_presets_without_outside_services_run(preset: str, dataset: str, ragexp: Any) -> None:
+    result = ragexp("run", f"provider={preset}", f"dataset={dataset}", "--json")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["config_hash"][:12] == PINNED[(preset, dataset)]
