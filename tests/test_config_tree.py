@@ -67,6 +67,9 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ("provider", "npu"): judged,
         ("gates", "release"): [],
         ("gates", "release_stat"): [],
+        ("setup", "scifacts_replay"): [],
+        ("setup", "release_check"): urls["system"],
+        ("setup", "mindsdk_zh"): urls["judge"],
     }
     if (group, option) not in table:
         pytest.fail(f"{group}/{option}.yaml has no planning context in this test: add one")
@@ -91,6 +94,32 @@ def test_every_config_file_composes_and_plans(
         assert (config.provider.judge.kind if config.provider.judge else "none") == option
     if group == "provider":
         assert config.provider.name == option
+    if group == "setup":  # a named setup changes something the defaults do not
+        assert config.model_dump() != compose().model_dump()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["setup=scifacts_replay"], ("scifacts_zh", "replay", "replay", None, "offline", 3, "ragexp")),
+        (["setup=mindsdk_zh"], ("scifacts_zh", "npu", "replay", "mindie", "core", 5, "mindsdk-zh")),
+        (["setup=release_check"], ("kb_zh", "http", "http", None, "offline", 5, "ragexp")),
+        # The command line wins over a setup, for groups and keys alike.
+        (["setup=scifacts_replay", "k=7"], ("scifacts_zh", "replay", "replay", None, "offline", 7, "ragexp")),
+        (["setup=mindsdk_zh", "dataset=kb_zh", "experiment=x"], ("kb_zh", "npu", "replay", "mindie", "core", 5, "x")),
+    ],
+)
+def test_named_setups_select_groups_and_set_keys(overrides: list[str], expected: tuple[Any, ...]) -> None:
+    config = compose(overrides)
+    judge = config.provider.judge.kind if config.provider.judge else None
+    got = (config.dataset.name, config.provider.name, config.provider.system.kind, judge)
+    assert (*got, config.metrics.set, config.k, config.experiment) == expected
+
+
+def test_a_setup_is_the_same_run_as_its_selections_typed_out() -> None:
+    by_setup = plan_run(compose(["setup=scifacts_replay"]))
+    typed_out = plan_run(compose(["dataset=scifacts_zh", "provider=replay", "k=3"]))
+    assert by_setup.config_hash == typed_out.config_hash
 
 
 def test_the_groups_hold_every_packaged_file() -> None:
@@ -271,3 +300,24 @@ def test_presets_without_outside_services_run(preset: str, dataset: str, ragexp:
     assert result.code == 0, result.stderr
     payload = result.json()
     assert payload["error_count"] == 0 and payload["config_hash"][:12] == PINNED[(preset, dataset)]
+
+
+def test_a_setup_of_your_own_selects_your_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    (repo / "conf/dataset").mkdir(parents=True)
+    (repo / "conf/setup").mkdir(parents=True)
+    (repo / "data").mkdir()
+    shutil.copy(package_data() / "scifacts_zh/cases.jsonl", repo / "data/mine.jsonl")
+    (repo / "conf/dataset/mine.yaml").write_text("name: mine\npath: data/mine.jsonl\n", encoding="utf-8")
+    (repo / "conf/setup/nightly.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /dataset: mine\n  - override /provider: replay\n"
+        "experiment: nightly\nk: 4\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(repo)
+    config = compose(["setup=nightly"])
+    assert (config.dataset.name, config.provider.name, config.k, config.experiment) == ("mine", "replay", 4, "nightly")
+    plan = plan_run(config, tmp_path / "state")
+    assert plan.dataset.path.resolve() == repo / "data/mine.jsonl" and len(plan.dataset.cases) > 0
+    with pytest.raises(ConfigError, match="setup"):
+        compose(["setup=weekly"])  # no such setup, in either folder

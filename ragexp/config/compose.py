@@ -20,8 +20,9 @@ from ragexp.config.models import RagexpConfig
 from ragexp.errors import ConfigError
 from ragexp.paths import package_conf, user_conf_dir
 
-GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates")
-"""Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``."""
+GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates", "setup")
+"""Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``;
+``provider`` presets and ``setup`` named setups are ``@package _global_`` selections of the others."""
 
 
 PACKAGED_PRIMARY = "ragexp_packaged_config"
