@@ -65,9 +65,11 @@ def sign_flip_segments(diffs: np.ndarray, *, resamples: int, rng: np.random.Gene
     total = float(values @ counts)
     a = np.empty(resamples)
     c = np.empty(resamples)
-    # Draws in blocks of rows: the generator fills them in the same order as one (resamples,
-    # groups) matrix, so the figures are the same, and the matrix never exists whole.
-    rows = max(1, DRAW_BLOCK // max(1, counts.size))
+    # Draws in blocks of rows, so the (resamples, groups) matrix never exists whole. The generator
+    # fills the blocks in the order of the whole matrix, and a block is a multiple of 8 rows because
+    # BLAS's matrix-vector kernels sum rows in groups (of 4 in OpenBLAS): each row then rounds as it
+    # did in one matrix, and a seed keeps giving the same figures to the last bit.
+    rows = max(8, DRAW_BLOCK // max(1, counts.size) // 8 * 8)
     for start in range(0, resamples, rows):
         stop = min(start + rows, resamples)
         flips = 2 * rng.binomial(counts, 0.5, size=(stop - start, counts.size)) - counts
