@@ -28,6 +28,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ragexp.errors import StorageError, TrackingError
@@ -136,7 +137,7 @@ class SqliteReader:
     def close(self) -> None:
         self._db.close()
 
-    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._db.execute(sql, tuple(args)).fetchall()
         except sqlite3.Error as exc:
@@ -194,7 +195,7 @@ class SqliteReader:
             if remaining is not None:
                 remaining -= len(rows)
 
-    def _complete(self, rows: list[tuple[object, ...]]) -> list[RunRow]:
+    def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRow]:
         """Runs from their ``runs`` rows, with their tags, params and latest metrics."""
         runs = {
             str(r[0]): RunRow(
@@ -202,8 +203,8 @@ class SqliteReader:
                 name=str(r[1] or ""),
                 experiment_id=str(r[2]),
                 status=str(r[3]),
-                start_time=int(r[4] or 0),  # type: ignore[call-overload]
-                end_time=int(r[5]) if r[5] else None,  # type: ignore[call-overload]
+                start_time=int(r[4] or 0),
+                end_time=int(r[5]) if r[5] else None,
                 lifecycle_stage=str(r[6]),
                 artifact_uri=str(r[7] or ""),
                 tags={},
@@ -225,7 +226,7 @@ class SqliteReader:
         for key, value, is_nan, run_id in self._rows(
             f"SELECT key, value, is_nan, run_uuid FROM latest_metrics WHERE run_uuid IN ({marks})", ids
         ):
-            runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)  # type: ignore[arg-type]
+            runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)
         return list(runs.values())
 
     # --- artifacts ----------------------------------------------------------------------------
