@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run demo test lint bench bench-compare bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
+.PHONY: setup browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench: setup
 
 bench-compare: setup
 	$(BIN)/python tests/benchmarks/bench_compare.py
+
+bench-runs: setup
+	$(BIN)/python tests/benchmarks/bench_runs.py
 
 bench-http: setup
 	$(BIN)/python tests/benchmarks/bench_http.py

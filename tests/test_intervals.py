@@ -102,3 +102,25 @@ def test_degenerate_differences() -> None:
     p_value, low, high = paired_differences(np.full(25, 0.5), resamples=1000, confidence=0.95, seed=0) or (0, 0, 0)
     assert p_value < 0.01 and low == pytest.approx(0.5) and high == pytest.approx(0.5)
     assert paired(np.array([np.nan]), np.array([1.0]), resamples=1000, confidence=0.95, seed=0) is None
+
+
+def test_draws_in_blocks_give_the_figures_of_one_draw_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The draws are made a block of rows at a time to bound memory; the generator must fill them
+    # in the order of the whole (resamples, groups) matrix, so a seed keeps giving the same figures.
+    from ragexp.compare import stats
+
+    rng = np.random.default_rng(7)
+    kinds = [
+        rng.random(5000) - rng.random(5000),  # continuous: MAX_GROUPS quantile bins
+        1 / rng.integers(1, 8, 5000) - 1 / rng.integers(1, 8, 5000),  # reciprocal ranks
+        (rng.random(300) < 0.5) - (rng.random(300) < 0.4).astype(float),  # binary
+    ]
+    for diffs in kinds:
+        for resamples in (100, 1001, 10_000):
+            blocked = paired_differences(diffs, resamples=resamples, confidence=0.95, seed=3)
+            monkeypatch.setattr(stats, "DRAW_BLOCK", 1 << 40)  # one block: the whole matrix at once
+            whole = paired_differences(diffs, resamples=resamples, confidence=0.95, seed=3)
+            monkeypatch.setattr(stats, "DRAW_BLOCK", 1)  # the smallest blocks: 8 rows
+            rows = paired_differences(diffs, resamples=resamples, confidence=0.95, seed=3)
+            monkeypatch.undo()
+            assert blocked == whole == rows

@@ -112,3 +112,14 @@ def test_runs_carry_the_version_and_a_newer_format_is_refused(ragexp: Any, store
         f"ragexp: error: run {cand['run_id']}: scores.json has artifact format 7, "
         "this ragexp reads format 1; upgrade ragexp to read it"
     ]
+
+
+def test_case_lines_found_with_numpy_are_the_lines_of_the_file() -> None:
+    import random
+
+    rng = random.Random(14)
+    samples = [b"", b"\n", b" \t\n", b'{"id": "a"}\n{"id": "b"}\n', b'{"id": "a"}\r\n\r\n  {"id": "b"}  \n\x0c\n']
+    samples += [bytes(rng.choice(b'ab {}" \t\r\n\x0b\x0c') for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+    for data in samples:
+        found = artifacts.CaseLines(data)
+        assert list(found) == artifacts.case_lines(data) and len(found) == len(artifacts.case_lines(data)), data

@@ -6,7 +6,7 @@ cases) is read only when a caller asks what a few cases retrieved and answered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +30,8 @@ class RunData:
     latency: np.ndarray
     line_index: np.ndarray
     """(n,) int: where each case stands in the run's cases.jsonl."""
-    read_lines: Callable[[], list[bytes]] = field(repr=False)
-    _lines: list[bytes] | None = field(default=None, repr=False)
+    read_lines: Callable[[], Sequence[bytes]] = field(repr=False)
+    _lines: Sequence[bytes] | None = field(default=None, repr=False)
     human: dict[str, np.ndarray] = field(default_factory=dict)
     """Metric -> (n,) human scores from the dataset, NaN where unlabelled."""
 
@@ -102,8 +102,8 @@ def load_run(store: Store, run_id: str) -> RunData:
         raise TrackingError(f"run {run_id} is {record.status.lower()}, not finished: it cannot be compared")
     columns = artifacts.read_scores(store.read_artifact(run_id, artifacts.SCORES), run_id)
 
-    def read_lines() -> list[bytes]:
-        return artifacts.case_lines(store.read_artifact(run_id, artifacts.CASES))
+    def read_lines() -> Sequence[bytes]:
+        return artifacts.CaseLines(store.read_artifact(run_id, artifacts.CASES))
 
     return RunData(
         record=record,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_GROUPS = 256
+DRAW_BLOCK = 1 << 18
+"""Binomial draws per block (2 MB of int64): memory stays flat in the number of resamples."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,18 @@ def sign_flip_segments(diffs: np.ndarray, *, resamples: int, rng: np.random.Gene
     n = diffs.size
     values, counts = grouped(diffs)
     total = float(values @ counts)
-    heads = rng.binomial(counts, 0.5, size=(resamples, counts.size))
-    flips = 2 * heads - counts
-    a = flips @ values
-    c = flips.sum(axis=1).astype(np.float64)
+    a = np.empty(resamples)
+    c = np.empty(resamples)
+    # Draws in blocks of rows, so the (resamples, groups) matrix never exists whole. The generator
+    # fills the blocks in the order of the whole matrix, and a block is a multiple of 8 rows because
+    # BLAS's matrix-vector kernels sum rows in groups (of 4 in OpenBLAS): each row then rounds as it
+    # did in one matrix, and a seed keeps giving the same figures to the last bit.
+    rows = max(8, DRAW_BLOCK // max(1, counts.size) // 8 * 8)
+    for start in range(0, resamples, rows):
+        stop = min(start + rows, resamples)
+        flips = 2 * rng.binomial(counts, 0.5, size=(stop - start, counts.size)) - counts
+        a[start:stop] = flips @ values
+        c[start:stop] = flips.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         first = np.where(c < n, (total - a) / (n - c), -np.inf)
         second = np.where(c > -n, (total + a) / (n + c), np.inf)

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from ragexp.compare.diff import DiffResult, MetricDiff
 from ragexp.compare.figures import fmt, signed, threshold
-from ragexp.compare.gate import GateResult
-from ragexp.tracking.store import RunRecord
+
+if TYPE_CHECKING:
+    # Types only: `ragexp diff` checks --language before any work, and the gate's config models
+    # (pydantic) are not needed for that.
+    from ragexp.compare.diff import DiffResult, MetricDiff
+    from ragexp.compare.gate import GateResult
+    from ragexp.tracking.store import RunRecord
 
 SUMMARY_CASES = 5
 """How many of the most regressed cases a summary lists."""

@@ -23,6 +23,8 @@ from ragexp.secrets import mask_url
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+    from ragexp.tracking.sqlite_reader import RunRow, SqliteReader
+
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
@@ -201,6 +203,8 @@ class Store:
     # --- experiments and runs -----------------------------------------------------------------
 
     def experiment_id(self, name: str, *, create: bool) -> str | None:
+        if not create and (direct := self._direct()) is not None:
+            return direct.experiment_id(name)
         with self._calling(f"experiment '{name}'"):
             experiment = self.client.get_experiment_by_name(name)
             if experiment is not None:
@@ -224,6 +228,11 @@ class Store:
                 return str(experiment.experiment_id)
 
     def experiment_name(self, experiment_id: str) -> str:
+        if (direct := self._direct()) is not None:
+            name = direct.experiment_name(experiment_id)
+            if name is None:
+                raise TrackingError(f"experiment {experiment_id}: no such experiment in tracking store {self.uri}")
+            return name
         with self._calling(f"experiment {experiment_id}"):
             return str(self.client.get_experiment(experiment_id).name)
 
@@ -374,7 +383,31 @@ class Store:
 
     # --- reading back -------------------------------------------------------------------------
 
+    _direct_checked = False
+    _direct_reader: SqliteReader | None = None
+
+    def _direct(self) -> SqliteReader | None:
+        """The mlflow-free reader of a read-only SQLite store, when it can answer like MLflow
+        (see :mod:`ragexp.tracking.sqlite_reader`); None: go through ``MlflowClient``."""
+        if not self._direct_checked:
+            self._direct_checked = True
+            db = _sqlite_path(self.uri)
+            if self.read_only and self._client is None and db is not None and str(db) != ":memory:":
+                self._check_location()
+                from ragexp.tracking.sqlite_reader import SqliteReader
+
+                self._direct_reader = SqliteReader.open(db, self.uri)
+        return self._direct_reader
+
+    def _direct_row(self, direct: SqliteReader, run_id: str) -> RunRow:
+        row = direct.get_run(run_id)
+        if row is None:
+            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+        return row
+
     def get_run(self, run_id: str) -> RunRecord:
+        if (direct := self._direct()) is not None:
+            return _row_record(self._direct_row(direct, run_id))
         from mlflow.exceptions import MlflowException
 
         try:
@@ -386,6 +419,15 @@ class Store:
         return _record(run)
 
     def read_artifact(self, run_id: str, path: str) -> bytes:
+        if (direct := self._direct()) is not None:
+            root = direct.artifact_root(self._direct_row(direct, run_id))
+            if root is not None:
+                try:
+                    return (root / path).read_bytes()
+                except FileNotFoundError:
+                    raise TrackingError(f"run {run_id}: artifact {path}: not found in {root}") from None
+                except OSError as exc:
+                    raise store_os_error(exc, self.uri, f"run {run_id}: artifact {path}") from None
         from mlflow.artifacts import download_artifacts
 
         with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp, self._calling(f"run {run_id}: artifact {path}"):
@@ -398,6 +440,8 @@ class Store:
 
     def experiment_ids(self) -> list[str]:
         """Every active experiment of the store."""
+        if (direct := self._direct()) is not None:
+            return direct.active_experiment_ids()
         ids: list[str] = []
         token = None
         with self._calling("listing experiments"):
@@ -412,6 +456,13 @@ class Store:
         self, experiment_ids: Sequence[str], filter_string: str = "", page_size: int = 500
     ) -> Iterator[RunRecord]:
         """Runs of the experiments matching an MLflow filter, newest first, fetched page by page."""
+        if (direct := self._direct()) is not None:
+            from ragexp.tracking.sqlite_reader import parse_filter
+
+            clauses = parse_filter(filter_string)
+            if clauses is not None:
+                yield from (_row_record(row) for row in direct.search(experiment_ids, clauses))
+                return
         token = None
         while True:
             with self._calling("searching runs"):
@@ -512,6 +563,12 @@ class Store:
         clauses = [filter_string] if filter_string else []
         if finished_only:
             clauses.append("attributes.status = 'FINISHED'")
+        if (direct := self._direct()) is not None:
+            from ragexp.tracking.sqlite_reader import parse_filter
+
+            parsed = parse_filter(" and ".join(clauses))
+            if parsed is not None:
+                return [_row_record(row) for row in direct.search([experiment_id], parsed, limit=limit)]
         with self._calling(f"searching runs of experiment '{experiment}'"):
             runs = self.client.search_runs(
                 [experiment_id],
@@ -520,6 +577,37 @@ class Store:
                 order_by=["attributes.start_time DESC"],
             )
         return [_record(run) for run in runs]
+
+    # --- what a comparison records on a run it read -------------------------------------------
+
+    def record_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """:meth:`set_tags` for ``diff``/``gate``: straight into a SQLite store that is read directly."""
+        if (direct := self._direct()) is not None:
+            direct.set_tags(run_id, tags)
+            return
+        self.set_tags(run_id, tags)
+
+    def record_files(self, run_id: str, files: Mapping[str, bytes]) -> None:
+        """:meth:`log_files` for ``diff``/``gate``: straight into a local artifact folder when the
+        store is read directly (MLflow's local artifact repository only copies files there)."""
+        direct = self._direct()
+        root = direct.artifact_root(self._direct_row(direct, run_id)) if direct is not None else None
+        if root is None:
+            self.log_files(run_id, files)
+            return
+        what = f"logging artifacts of run {run_id}"
+        try:
+            for name, data in files.items():
+                target = root / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.ragexp-partial")
+                try:
+                    partial.write_bytes(data)
+                    os.replace(partial, target)
+                finally:
+                    partial.unlink(missing_ok=True)
+        except OSError as exc:
+            raise store_os_error(exc, self.uri, what) from None
 
 
 def tag_filter(key: str, value: str) -> str:
@@ -563,6 +651,20 @@ def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | Storage
     if exc.errno == errno.EROFS:
         return TrackingError(f"{what}: tracking store {uri} is on a read-only file system")
     return StoreUnreachable(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
+
+
+def _row_record(row: RunRow) -> RunRecord:
+    return RunRecord(
+        run_id=row.run_id,
+        name=row.name,
+        experiment_id=row.experiment_id,
+        status=row.status,
+        start_time=row.start_time,
+        end_time=row.end_time,
+        tags=row.tags,
+        params=row.params,
+        metrics=row.metrics,
+    )
 
 
 def _record(run: Any) -> RunRecord:

@@ -1,0 +1,275 @@
+"""Reading runs straight from a SQLite MLflow store, without importing mlflow.
+
+``ragexp diff``, ``gate``, ``runs`` and ``report`` read a few rows and two artifacts; importing
+mlflow and opening its SQLAlchemy store to do that costs about 3 s of every such command. This
+reader runs the same queries MLflow's SQLAlchemy store runs (same tables, same ordering: start
+time descending, then run id) through :mod:`sqlite3`, and reads artifacts from the run's
+``file://`` artifact folder.
+
+It is used only where it gives the same answers as MLflow, and otherwise declines (returns
+None) so that :class:`ragexp.tracking.store.Store` falls back to ``MlflowClient``:
+
+- the store's schema revision must be one this module was checked against
+  (:data:`KNOWN_SCHEMAS`; a test compares it with the installed mlflow's newest migration);
+- MLflow's workspaces must be off (every experiment is then in the ``default`` workspace);
+- a filter must be one of the clause forms ragexp itself writes (:func:`parse_filter`);
+- an artifact must live under a ``file://`` URI.
+
+It writes only what a comparison records on the candidate run: tags (MLflow's ``log_batch`` is an
+upsert into ``tags`` for an active run) and comparison files in the run's artifact folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ragexp.errors import StorageError, TrackingError
+
+KNOWN_SCHEMAS = frozenset({"dc11669786a5"})
+"""Alembic revisions of MLflow's SQL schema this reader was checked against (mlflow 3.17)."""
+
+_WORKSPACE_SETTINGS = ("MLFLOW_ENABLE_WORKSPACES", "MLFLOW_WORKSPACE", "MLFLOW_WORKSPACE_STORE_URI")
+_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One condition of a run filter, as SQL over the ``runs`` table with its arguments."""
+
+    sql: str
+    args: tuple[str | int, ...]
+
+
+# The clause forms ragexp writes (store.tag_filter, compare/select.py, cli `runs`); anything else
+# goes to MLflow's own parser.
+_QUOTED = r"'([^']*)'"
+_CLAUSES: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(r"tags\.`([^`]+)`\s*=\s*" + _QUOTED),
+        "EXISTS (SELECT 1 FROM tags t WHERE t.run_uuid = runs.run_uuid AND t.key = ? AND t.value = ?)",
+    ),
+    (
+        re.compile(r"tags\.`([^`]+)`\s+LIKE\s+" + _QUOTED),
+        "EXISTS (SELECT 1 FROM tags t WHERE t.run_uuid = runs.run_uuid AND t.key = ? AND t.value LIKE ?)",
+    ),
+    (re.compile(r"attributes\.status\s*=\s*" + _QUOTED), "runs.status = ?"),
+    (re.compile(r"attributes\.start_time\s*>\s*(\d+)"), "runs.start_time > ?"),
+]
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+
+
+def parse_filter(text: str) -> list[Clause] | None:
+    """The clauses of a filter ragexp wrote, or None for any other filter."""
+    clauses: list[Clause] = []
+    rest = text.strip()
+    while rest:
+        for pattern, sql in _CLAUSES:
+            found = pattern.match(rest)
+            if found is not None:
+                args = tuple(int(g) if g.isdigit() and "start_time" in sql else g for g in found.groups())
+                clauses.append(Clause(sql, args))
+                rest = rest[found.end() :]
+                break
+        else:
+            return None
+        if rest:
+            joined = _AND.match(rest)
+            if joined is None:
+                return None
+            rest = rest[joined.end() :]
+    return clauses
+
+
+@dataclass
+class RunRow:
+    """A run as the store's tables hold it (what :class:`~ragexp.tracking.store.RunRecord` is built from)."""
+
+    run_id: str
+    name: str
+    experiment_id: str
+    status: str
+    start_time: int
+    end_time: int | None
+    lifecycle_stage: str
+    artifact_uri: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+class SqliteReader:
+    """An open SQLite MLflow store that this module can read (see the module docstring)."""
+
+    def __init__(self, connection: sqlite3.Connection, uri: str) -> None:
+        self._db = connection
+        self.uri = uri
+
+    @classmethod
+    def open(cls, db: Path, uri: str) -> SqliteReader | None:
+        """The reader of ``db``, or None when MLflow itself must read it."""
+        if any(os.environ.get(name) for name in _WORKSPACE_SETTINGS):
+            return None
+        try:
+            connection = sqlite3.connect(db, timeout=20.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return None
+        try:
+            # The settings MLflow's engine applies to every SQLite connection.
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute("PRAGMA case_sensitive_like = true")
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.Error:
+            connection.close()
+            return None
+        if row is None or row[0] not in KNOWN_SCHEMAS:
+            connection.close()
+            return None
+        return cls(connection, uri)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self._db.execute(sql, tuple(args)).fetchall()
+        except sqlite3.Error as exc:
+            raise TrackingError(f"tracking store {self.uri}: {exc}") from None
+
+    # --- experiments --------------------------------------------------------------------------
+
+    def experiment_id(self, name: str) -> str | None:
+        rows = self._rows("SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'", [name])
+        return str(rows[0][0]) if rows else None
+
+    def experiment_name(self, experiment_id: str) -> str | None:
+        rows = self._rows("SELECT name FROM experiments WHERE experiment_id = ?", [_int(experiment_id)])
+        return str(rows[0][0]) if rows else None
+
+    def active_experiment_ids(self) -> list[str]:
+        rows = self._rows(
+            "SELECT experiment_id FROM experiments WHERE lifecycle_stage = 'active' AND workspace = 'default' "
+            "ORDER BY creation_time DESC, experiment_id"
+        )
+        return [str(row[0]) for row in rows]
+
+    # --- runs ---------------------------------------------------------------------------------
+
+    _RUN_COLUMNS = "run_uuid, name, experiment_id, status, start_time, end_time, lifecycle_stage, artifact_uri"
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        rows = self._rows(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_uuid = ?", [run_id])
+        return self._complete(rows)[0] if rows else None
+
+    def search(
+        self, experiment_ids: Sequence[str], clauses: Sequence[Clause], *, limit: int | None = None
+    ) -> Iterator[RunRow]:
+        """Active runs of the experiments matching every clause, newest first (then by id, as MLflow)."""
+        ids = [_int(e) for e in experiment_ids]
+        if not ids:
+            return
+        where = [f"runs.experiment_id IN ({', '.join('?' * len(ids))})", "runs.lifecycle_stage = 'active'"]
+        args: list[object] = list(ids)
+        for clause in clauses:
+            where.append(clause.sql)
+            args.extend(clause.args)
+        sql = (
+            f"SELECT {self._RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY runs.start_time DESC, runs.run_uuid LIMIT ? OFFSET ?"
+        )
+        offset, remaining = 0, limit
+        while remaining is None or remaining > 0:
+            page = _BATCH if remaining is None else min(_BATCH, remaining)
+            rows = self._rows(sql, [*args, page, offset])
+            yield from self._complete(rows)
+            if len(rows) < page:
+                return
+            offset += len(rows)
+            if remaining is not None:
+                remaining -= len(rows)
+
+    def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRow]:
+        """Runs from their ``runs`` rows, with their tags, params and latest metrics."""
+        runs = {
+            str(r[0]): RunRow(
+                run_id=str(r[0]),
+                name=str(r[1] or ""),
+                experiment_id=str(r[2]),
+                status=str(r[3]),
+                start_time=int(r[4] or 0),
+                end_time=int(r[5]) if r[5] else None,
+                lifecycle_stage=str(r[6]),
+                artifact_uri=str(r[7] or ""),
+                tags={},
+                params={},
+                metrics={},
+            )
+            for r in rows
+        }
+        if not runs:
+            return []
+        marks = ", ".join("?" * len(runs))
+        ids = list(runs)
+        for key, value, run_id in self._rows(f"SELECT key, value, run_uuid FROM tags WHERE run_uuid IN ({marks})", ids):
+            runs[str(run_id)].tags[str(key)] = str(value) if value is not None else ""
+        for key, value, run_id in self._rows(
+            f"SELECT key, value, run_uuid FROM params WHERE run_uuid IN ({marks})", ids
+        ):
+            runs[str(run_id)].params[str(key)] = str(value)
+        for key, value, is_nan, run_id in self._rows(
+            f"SELECT key, value, is_nan, run_uuid FROM latest_metrics WHERE run_uuid IN ({marks})", ids
+        ):
+            runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)
+        return list(runs.values())
+
+    # --- artifacts ----------------------------------------------------------------------------
+
+    def artifact_root(self, run: RunRow) -> Path | None:
+        """The run's artifact folder, when it is a local ``file://`` URI (None: ask MLflow)."""
+        parts = urlsplit(run.artifact_uri)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            return None
+        root = Path(unquote(parts.path))
+        return root if root.is_absolute() else None
+
+    # --- what a comparison records ------------------------------------------------------------
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Upsert tags on an active run, in one transaction (MLflow's ``log_batch`` for tags)."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                stage = self._db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+                if stage is None:
+                    raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+                if stage[0] != "active":
+                    raise TrackingError(f"tagging run {run_id}: the run is deleted")
+                self._db.executemany(
+                    "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?) "
+                    "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value",
+                    [(key, value, run_id) for key, value in tags.items()],
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            text = str(exc)
+            if "readonly" in text or "read-only" in text:
+                raise TrackingError(f"tagging run {run_id}: tracking store {self.uri} is read-only") from None
+            if "database or disk is full" in text:
+                raise StorageError(
+                    f"disk full: tagging run {run_id}: the tracking store {self.uri} cannot grow"
+                ) from None
+            raise TrackingError(f"tagging run {run_id}: {text}") from None
+
+
+def _int(value: str) -> int | str:
+    return int(value) if value.isdigit() else value
