@@ -344,3 +344,40 @@ def test_judge_metrics_are_llm_judge_assessments(
     assert broken["faithfulness"].value is None
     assert "judge output unusable" in broken["faithfulness"].error.error_message
     assert broken["mrr"].value == 1.0  # the case's other metrics stand
+
+
+def test_server_request_body_is_mlflows_own_start_trace_message() -> None:
+    """The tracking-server path writes StartTraceV3 JSON directly; it must parse to exactly the
+    message MLflow's client would send for the same trace (feedback with values, errors, judge
+    sources and rationales; expectations of every JSON type; an errored case)."""
+    from google.protobuf.json_format import Parse
+    from mlflow.entities import Trace, TraceData
+    from mlflow.protos.service_pb2 import StartTraceV3
+
+    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan
+
+    answered = CaseTrace(
+        case_id="c-1",
+        question="退款多久到账？",
+        answer="1-3 个工作日 [1]",
+        error=None,
+        latency_seconds=0.43,
+        ranked_ids=["d1", "d2"],
+        contexts=["第一段", "第二段"],
+        timings={"embedding": 0.004, "model": 0.4},
+        expectations={"expected_facts": ["1-3 个工作日"], "meta": {"k": [1, 2]}, "expected_response": "答", "n": 3},
+        feedback=[
+            FeedbackRecord("recall_at_k", 0.5),
+            FeedbackRecord("answer_accuracy", None, error="judge timed out", judge="qwen@npu"),
+            FeedbackRecord("faithfulness", 1.0, judge="qwen@npu", rationale="理由: supported"),
+        ],
+    )
+    failed = CaseTrace("c-2", "q", None, "HTTP 500 from the RAG service", None, expectations={"unanswerable": True})
+    writer = TraceWriter.__new__(TraceWriter)
+    writer.run_id, writer.experiment_id = "f" * 32, "7"
+    for case in (answered, failed):
+        trace = _plan(case)
+        ours = Parse(writer._start_trace_body(trace, 1_764_500_000_123), StartTraceV3())
+        info = writer._trace_info(trace, 1_764_500_000_123)
+        assert ours == StartTraceV3(trace=Trace(info=info, data=TraceData(spans=[])).to_proto())
+        assert len(ours.trace.trace_info.assessments) == len(case.expectations) + len(case.feedback)
