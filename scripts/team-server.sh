@@ -11,7 +11,14 @@ set -euo pipefail
 PORT=${RAGEXP_MLFLOW_PORT:-5055}
 STATE=${RAGEXP_SERVER_DIR:-$PWD/.team-server}
 MLFLOW=${MLFLOW:-$PWD/.venv/bin/mlflow}
-DB_URI="postgresql+psycopg2://ragexp:ragexp@127.0.0.1:5432/ragexp"
+DB_URI=${RAGEXP_SERVER_DB_URI:-postgresql+psycopg2://ragexp:ragexp@127.0.0.1:5432/ragexp}
+# Each request waits on PostgreSQL round trips (the GIL is free then), so more workers than
+# cores keep 2 cores busy; each worker's connection pool covers its concurrent requests, so
+# connections are reused rather than opened per request (MLflow's default keeps 5).
+# 4 workers x (8 + 4) connections stays well under PostgreSQL's default max_connections (100).
+WORKERS=${RAGEXP_SERVER_WORKERS:-4}
+export MLFLOW_SQLALCHEMYSTORE_POOL_SIZE=${MLFLOW_SQLALCHEMYSTORE_POOL_SIZE:-8}
+export MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW=${MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW:-4}
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
@@ -32,7 +39,7 @@ start() {
     as_postgres createdb -O ragexp ragexp
   mkdir -p "$STATE/artifacts"
   nohup "$MLFLOW" server --backend-store-uri "$DB_URI" --artifacts-destination "$STATE/artifacts" \
-    --host 127.0.0.1 --port "$PORT" --workers 2 >"$STATE/mlflow.log" 2>&1 &
+    --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" >"$STATE/mlflow.log" 2>&1 &
   echo $! >"$STATE/mlflow.pid"
   for _ in $(seq 1 120); do
     kill -0 "$(cat "$STATE/mlflow.pid")" 2>/dev/null || break   # it died: no point in waiting

@@ -40,10 +40,11 @@ SPAN_TEXT_CHARS = 20_000
 """Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
 cases.jsonl, never in the trace store."""
 BATCH = 500
-"""Traces per transaction (SQL) or per OTLP request (server)."""
-SERVER_THREADS = int(os.environ.get("RAGEXP_TRACE_THREADS", "16"))
-"""Requests in flight to a tracking server."""
-SERVER_SPAN_BATCH = int(os.environ.get("RAGEXP_TRACE_SPAN_BATCH", "100"))
+"""Traces per transaction (SQL stores)."""
+SERVER_THREADS = 16
+"""Requests in flight to a tracking server: its workers wait on the database between requests,
+so more requests than cores keep them busy."""
+SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
 SOURCE_ID = "ragexp"
 RUN_METADATA = "mlflow.sourceRun"
