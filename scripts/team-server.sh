@@ -6,19 +6,18 @@
 #   scripts/team-server.sh stop
 #
 # Point ragexp at it with MLFLOW_TRACKING_URI=http://127.0.0.1:5055 (or tracking.uri=...).
+# RAGEXP_MLFLOW_PORT, RAGEXP_SERVER_DIR, RAGEXP_SERVER_DB_URI and RAGEXP_SERVER_WORKERS override
+# the port, state folder, backend database and worker count (e.g. a second server for experiments).
 # Needs root for apt-get and for running PostgreSQL as its own user.
 set -euo pipefail
 PORT=${RAGEXP_MLFLOW_PORT:-5055}
 STATE=${RAGEXP_SERVER_DIR:-$PWD/.team-server}
 MLFLOW=${MLFLOW:-$PWD/.venv/bin/mlflow}
 DB_URI=${RAGEXP_SERVER_DB_URI:-postgresql+psycopg2://ragexp:ragexp@127.0.0.1:5432/ragexp}
-# Each request waits on PostgreSQL round trips (the GIL is free then), so more workers than
-# cores keep 2 cores busy; each worker's connection pool covers its concurrent requests, so
-# connections are reused rather than opened per request (MLflow's default keeps 5).
-# 4 workers x (8 + 4) connections stays well under PostgreSQL's default max_connections (100).
-WORKERS=${RAGEXP_SERVER_WORKERS:-4}
-export MLFLOW_SQLALCHEMYSTORE_POOL_SIZE=${MLFLOW_SQLALCHEMYSTORE_POOL_SIZE:-8}
-export MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW=${MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW:-4}
+# Workers: 4 instead of 2 (with a pool of 8+4 connections per worker, set through MLflow's
+# MLFLOW_SQLALCHEMYSTORE_POOL_SIZE / _MAX_OVERFLOW, which pass through) made no difference
+# beyond the noise for trace logging on 2 shared cores (docs/traces.md), so 2 it stays.
+WORKERS=${RAGEXP_SERVER_WORKERS:-2}
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
