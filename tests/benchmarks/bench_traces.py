@@ -3,6 +3,7 @@
     make bench-traces                       # SQLite in a temp folder, and the server if reachable
     python tests/benchmarks/bench_traces.py --cases 10000 --baseline-cases 200 \
         --server http://127.0.0.1:5055 --server-cases 2000
+    python tests/benchmarks/bench_traces.py --only server --server http://127.0.0.1:5077
 
 For each store, side by side in one process:
 - ragexp: ``TraceWriter.write`` (what ``ragexp run`` calls), N cases, each a trace with a root,
