@@ -381,3 +381,61 @@ def test_server_request_body_is_mlflows_own_start_trace_message() -> None:
         info = writer._trace_info(trace, 1_764_500_000_123)
         assert ours == StartTraceV3(trace=Trace(info=info, data=TraceData(spans=[])).to_proto())
         assert len(ours.trace.trace_info.assessments) == len(case.expectations) + len(case.feedback)
+
+
+def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None:
+    """Against a real HTTP server on 127.0.0.1 that answers StartTraceV3 with a 503 once (a
+    restarting server), then 200: the trace is sent again and nothing fails. When it refuses (400)
+    the writer stops with one line carrying the server's message and how many were written."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, TraceWriter, _TraceInfoSender
+
+    answers: list[int] = []
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status = answers.pop(0) if answers else 200
+            bodies.append(body)
+            payload = (
+                b"{}" if status == 200 else json.dumps({"error_code": "BAD", "message": "no such\nexperiment"}).encode()
+            )
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        backend = RestStore(lambda: MlflowHostCreds(url))
+        send = _TraceInfoSender.open(backend)
+        assert send is not None
+        answers.extend([503])
+        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
+        assert len(bodies) == 2 and bodies[0] == bodies[1]  # sent again after the 503
+        send.close()
+
+        writer = TraceWriter(Store(url), "1", "r" * 32)
+        answers.extend([400] * 40)
+        cases = [CaseTrace(f"c{i}", "q", "a", None, 0.1) for i in range(3)]
+        with pytest.raises(TrackingError) as failure:
+            writer.write(cases)
+        message = str(failure.value)
+        assert "0 of 3 written" in message and "400" in message and "BAD no such" in message
+        assert "\n" not in message
+    finally:
+        server.shutdown()
