@@ -439,3 +439,28 @@ def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None
         assert "\n" not in message
     finally:
         server.shutdown()
+
+
+@pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
+def test_a_trace_sent_twice_to_the_server_keeps_one_copy_of_each_assessment(tmp_path: Path) -> None:
+    """What a retry after a lost answer does: the same StartTraceV3 request twice."""
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, _TraceInfoSender
+
+    server = os.environ["RAGEXP_TEST_MLFLOW_SERVER"]
+    store = Store(server)
+    experiment = f"ragexp-test-resend-{os.getpid()}-{tmp_path.name}"
+    experiment_id = store.experiment_id(experiment, create=True)
+    assert experiment_id is not None
+    writer = TraceWriter(store, experiment_id, store.create_run(experiment, "resend", {}, {}))
+    case = CaseTrace("c-1", "q", "a", None, 0.2, expectations={"unanswerable": False})
+    case.feedback = [FeedbackRecord("recall_at_k", 1.0), FeedbackRecord("mrr", 0.5)]
+    trace = _plan(case)
+    send = _TraceInfoSender.open(writer.backend)
+    assert send is not None
+    body = writer._start_trace_body(trace, 1_764_500_000_000)
+    send(body)
+    send(body)
+    send.close()
+    (info,) = writer.backend.batch_get_trace_infos([trace.trace_id])
+    assert sorted(a.name for a in info.assessments) == ["mrr", "recall_at_k", "unanswerable"]

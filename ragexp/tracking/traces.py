@@ -129,6 +129,9 @@ class _Mark:
     source_type: str
     source_id: str
     rationale: str | None = None
+    assessment_id: str = field(default_factory=lambda: f"a-{uuid.uuid4().hex}")
+    """Chosen here, not by the store: a request sent again after a lost answer then updates the
+    same assessments instead of adding copies."""
 
 
 @dataclass(slots=True)
@@ -295,7 +298,7 @@ class TraceWriter:
                 aggregate, numeric = assessment_aggregate(value)
                 marks.append(
                     {
-                        "assessment_id": f"a-{uuid.uuid4().hex}",
+                        "assessment_id": mark.assessment_id,
                         "trace_id": tid,
                         "name": mark.name,
                         "assessment_type": mark.kind,
@@ -360,6 +363,7 @@ class TraceWriter:
         assessments: list[dict[str, Any]] = []
         for mark in trace.marks:
             item: dict[str, Any] = {
+                "assessment_id": mark.assessment_id,
                 "assessment_name": mark.name,
                 "trace_id": trace.trace_id,
                 "source": {"source_type": mark.source_type, "source_id": mark.source_id},
@@ -414,32 +418,30 @@ class TraceWriter:
         for mark in trace.marks:
             source = AssessmentSource(source_type=mark.source_type, source_id=mark.source_id)
             if mark.kind == "expectation":
-                assessments.append(
-                    Expectation(
-                        mark.name,
-                        mark.value,
-                        source=source,
-                        trace_id=trace.trace_id,
-                        metadata=metadata,
-                        create_time_ms=now_ms,
-                        last_update_time_ms=now_ms,
-                    )
+                entity: Any = Expectation(
+                    mark.name,
+                    mark.value,
+                    source=source,
+                    trace_id=trace.trace_id,
+                    metadata=metadata,
+                    create_time_ms=now_ms,
+                    last_update_time_ms=now_ms,
                 )
             else:
                 error = _error_dict(mark.error) if mark.error is not None else None
-                assessments.append(
-                    Feedback(
-                        name=mark.name,
-                        value=mark.value if error is None else None,
-                        error=AssessmentError(**error) if error is not None else None,
-                        source=source,
-                        trace_id=trace.trace_id,
-                        metadata=metadata,
-                        rationale=mark.rationale,
-                        create_time_ms=now_ms,
-                        last_update_time_ms=now_ms,
-                    )
+                entity = Feedback(
+                    name=mark.name,
+                    value=mark.value if error is None else None,
+                    error=AssessmentError(**error) if error is not None else None,
+                    source=source,
+                    trace_id=trace.trace_id,
+                    metadata=metadata,
+                    rationale=mark.rationale,
+                    create_time_ms=now_ms,
+                    last_update_time_ms=now_ms,
                 )
+            entity.assessment_id = mark.assessment_id
+            assessments.append(entity)
         return TraceInfo(
             trace_id=trace.trace_id,
             trace_location=TraceLocation.from_experiment_id(self.experiment_id),
