@@ -6,10 +6,10 @@ here at 70-110 ms per case on SQLite. This module builds the same entities (``Tr
 its assessments and metadata, ``Span`` objects) and hands them to the tracking store's own
 write methods, batched:
 
-- SQL stores: ``start_trace`` (trace info, tags, metadata and assessments in one go) for every
-  trace of a batch and one ``log_spans`` for all their spans, inside ONE transaction per batch;
+- SQL stores: the rows ``start_trace`` + ``log_spans`` would write, one multi-row INSERT per
+  table, inside ONE transaction per batch;
 - a tracking server (``http://``): one ``StartTraceV3`` request per trace (its assessments ride
-  along) on a few connections in parallel, and the spans of a whole batch in one OTLP request.
+  along), 16 in flight, and the spans of every 100 traces in one OTLP request.
 
 Nothing is queued: every call returns only once the store has the data, and an error stops the
 writing with a :class:`~ragexp.errors.TrackingError`.
