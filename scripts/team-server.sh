@@ -6,12 +6,18 @@
 #   scripts/team-server.sh stop
 #
 # Point ragexp at it with MLFLOW_TRACKING_URI=http://127.0.0.1:5055 (or tracking.uri=...).
+# RAGEXP_MLFLOW_PORT, RAGEXP_SERVER_DIR, RAGEXP_SERVER_DB_URI and RAGEXP_SERVER_WORKERS override
+# the port, state folder, backend database and worker count (e.g. a second server for experiments).
 # Needs root for apt-get and for running PostgreSQL as its own user.
 set -euo pipefail
 PORT=${RAGEXP_MLFLOW_PORT:-5055}
 STATE=${RAGEXP_SERVER_DIR:-$PWD/.team-server}
 MLFLOW=${MLFLOW:-$PWD/.venv/bin/mlflow}
-DB_URI="postgresql+psycopg2://ragexp:ragexp@127.0.0.1:5432/ragexp"
+DB_URI=${RAGEXP_SERVER_DB_URI:-postgresql+psycopg2://ragexp:ragexp@127.0.0.1:5432/ragexp}
+# Workers: 4 instead of 2 (with a pool of 8+4 connections per worker, set through MLflow's
+# MLFLOW_SQLALCHEMYSTORE_POOL_SIZE / _MAX_OVERFLOW, which pass through) made no difference
+# beyond the noise for trace logging on 2 shared cores (docs/traces.md), so 2 it stays.
+WORKERS=${RAGEXP_SERVER_WORKERS:-2}
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
@@ -32,7 +38,7 @@ start() {
     as_postgres createdb -O ragexp ragexp
   mkdir -p "$STATE/artifacts"
   nohup "$MLFLOW" server --backend-store-uri "$DB_URI" --artifacts-destination "$STATE/artifacts" \
-    --host 127.0.0.1 --port "$PORT" --workers 2 >"$STATE/mlflow.log" 2>&1 &
+    --host 127.0.0.1 --port "$PORT" --workers "$WORKERS" >"$STATE/mlflow.log" 2>&1 &
   echo $! >"$STATE/mlflow.pid"
   for _ in $(seq 1 120); do
     kill -0 "$(cat "$STATE/mlflow.pid")" 2>/dev/null || break   # it died: no point in waiting

@@ -344,3 +344,123 @@ def test_judge_metrics_are_llm_judge_assessments(
     assert broken["faithfulness"].value is None
     assert "judge output unusable" in broken["faithfulness"].error.error_message
     assert broken["mrr"].value == 1.0  # the case's other metrics stand
+
+
+def test_server_request_body_is_mlflows_own_start_trace_message() -> None:
+    """The tracking-server path writes StartTraceV3 JSON directly; it must parse to exactly the
+    message MLflow's client would send for the same trace (feedback with values, errors, judge
+    sources and rationales; expectations of every JSON type; an errored case)."""
+    from google.protobuf.json_format import Parse
+    from mlflow.entities import Trace, TraceData
+    from mlflow.protos.service_pb2 import StartTraceV3
+
+    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan
+
+    answered = CaseTrace(
+        case_id="c-1",
+        question="退款多久到账？",
+        answer="1-3 个工作日 [1]",
+        error=None,
+        latency_seconds=0.43,
+        ranked_ids=["d1", "d2"],
+        contexts=["第一段", "第二段"],
+        timings={"embedding": 0.004, "model": 0.4},
+        expectations={"expected_facts": ["1-3 个工作日"], "meta": {"k": [1, 2]}, "expected_response": "答", "n": 3},
+        feedback=[
+            FeedbackRecord("recall_at_k", 0.5),
+            FeedbackRecord("answer_accuracy", None, error="judge timed out", judge="qwen@npu"),
+            FeedbackRecord("faithfulness", 1.0, judge="qwen@npu", rationale="理由: supported"),
+        ],
+    )
+    failed = CaseTrace("c-2", "q", None, "HTTP 500 from the RAG service", None, expectations={"unanswerable": True})
+    writer = TraceWriter.__new__(TraceWriter)
+    writer.run_id, writer.experiment_id = "f" * 32, "7"
+    for case in (answered, failed):
+        trace = _plan(case)
+        ours = Parse(writer._start_trace_body(trace, 1_764_500_000_123), StartTraceV3())
+        info = writer._trace_info(trace, 1_764_500_000_123)
+        assert ours == StartTraceV3(trace=Trace(info=info, data=TraceData(spans=[])).to_proto())
+        assert len(ours.trace.trace_info.assessments) == len(case.expectations) + len(case.feedback)
+
+
+def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None:
+    """Against a real HTTP server on 127.0.0.1 that answers StartTraceV3 with a 503 once (a
+    restarting server), then 200: the trace is sent again and nothing fails. When it refuses (400)
+    the writer stops with one line carrying the server's message and how many were written."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, TraceWriter, _TraceInfoSender
+
+    answers: list[int] = []
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status = answers.pop(0) if answers else 200
+            bodies.append(body)
+            payload = (
+                b"{}" if status == 200 else json.dumps({"error_code": "BAD", "message": "no such\nexperiment"}).encode()
+            )
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        backend = RestStore(lambda: MlflowHostCreds(url))
+        send = _TraceInfoSender.open(backend)
+        assert send is not None
+        answers.extend([503])
+        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
+        assert len(bodies) == 2 and bodies[0] == bodies[1]  # sent again after the 503
+        send.close()
+
+        writer = TraceWriter(Store(url), "1", "r" * 32)
+        answers.extend([400] * 40)
+        cases = [CaseTrace(f"c{i}", "q", "a", None, 0.1) for i in range(3)]
+        with pytest.raises(TrackingError) as failure:
+            writer.write(cases)
+        message = str(failure.value)
+        assert "0 of 3 written" in message and "400" in message and "BAD no such" in message
+        assert "\n" not in message
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
+def test_a_trace_sent_twice_to_the_server_keeps_one_copy_of_each_assessment(tmp_path: Path) -> None:
+    """What a retry after a lost answer does: the same StartTraceV3 request twice."""
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, _TraceInfoSender
+
+    server = os.environ["RAGEXP_TEST_MLFLOW_SERVER"]
+    store = Store(server)
+    experiment = f"ragexp-test-resend-{os.getpid()}-{tmp_path.name}"
+    experiment_id = store.experiment_id(experiment, create=True)
+    assert experiment_id is not None
+    writer = TraceWriter(store, experiment_id, store.create_run(experiment, "resend", {}, {}))
+    case = CaseTrace("c-1", "q", "a", None, 0.2, expectations={"unanswerable": False})
+    case.feedback = [FeedbackRecord("recall_at_k", 1.0), FeedbackRecord("mrr", 0.5)]
+    trace = _plan(case)
+    send = _TraceInfoSender.open(writer.backend)
+    assert send is not None
+    body = writer._start_trace_body(trace, 1_764_500_000_000)
+    send(body)
+    send(body)
+    send.close()
+    (info,) = writer.backend.batch_get_trace_infos([trace.trace_id])
+    assert sorted(a.name for a in info.assessments) == ["mrr", "recall_at_k", "unanswerable"]

@@ -83,11 +83,16 @@ def text_of(dom: str) -> str:
     return re.sub(r"(\s*\|\s*)+", " | ", text)
 
 
+@pytest.mark.parametrize("logged_via", ["store", "server"])
 def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
-    ragexp: Any, store_uri: str, ui_server: str, tmp_path: Path
+    ragexp: Any, store_uri: str, ui_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_via: str
 ) -> None:
+    """``store``: the runs are written straight into the SQL store (one transaction per batch);
+    ``server``: through the tracking server (StartTraceV3 requests and OTLP span batches)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium package is needed (make browser installs it)"
+    if logged_via == "server":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", ui_server)
     base = ragexp("run", "provider=fake", "dataset=scifacts_zh", "run_name=baseline", "+tags.role=baseline", "--json")
     cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "run_name=candidate", "--json")
     assert base.code == 0 and cand.code == 0, base.stderr + cand.stderr
@@ -131,5 +136,5 @@ def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
     shot = tmp_path / "compare.png"
     done = render(chromium, url, tmp_path / "profile-shot", f"--screenshot={shot}")
     assert done.returncode == 0 and shot.stat().st_size > 50_000
-    if os.environ.get("RAGEXP_UPDATE_SCREENSHOT"):
+    if os.environ.get("RAGEXP_UPDATE_SCREENSHOT") and logged_via == "store":
         shutil.copy(shot, Path(__file__).resolve().parents[1] / "docs/ui-compare-runs.png")

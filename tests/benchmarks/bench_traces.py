@@ -3,6 +3,7 @@
     make bench-traces                       # SQLite in a temp folder, and the server if reachable
     python tests/benchmarks/bench_traces.py --cases 10000 --baseline-cases 200 \
         --server http://127.0.0.1:5055 --server-cases 2000
+    python tests/benchmarks/bench_traces.py --only server --server http://127.0.0.1:5077
 
 For each store, side by side in one process:
 - ragexp: ``TraceWriter.write`` (what ``ragexp run`` calls), N cases, each a trace with a root,
@@ -142,15 +143,17 @@ def main() -> None:
     parser.add_argument("--baseline-cases", type=int, default=200, help="cases through MLflow's public path")
     parser.add_argument("--server", default=os.environ.get("RAGEXP_TEST_MLFLOW_SERVER", "http://127.0.0.1:5055"))
     parser.add_argument("--server-cases", type=int, default=2000, help="cases through ragexp's writer (server)")
+    parser.add_argument("--only", choices=["sqlite", "server"], help="measure one store only")
     args = parser.parse_args()
     ok = True
-    with tempfile.TemporaryDirectory(prefix="ragexp-bench-traces-") as tmp:
-        uri = f"sqlite:///{tmp}/mlflow.db"
-        from ragexp.tracking.store import Store
+    if args.only != "server":
+        with tempfile.TemporaryDirectory(prefix="ragexp-bench-traces-") as tmp:
+            uri = f"sqlite:///{tmp}/mlflow.db"
+            from ragexp.tracking.store import Store
 
-        Store(uri).experiment_id("warm-up", create=True)  # schema migrations are not per-case cost
-        ok &= bench("SQLite store", uri, args.cases, args.baseline_cases)
-    if args.server:
+            Store(uri).experiment_id("warm-up", create=True)  # schema migrations are not per-case cost
+            ok &= bench("SQLite store", uri, args.cases, args.baseline_cases)
+    if args.server and args.only != "sqlite":
         import httpx
 
         try:
