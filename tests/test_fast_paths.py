@@ -1,9 +1,8 @@
 """The quick paths of `ragexp run` give exactly what the general ones give.
 
-``provider=fake`` builds its outputs from the labels, and its label-only rows pass the loader's
-quick check; ``provider=replay`` reads the same outputs recorded in the file, and rows with
-outputs go through the loader's full validation. Same cases and outputs must give the same
-per-case scores, the same summary and the same dataset hash.
+``provider=fake`` builds its outputs from the labels; ``provider=replay`` reads the same outputs
+recorded in the file: the same per-case scores, summary and dataset hash. The loader's quick check
+of common rows builds the very case its full validation builds, and leaves every other row to it.
 """
 
 from __future__ import annotations
@@ -105,6 +104,20 @@ VALID = [
     {"id": "c", "question": "q", "unanswerable": True},
     {"id": "d", "question": "q", "unanswerable": False, "relevant_ids": ["x"], "expected_facts": []},
     {"id": "e", "question": "q", "unanswerable": True, "relevant_ids": [], "reference": "r"},
+    {"id": "f", "question": "q", "relevant_ids": ["x"], "metadata": {"any": ["thing"]}},
+    {
+        "id": "g",
+        "question": "q",
+        "relevant_ids": ["x"],
+        "response": "",
+        "retrieved_ids": ["x", "x", "y"],
+        "retrieved_contexts": ["", "c"],
+        "citations": [1, 9],
+        "latency_seconds": 0,
+    },
+    {"id": "h", "question": "q", "unanswerable": True, "response": "无法回答", "latency_seconds": 0.25},
+    {"id": "i", "question": "q", "unanswerable": True, "retrieved_ids": [], "citations": []},
+    {"id": "j", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": ["c"], "metadata": None},
 ]
 GENERAL_ONLY = [
     {"id": "a", "question": "q", "relevant_ids": ["x", ""]},
@@ -118,7 +131,18 @@ GENERAL_ONLY = [
     {"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": 1},
     {"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": True},
     {"id": "a", "question": "q"},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": "r"},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": 3},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": None},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": "r", "retrieved_ids": ["x", " "]},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_ids": [1]},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": "c"},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": [None]},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [0]},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [True]},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": 0},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": -1},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": False},
+    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": "1"},
     {"id": "a", "question": "q", "relevant_ids": ["x"], "human": {"answer_accuracy": 1}},
     {"id": "a", "question": "q", "relevant_ids": ["x"], "relevnt_ids": ["x"]},
 ]
@@ -134,6 +158,10 @@ def test_quick_check_builds_the_case_the_full_validation_builds(row: dict[str, A
 @pytest.mark.parametrize("row", GENERAL_ONLY)
 def test_quick_check_leaves_everything_else_to_the_full_validation(row: dict[str, Any]) -> None:
     assert _fast_case(row, 7) is None
+    # ... which rejects it, or (the quirks it accepts: `citations: 0`) builds a case of its own.
+    problems = _Problems("d.jsonl")
+    case = _case_from_row(row, 7, problems)
+    assert (case is None) == bool(problems.errors)
 
 
 def test_cases_hash_is_the_hash_without_human_scores(tmp_path: Path) -> None:

@@ -204,9 +204,10 @@ def _fine_strings(value: Any) -> bool:
 
 
 def _fast_case(row: dict[str, Any], line: int) -> Case | None:
-    """The common, valid row without output fields, checked with few calls; None sends the row
-    to :func:`_case_from_row`, which finds and words every problem."""
-    if not row.keys() <= _LABEL_KEYS:
+    """The common, valid row (labels, and recorded outputs for replay), checked with few calls;
+    None sends the row to :func:`_case_from_row`, which finds and words every problem."""
+    keys = row.keys()
+    if not keys <= _QUICK_KEYS:
         return None
     case_id, question = row.get("id"), row.get("question")
     if type(case_id) is not str or type(question) is not str or not case_id.strip() or not question.strip():
@@ -226,11 +227,50 @@ def _fast_case(row: dict[str, Any], line: int) -> Case | None:
         )
     ):
         return None
+    recorded: SystemOutput | None = None
+    fields = _NO_FIELDS
+    if not keys <= _LABEL_KEYS:
+        checked = _fast_output(row, keys & _OUTPUT_KEYS)
+        if checked is None:
+            return None
+        recorded, fields = checked
     # By position, defaults included: half the cost of keywords and default factories.
-    return Case(case_id, question, relevant, facts, reference, unanswerable, line, None, _NO_FIELDS, {})
+    return Case(case_id, question, relevant, facts, reference, unanswerable, line, recorded, fields, {})
+
+
+def _fast_output(row: dict[str, Any], present: set[str]) -> tuple[SystemOutput | None, frozenset[str]] | None:
+    """The recorded output of a common, valid row (what :func:`_recorded` builds from it); None
+    sends the row to the full validation."""
+    if not present:
+        return None, _NO_FIELDS
+    for key in present:
+        if row[key] is None:
+            return None
+    response = row.get("response", "")
+    ranked = row.get("retrieved_ids", [])
+    contexts = row.get("retrieved_contexts", [])
+    citations = row.get("citations", [])
+    latency = row.get("latency_seconds")
+    if type(response) is not str or not _fine_strings(ranked) or type(contexts) is not list:
+        return None
+    for text in contexts:
+        if type(text) is not str or len(text) > MAX_TEXT:
+            return None
+    if type(citations) is not list:
+        return None
+    for number in citations:
+        if type(number) is not int or number < 1:
+            return None
+    if latency is not None and (type(latency) not in (int, float) or latency < 0):
+        return None
+    seconds = float(latency) if latency is not None else None
+    return SystemOutput(ranked, contexts, response, list(citations), seconds, None), frozenset(present)
 
 
 _LABEL_KEYS = frozenset(LABEL_FIELDS)
+_OUTPUT_KEYS = frozenset(OUTPUT_FIELDS)
+_QUICK_KEYS = _LABEL_KEYS | _OUTPUT_KEYS | {"metadata"}
+"""Fields the quick check knows (``metadata`` is free-form and never read)."""
 _NO_FIELDS: frozenset[str] = frozenset()
 
 
