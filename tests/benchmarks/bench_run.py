@@ -11,8 +11,11 @@ Prints wall times, peak memory (RSS of each child process), and the issue-14 tar
 met / NOT MET verdict: the per-case cost as a ratio to the loop's (the 100,000-case run less the
 10-case run, each side), the fixed start-up (the whole 10-case run, process start included) and
 the peak memory; plus `ragexp --help`. The sides alternate; the per-case ratio is the median of
-the ratios of each repetition (its four runs are seconds apart, so they share the machine's load),
-the start-up the fastest 10-case run: other load on a shared machine only ever adds time.
+the ratios of each repetition (its four runs are seconds apart, so they share the machine's load).
+Its verdict reads CPU time (user + system): on a machine shared with other work the wall-time
+difference of two runs can even come out negative, while CPU time stays what the work costs; on
+an idle machine the two agree (both sides are single processes). The start-up is the fastest
+10-case run: other load only ever adds time.
 """
 
 from __future__ import annotations
@@ -224,7 +227,7 @@ def main() -> None:
     print(f"first run, new store : {first.wall:.2f}s (one-time MLflow schema migrations; not a target)")
     print(f"import of MLflow's tracking client and SQLite store alone: {b['mlflow'].wall:.2f}s (inside the start-up)")
     rows = [
-        ("per-case cost", f"{per_case:.2f}x the loop (CPU time {cpu_ratio:.2f}x; medians)", "<= 0.5x", per_case <= 0.5),
+        ("per-case cost", f"{cpu_ratio:.2f}x the loop in CPU time ({per_case:.2f}x wall)", "<= 0.5x", cpu_ratio <= 0.5),
         ("fixed start-up", f"{startup:.2f} s (the fastest 10-case run)", "<= 2.5 s", startup <= 2.5),
         ("peak memory", f"{peak:.0f} MB", "< 600 MB", peak < 600),
         ("ragexp --help", f"{help_wall:.2f} s", "< 0.5 s", help_wall < 0.5),
