@@ -106,16 +106,16 @@ def dataset_hash(cases: list[Case], *, human: bool = True) -> str:
 
 
 def _is_single_object(text: str) -> bool:
-    stripped = text.lstrip()
-    if not stripped.startswith("{"):
+    start = _SPACE.match(text).end()  # type: ignore[union-attr]  # \s* always matches
+    if not text.startswith("{", start):
         return False
-    first, _, rest = stripped.partition("\n")
-    if rest.strip():
+    end = text.find("\n", start)
+    if end != -1 and _NOT_SPACE.search(text, end):
         # A first line that is a whole JSON value followed by more text is JSON Lines: one JSON
         # text holds one value, so the file cannot parse as a single object. Checking that line
-        # spares parsing a large JSONL file as one document.
+        # (without copying the text) spares parsing a large JSONL file as one document.
         try:
-            orjson.loads(first)
+            orjson.loads(text[start:end])
         except orjson.JSONDecodeError:
             pass
         else:
@@ -267,6 +267,8 @@ def _fast_output(row: dict[str, Any], present: set[str]) -> tuple[SystemOutput |
     return SystemOutput(ranked, contexts, response, list(citations), seconds, None), frozenset(present)
 
 
+_SPACE = re.compile(r"\s*")
+_NOT_SPACE = re.compile(r"\S")
 _LABEL_KEYS = frozenset(LABEL_FIELDS)
 _OUTPUT_KEYS = frozenset(OUTPUT_FIELDS)
 _QUICK_KEYS = _LABEL_KEYS | _OUTPUT_KEYS | {"metadata"}
