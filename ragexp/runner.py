@@ -326,8 +326,11 @@ def _evaluate(
 ) -> list[CaseResult]:
     """Every case's result, in dataset order; ``arrived`` collects the new ones as they come."""
     cases = plan.dataset.cases
-    results: list[CaseResult | None] = [done.get(case.id) for case in cases]
-    todo = [i for i, result in enumerate(results) if result is None]
+    if done:
+        results: list[CaseResult | None] = [done.get(case.id) for case in cases]
+        todo = [i for i, result in enumerate(results) if result is None]
+    else:
+        results, todo = [None] * len(cases), list(range(len(cases)))
     if done:
         info(f"resuming: {len(cases) - len(todo)} of {len(cases)} cases kept, {len(todo)} to evaluate")
     progress = Progress(len(todo), "evaluating", enabled=plan.config.progress)
@@ -341,7 +344,7 @@ def _evaluate(
 
     try:
         if todo:
-            plan.provider.run([cases[i] for i in todo], on_result)
+            plan.provider.run([cases[i] for i in todo] if done else cases, on_result)
     finally:
         progress.close()
     missing = [cases[i].id for i, result in enumerate(results) if result is None]

@@ -59,16 +59,19 @@ def build_inputs(
     n = len(cases)
     longest = max((len(r.output.ranked_ids) for r in results if r.output is not None), default=0)
     width = min(k, longest)
-    hits = np.zeros((n, width), dtype=bool)
-    n_relevant = np.zeros(n, dtype=np.int64)
-    first_rank = np.zeros(n, dtype=np.int64)
-    empty = np.zeros(n, dtype=bool)
-    unanswerable = np.zeros(n, dtype=bool)
-    cited = np.zeros(n, dtype=np.int64)
-    supported = np.zeros(n, dtype=np.int64)
-    correct = np.zeros(n, dtype=bool)
-    ok = np.zeros(n, dtype=bool)
-    latency = np.full(n, np.nan)
+    # Plain lists filled per case, turned into arrays once: setting numpy items one at a time
+    # costs more than the work of the loop itself.
+    n_relevant = [0] * n
+    first_rank = [0] * n
+    empty = [False] * n
+    unanswerable = [False] * n
+    cited = [0] * n
+    supported = [0] * n
+    correct = [False] * n
+    ok = [False] * n
+    latency = [math.nan] * n
+    hit_rows: list[int] = []
+    hit_cols: list[int] = []
     refusals = [normalize(phrase) for phrase in refusal_phrases]
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         unanswerable[i] = case.unanswerable
@@ -84,7 +87,6 @@ def build_inputs(
         empty[i] = not ranked
         if relevant and ranked:
             seen: set[str] = set()
-            row = hits[i]
             first = 0
             for rank, item in enumerate(ranked):
                 if rank >= k and first:
@@ -96,7 +98,8 @@ def build_inputs(
                     if not first:
                         first = rank + 1
                     if rank < width:
-                        row[rank] = True
+                        hit_rows.append(i)
+                        hit_cols.append(rank)
             first_rank[i] = first
         citations = output.citations
         if citations:
@@ -107,8 +110,28 @@ def build_inputs(
         if case.unanswerable:
             correct[i] = any(phrase in answer for phrase in refusals)
         else:
-            correct[i] = bool(case.expected_facts) and all(normalize(f) in answer for f in case.expected_facts)
-    return OfflineInputs(k, hits, n_relevant, first_rank, empty, unanswerable, cited, supported, correct, ok, latency)
+            facts = case.expected_facts
+            found = bool(facts)
+            for fact in facts:
+                if normalize(fact) not in answer:
+                    found = False
+                    break
+            correct[i] = found
+    hits = np.zeros((n, width), dtype=bool)
+    hits[hit_rows, hit_cols] = True
+    return OfflineInputs(
+        k,
+        hits,
+        np.array(n_relevant, dtype=np.int64),
+        np.array(first_rank, dtype=np.int64),
+        np.array(empty, dtype=bool),
+        np.array(unanswerable, dtype=bool),
+        np.array(cited, dtype=np.int64),
+        np.array(supported, dtype=np.int64),
+        np.array(correct, dtype=bool),
+        np.array(ok, dtype=bool),
+        np.array(latency, dtype=np.float64),
+    )
 
 
 # --- pure kernels -------------------------------------------------------------------------------
