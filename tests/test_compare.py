@@ -17,7 +17,7 @@ from ragexp.compare.stats import paired
 from ragexp.config.compose import compose
 from tests.conftest import write_jsonl
 
-# --- the first seed's exercise ------------------------------------------------------------------
+# --- the RAG evaluation article's exercise ------------------------------------------------------------------
 
 SEED_BASELINE = {
     "recall_at_k": 0.90,
@@ -261,7 +261,7 @@ def test_randomization_p_matches_exact_enumeration_on_discrete_scores() -> None:
 
 def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> None:
     # Candidate: recall unchanged, first relevant pushed from rank 1 to rank 2 in 10 cases
-    # (the seed's "recall flat, MRR down: fusion or rerank").
+    # (the article's "recall flat, MRR down: fusion or rerank").
     base_rows = replay_rows([{"rank": 1}] * 40)
     cand_rows = replay_rows([{"rank": 2}] * 10 + [{"rank": 1}] * 30)
     base = run_replay(ragexp, write_jsonl(tmp_path / "a.jsonl", base_rows))

@@ -119,7 +119,7 @@ def test_bundled_sets() -> None:
     kb = load_dataset(ROOT / "ragexp/data/kb_zh/cases.jsonl")
     assert len(kb.cases) >= 30
     assert sum(c.unanswerable for c in kb.cases) >= 3
-    # The seed's trap: "how long until the refund arrives" is not the seven-day application window.
+    # The article's trap: "how long until the refund arrives" is not the seven-day application window.
     arrival = next(c for c in kb.cases if c.question == "退款多久到账？")
     assert arrival.relevant_ids == ["refund-arrival"] and "七天" not in "".join(arrival.expected_facts)
     docs = {

@@ -97,7 +97,7 @@ def test_bundled_kb_zh_carries_human_scores_on_a_subset() -> None:
 def test_audit_flags_the_refund_arrival_mislabel_and_every_kind(tmp_path: Path) -> None:
     rows = kb_rows()
     arrival = next(i for i, row in enumerate(rows) if row["question"] == "退款多久到账？")
-    rows[arrival]["expected_facts"] = ["七天"]  # the first seed's mislabel
+    rows[arrival]["expected_facts"] = ["七天"]  # the RAG evaluation article's mislabel
     rows.append(
         {"id": "ghost", "question": "积分能转让吗？", "relevant_ids": ["points-transfer"], "expected_facts": ["不"]}
     )

@@ -1,4 +1,4 @@
-"""Offline metric kernels: the first seed's worked examples and a cross-check against a plain
+"""Offline metric kernels: the RAG evaluation article's worked examples and a cross-check against a plain
 per-case implementation on thousands of random cases."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def test_nearest_rank() -> None:
     assert nearest_rank(np.array([np.nan]), 95) is None
 
 
-# --- cross-check against the seed's plain per-case functions ------------------------------------
+# --- cross-check against the article's plain per-case functions ------------------------------------
 
 
 def plain_recall(ranked: list[str], relevant: set[str], k: int) -> float:

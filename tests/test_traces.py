@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -422,7 +423,7 @@ def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         backend = RestStore(lambda: MlflowHostCreds(url))
-        send = _TraceInfoSender.open(backend)
+        send = _TraceInfoSender.open(backend, 60.0)
         assert send is not None
         answers.extend([503])
         send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
@@ -439,6 +440,32 @@ def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None
         assert "\n" not in message
     finally:
         server.shutdown()
+
+
+def test_a_server_that_stops_answering_stops_the_trace_write_within_the_tracking_timeout() -> None:
+    """A server that accepts StartTraceV3 and never answers (a hung server) is given
+    ``tracking.timeout_s`` per trace, retries included, not minutes: one line, then the run's
+    store-failure path takes over."""
+    import socket
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, TraceWriter
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepts connections, never reads or answers
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        writer = TraceWriter(Store(url, timeout_s=2), "1", "r" * 32)
+        started = time.monotonic()
+        with pytest.raises(TrackingError) as failure:
+            writer.write([CaseTrace("c1", "q", "a", None, 0.1)])
+        waited = time.monotonic() - started
+        assert "0 of 1 written" in str(failure.value) and "\n" not in str(failure.value)
+        assert waited < 30  # 2 s a trace, not 5 attempts of 120 s
+    finally:
+        listener.close()
 
 
 @pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")

@@ -1,6 +1,6 @@
 """Label audit: check a dataset's labels against the corpus they point at.
 
-When a system fails a case, the label may be what is wrong (the first seed's example: "退款多久到账"
+When a system fails a case, the label may be what is wrong (the RAG evaluation article's example: "退款多久到账"
 labelled with the fact "七天", the application deadline, not the arrival time). These checks find
 the labels that cannot be right as written, with file and line, so a person looks at them:
 

@@ -179,7 +179,7 @@ def nearest_rank(values: np.ndarray, q: float) -> float | None:
     return float(finite[index])
 
 
-# --- scorers: the seed's rules for unanswerable cases and failed calls on top of the kernels ---
+# --- scorers: the article's rules for unanswerable cases and failed calls on top of the kernels ---
 
 
 def _retrieval(inputs: OfflineInputs, scores: np.ndarray) -> np.ndarray:

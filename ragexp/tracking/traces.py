@@ -197,7 +197,7 @@ class TraceWriter:
         makes ``StartTraceV3`` take the server's slower merge-into-existing-trace path."""
         total = len(traces)
         written = 0
-        send = _TraceInfoSender.open(self.backend)
+        send = _TraceInfoSender.open(self.backend, self.store.timeout_s)
         pool = ThreadPoolExecutor(max_workers=SERVER_THREADS)
         in_flight: deque[tuple[list[_Trace], list[Future[Any]]]] = deque()
         span_requests: deque[tuple[int, Future[Any]]] = deque()
@@ -647,14 +647,17 @@ class _TraceInfoSender:
     RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
     ATTEMPTS = 5
 
-    def __init__(self, client: Any, url: str) -> None:
+    def __init__(self, client: Any, url: str, timeout_s: float) -> None:
         self.client = client
         self.url = url
+        self.timeout_s = timeout_s
 
     @classmethod
-    def open(cls, backend: Any) -> _TraceInfoSender | None:
+    def open(cls, backend: Any, timeout_s: float) -> _TraceInfoSender | None:
         """A sender for ``backend``'s server, or None when its authentication needs MLflow's own
-        client (AWS SigV4, auth plugins, Databricks SDK, client certificates)."""
+        client (AWS SigV4, auth plugins, Databricks SDK, client certificates). ``timeout_s`` is
+        ``tracking.timeout_s``: how long one trace may go unanswered, retries included, before
+        the run stops (as for every other tracking call)."""
         import httpx
         from mlflow.tracking.request_header.registry import resolve_request_headers
         from mlflow.utils.rest_utils import _V3_TRACE_REST_API_PATH_PREFIX
@@ -675,18 +678,20 @@ class _TraceInfoSender:
         client = httpx.Client(
             headers=headers,
             verify=verify,
-            timeout=httpx.Timeout(120.0, connect=30.0),
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
             limits=httpx.Limits(max_connections=SERVER_THREADS, max_keepalive_connections=SERVER_THREADS),
         )
-        return cls(client, creds.host.rstrip("/") + _V3_TRACE_REST_API_PATH_PREFIX)
+        return cls(client, creds.host.rstrip("/") + _V3_TRACE_REST_API_PATH_PREFIX, timeout_s)
 
     def __call__(self, body: bytes) -> None:
         import httpx
 
+        deadline = time.monotonic() + self.timeout_s
         for attempt in range(self.ATTEMPTS):
-            last = attempt == self.ATTEMPTS - 1
+            last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
+            remaining = max(deadline - time.monotonic(), 1.0)
             try:
-                response = self.client.post(self.url, content=body)
+                response = self.client.post(self.url, content=body, timeout=remaining)
             except httpx.TransportError:
                 if last:
                     raise

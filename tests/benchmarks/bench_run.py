@@ -1,7 +1,7 @@
 """Benchmark: `ragexp run` on 100,000 cases against a plain per-case Python loop.
 
 Both sides read the same generated JSONL, build the fake provider's outputs from the labels,
-compute the same offline metrics and write every case out. The loop is the first seed's chain
+compute the same offline metrics and write every case out. The loop is the RAG evaluation article's chain
 (per-case functions, a JSON report written with indent=2); ragexp also validates the dataset and
 logs the run, every case and the table to a SQLite MLflow store.
 
