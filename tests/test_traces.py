@@ -483,7 +483,7 @@ def test_a_trace_sent_twice_to_the_server_keeps_one_copy_of_each_assessment(tmp_
     case = CaseTrace("c-1", "q", "a", None, 0.2, expectations={"unanswerable": False})
     case.feedback = [FeedbackRecord("recall_at_k", 1.0), FeedbackRecord("mrr", 0.5)]
     trace = _plan(case)
-    send = _TraceInfoSender.open(writer.backend)
+    send = _TraceInfoSender.open(writer.backend, 60.0)
     assert send is not None
     body = writer._start_trace_body(trace, 1_764_500_000_000)
     send(body)
