@@ -74,6 +74,11 @@ def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     return validate(name_dataset_from_path(compose_raw(overrides), overrides))
 
 
+def overridden_keys(overrides: Sequence[str]) -> set[str]:
+    """The key paths the command line sets (``+``/``++``/``~`` prefixes dropped)."""
+    return {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+
+
 GENERIC_STEMS = frozenset({"cases", "data", "dataset", "eval", "test", "testset", "questions"})
 
 
@@ -81,7 +86,7 @@ def name_dataset_from_path(raw: dict[str, Any], overrides: Sequence[str]) -> dic
     """``dataset.path=FILE`` without ``dataset.name=``: the run is about FILE, not the bundled
     set the group selected, so its name comes from the file (``my_set.jsonl`` -> ``my_set``;
     ``foo/cases.jsonl`` -> ``foo-cases``) and the bundled set's author and description go."""
-    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+    keys = overridden_keys(overrides)
     dataset = raw.get("dataset")
     if "dataset.path" not in keys or not isinstance(dataset, dict) or not dataset.get("path"):
         return raw
@@ -131,7 +136,7 @@ def name_provider(raw: dict[str, Any], choices: dict[Any, Any], overrides: Seque
     """``provider.name`` says what answered and judged: the preset's name, or ``system+judge``
     when ``system=`` / ``judge=`` on the command line changed the preset's selection (an explicit
     ``provider.name=...`` wins). It is a tag and part of the config hash, like any other key."""
-    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+    keys = overridden_keys(overrides)
     if "provider.name" in keys or not ({"system", "judge"} & keys):
         return
     provider = raw.get("provider")

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ragexp.errors import StorageError, TrackingError
+from ragexp.tracking.store import RunRecord
 
 KNOWN_SCHEMAS = frozenset({"dc11669786a5"})
 """Alembic revisions of MLflow's SQL schema this reader was checked against (mlflow 3.17)."""
@@ -90,19 +91,11 @@ def parse_filter(text: str) -> list[Clause] | None:
 
 @dataclass
 class RunRow:
-    """A run as the store's tables hold it (what :class:`~ragexp.tracking.store.RunRecord` is built from)."""
+    """A run as the store's tables hold it: what ragexp reads back, plus where MLflow keeps it."""
 
-    run_id: str
-    name: str
-    experiment_id: str
-    status: str
-    start_time: int
-    end_time: int | None
+    record: RunRecord
     lifecycle_stage: str
     artifact_uri: str
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
 
 
 class SqliteReader:
@@ -198,18 +191,13 @@ class SqliteReader:
     def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRow]:
         """Runs from their ``runs`` rows, with their tags, params and latest metrics."""
         runs = {
-            str(r[0]): RunRow(
+            str(r[0]): RunRecord(
                 run_id=str(r[0]),
                 name=str(r[1] or ""),
                 experiment_id=str(r[2]),
                 status=str(r[3]),
                 start_time=int(r[4] or 0),
                 end_time=int(r[5]) if r[5] else None,
-                lifecycle_stage=str(r[6]),
-                artifact_uri=str(r[7] or ""),
-                tags={},
-                params={},
-                metrics={},
             )
             for r in rows
         }
@@ -227,7 +215,7 @@ class SqliteReader:
             f"SELECT key, value, is_nan, run_uuid FROM latest_metrics WHERE run_uuid IN ({marks})", ids
         ):
             runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)
-        return list(runs.values())
+        return [RunRow(runs[str(r[0])], str(r[6]), str(r[7] or "")) for r in rows]
 
     # --- artifacts ----------------------------------------------------------------------------
 

@@ -407,7 +407,7 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         if (direct := self._direct()) is not None:
-            return _row_record(self._direct_row(direct, run_id))
+            return self._direct_row(direct, run_id).record
         from mlflow.exceptions import MlflowException
 
         try:
@@ -461,7 +461,7 @@ class Store:
 
             clauses = parse_filter(filter_string)
             if clauses is not None:
-                yield from (_row_record(row) for row in direct.search(experiment_ids, clauses))
+                yield from (row.record for row in direct.search(experiment_ids, clauses))
                 return
         token = None
         while True:
@@ -568,7 +568,7 @@ class Store:
 
             parsed = parse_filter(" and ".join(clauses))
             if parsed is not None:
-                return [_row_record(row) for row in direct.search([experiment_id], parsed, limit=limit)]
+                return [row.record for row in direct.search([experiment_id], parsed, limit=limit)]
         with self._calling(f"searching runs of experiment '{experiment}'"):
             runs = self.client.search_runs(
                 [experiment_id],
@@ -651,20 +651,6 @@ def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | Storage
     if exc.errno == errno.EROFS:
         return TrackingError(f"{what}: tracking store {uri} is on a read-only file system")
     return StoreUnreachable(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
-
-
-def _row_record(row: RunRow) -> RunRecord:
-    return RunRecord(
-        run_id=row.run_id,
-        name=row.name,
-        experiment_id=row.experiment_id,
-        status=row.status,
-        start_time=row.start_time,
-        end_time=row.end_time,
-        tags=row.tags,
-        params=row.params,
-        metrics=row.metrics,
-    )
 
 
 def _record(run: Any) -> RunRecord:
