@@ -15,8 +15,7 @@ None) so that :class:`ragexp.tracking.store.Store` falls back to ``MlflowClient`
 - a filter must be one of the clause forms ragexp itself writes (:func:`parse_filter`);
 - an artifact must live under a ``file://`` URI.
 
-It writes only what a comparison records on the candidate run: tags (MLflow's ``log_batch`` is an
-upsert into ``tags`` for an active run) and comparison files in the run's artifact folder.
+Writing is :mod:`ragexp.tracking.sqlite_writer`'s.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
-from ragexp.errors import StorageError, TrackingError
+from ragexp.errors import TrackingError
 from ragexp.tracking.store import RunRecord
 
 KNOWN_SCHEMAS = frozenset({"dc11669786a5"})
@@ -106,7 +105,7 @@ class SqliteReader:
         self.uri = uri
 
     @classmethod
-    def open(cls, db: Path, uri: str) -> SqliteReader | None:
+    def open(cls, db: Path, uri: str) -> Self | None:
         """The reader of ``db``, or None when MLflow itself must read it."""
         if any(os.environ.get(name) for name in _WORKSPACE_SETTINGS):
             return None
@@ -226,37 +225,6 @@ class SqliteReader:
             return None
         root = Path(unquote(parts.path))
         return root if root.is_absolute() else None
-
-    # --- what a comparison records ------------------------------------------------------------
-
-    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        """Upsert tags on an active run, in one transaction (MLflow's ``log_batch`` for tags)."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                stage = self._db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
-                if stage is None:
-                    raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
-                if stage[0] != "active":
-                    raise TrackingError(f"tagging run {run_id}: the run is deleted")
-                self._db.executemany(
-                    "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?) "
-                    "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value",
-                    [(key, value, run_id) for key, value in tags.items()],
-                )
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            text = str(exc)
-            if "readonly" in text or "read-only" in text:
-                raise TrackingError(f"tagging run {run_id}: tracking store {self.uri} is read-only") from None
-            if "database or disk is full" in text:
-                raise StorageError(
-                    f"disk full: tagging run {run_id}: the tracking store {self.uri} cannot grow"
-                ) from None
-            raise TrackingError(f"tagging run {run_id}: {text}") from None
 
 
 def _int(value: str) -> int | str:

@@ -1,4 +1,10 @@
-"""A thin, typed layer over ``MlflowClient``; mlflow is imported on first use only."""
+"""A thin, typed layer over ``MlflowClient``; mlflow is imported on first use only.
+
+On a local SQLite store of a schema ragexp knows, reads and the writes of a run go straight to the
+database (:mod:`ragexp.tracking.sqlite_reader`, :mod:`ragexp.tracking.sqlite_writer`), the same
+rows MLflow's store would read and write, without importing mlflow; everything else, and every
+call those modules decline, goes through ``MlflowClient``.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from ragexp.secrets import mask_url
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
-    from ragexp.tracking.sqlite_reader import RunRow, SqliteReader
+    from ragexp.tracking.sqlite_reader import RunRow
+    from ragexp.tracking.sqlite_writer import SqliteWriter
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
@@ -36,6 +43,9 @@ _HTTP_SETTINGS = (
 )
 _USER_SET = frozenset(name for name in _HTTP_SETTINGS if name in os.environ)
 """MLflow's HTTP settings the user chose: ragexp does not override them."""
+DIRECT_ENV = "RAGEXP_SQLITE_DIRECT"
+"""Set to 0 to make every call of a SQLite store go through ``MlflowClient`` (slower by the ~3 s
+that importing mlflow costs; the rows written are the same)."""
 
 
 def resolve_uri(explicit: str | None) -> str:
@@ -92,14 +102,21 @@ class Store:
     that does not exist is an error rather than a new empty store, and no lock file is written,
     so a read-only mount of a team's results can be read. ``timeout_s`` bounds how long a
     tracking server may fail to answer one call (MLflow's own retries would take minutes).
+    ``direct=False`` sends every call through ``MlflowClient`` (as does ``RAGEXP_SQLITE_DIRECT=0``).
     """
 
     def __init__(
-        self, uri: str | None = None, *, read_only: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        uri: str | None = None,
+        *,
+        read_only: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        direct: bool = True,
     ) -> None:
         self.uri = resolve_uri(uri)
         self.read_only = read_only
         self.timeout_s = timeout_s
+        self._direct_allowed = direct and os.environ.get(DIRECT_ENV, "1") != "0"
         # MLflow draws download progress bars on stderr for every artifact read, and prints the
         # run's URL on stdout when a run on a tracking server ends (stdout is for --json).
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -110,6 +127,9 @@ class Store:
     @property
     def client(self) -> MlflowClient:
         if self._client is None:
+            # Imported first: importing mlflow sets its loggers' levels.
+            from mlflow.tracking import MlflowClient
+
             # ragexp turns every store failure into one line of its own; MLflow's ERROR records
             # (hundreds of lines when a disk fills up) would only bury it.
             for name in ("alembic", "mlflow", "sqlalchemy"):
@@ -126,8 +146,6 @@ class Store:
                 # read-only copy of a team's store) needs no lock: nothing can migrate it.
                 if os.access(db.parent, os.W_OK):
                     lock = db.parent / ".ragexp-init.lock"
-            from mlflow.tracking import MlflowClient
-
             try:
                 with _file_lock(lock):
                     self._client = MlflowClient(tracking_uri=self.uri)
@@ -203,8 +221,10 @@ class Store:
     # --- experiments and runs -----------------------------------------------------------------
 
     def experiment_id(self, name: str, *, create: bool) -> str | None:
-        if not create and (direct := self._direct()) is not None:
-            return direct.experiment_id(name)
+        if (direct := self._direct()) is not None:
+            found = direct.experiment_id(name)
+            if found is not None or not create:
+                return found
         with self._calling(f"experiment '{name}'"):
             experiment = self.client.get_experiment_by_name(name)
             if experiment is not None:
@@ -239,6 +259,11 @@ class Store:
     def create_run(self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         experiment_id = self.experiment_id(experiment, create=True)
         assert experiment_id is not None  # create=True always returns an id
+        params = {key: value[:6000] for key, value in params.items()}
+        if (direct := self._direct()) is not None:
+            created = direct.create_run(experiment_id, run_name, tags, params)
+            if created is not None:
+                return created
         with self._calling(f"creating a run in experiment '{experiment}'"):
             run = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
             run_id: str = run.info.run_id
@@ -248,12 +273,15 @@ class Store:
     def _log_params(self, run_id: str, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(key, value[:6000]) for key, value in params.items()]
+        items = [Param(key, value) for key, value in params.items()]
         for start in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[start : start + 100])
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         import time
+
+        if (direct := self._direct()) is not None and direct.log_metrics(run_id, metrics, step):
+            return
 
         from mlflow.entities import Metric
 
@@ -264,6 +292,8 @@ class Store:
                 self.client.log_batch(run_id, metrics=items[start : start + 1000])
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        if (direct := self._direct()) is not None and direct.upsert_tags(run_id, tags):
+            return
         from mlflow.entities import RunTag
 
         with self._calling(f"tagging run {run_id}"):
@@ -271,6 +301,9 @@ class Store:
 
     def log_files(self, run_id: str, files: Mapping[str, bytes]) -> None:
         """Write ``name -> bytes`` as artifacts of the run."""
+        if (direct := self._direct()) is not None and (root := direct.artifact_folder(run_id)) is not None:
+            self._write_files(root, run_id, files)
+            return
         with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp:
             for name, data in files.items():
                 target = Path(tmp, name)
@@ -281,30 +314,44 @@ class Store:
     def log_dir(self, run_id: str, folder: Path, tables: Sequence[str] = ()) -> None:
         """Log a folder's files as artifacts; ``tables`` (written by :func:`write_table`) are
         registered so the MLflow UI shows them in its evaluation view."""
+        entries = json.dumps([{"path": name, "type": "table"} for name in tables])
+        if (direct := self._direct()) is not None and (root := direct.artifact_folder(run_id)) is not None:
+            try:
+                direct.copy_tree(folder, root)
+            except OSError as exc:
+                raise store_os_error(exc, self.uri, f"logging artifacts of run {run_id}") from None
+            if not tables or direct.upsert_tags(run_id, {"mlflow.loggedArtifacts": entries}):
+                return
         with self._calling(f"logging artifacts of run {run_id}"):
             self.client.log_artifacts(run_id, str(folder))
             if tables:
-                entries = [{"path": name, "type": "table"} for name in tables]
-                self.client.set_tag(run_id, "mlflow.loggedArtifacts", json.dumps(entries))
+                self.client.set_tag(run_id, "mlflow.loggedArtifacts", entries)
 
     def log_dataset(
         self, run_id: str, *, name: str, digest: str, source: str, profile: Mapping[str, Any], context: str = "eval"
     ) -> None:
         """Record the evaluation set as the run's dataset input (the UI's Datasets column)."""
+        fields = {
+            "name": name[:500],
+            "digest": digest[:36],  # the store's column holds 36 characters
+            "source_type": "local",
+            "source": json.dumps({"uri": source}, ensure_ascii=False),
+            "profile": json.dumps(dict(profile), ensure_ascii=False),
+        }
+        if (direct := self._direct()) is not None and direct.log_dataset(
+            run_id, fields, {"mlflow.data.context": context}
+        ):
+            return
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        dataset = Dataset(
-            name=name[:500],
-            digest=digest[:36],  # the store's column holds 36 characters
-            source_type="local",
-            source=json.dumps({"uri": source}, ensure_ascii=False),
-            profile=json.dumps(dict(profile), ensure_ascii=False),
-        )
+        dataset = Dataset(**fields)
         with self._calling(f"logging the dataset of run {run_id}"):
             self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
 
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
+        if (direct := self._direct()) is not None and direct.set_status(run_id, RUNNING):
+            return
         with self._calling(f"reopening run {run_id}"):
             self.client.update_run(run_id, status=RUNNING)
 
@@ -368,6 +415,8 @@ class Store:
             self._reserve = None
 
     def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
+        if (direct := self._direct()) is not None and direct.delete_tags(run_id, names):
+            return
         from mlflow.exceptions import MlflowException
 
         record = self.get_run(run_id)
@@ -378,28 +427,48 @@ class Store:
                         self.client.delete_tag(run_id, name)
 
     def end_run(self, run_id: str, status: str) -> None:
+        import time
+
+        if (direct := self._direct()) is not None and direct.set_status(
+            run_id, status, end_time=int(time.time() * 1000)
+        ):
+            return
         with self._calling(f"ending run {run_id}"):
             self.client.set_terminated(run_id, status=status)
 
     # --- reading back -------------------------------------------------------------------------
 
     _direct_checked = False
-    _direct_reader: SqliteReader | None = None
+    _direct_store: SqliteWriter | None = None
 
-    def _direct(self) -> SqliteReader | None:
-        """The mlflow-free reader of a read-only SQLite store, when it can answer like MLflow
-        (see :mod:`ragexp.tracking.sqlite_reader`); None: go through ``MlflowClient``."""
+    def _direct(self) -> SqliteWriter | None:
+        """The mlflow-free reader and writer of an existing SQLite store, when it can read and
+        write like MLflow (see :mod:`ragexp.tracking.sqlite_reader`); None: go through
+        ``MlflowClient``. A store that does not exist yet is created by MLflow (its schema
+        migrations), then written directly like any other."""
         if not self._direct_checked:
             self._direct_checked = True
             db = _sqlite_path(self.uri)
-            if self.read_only and self._client is None and db is not None and str(db) != ":memory:":
+            if self._direct_allowed and db is not None and str(db) != ":memory:":
                 self._check_location()
-                from ragexp.tracking.sqlite_reader import SqliteReader
+                if not db.exists() and not self.read_only:
+                    self.client  # noqa: B018 - opening MLflow's store creates the database
+                if db.exists():
+                    from ragexp.tracking.sqlite_writer import SqliteWriter
 
-                self._direct_reader = SqliteReader.open(db, self.uri)
-        return self._direct_reader
+                    # A store another process is still migrating is opened once it is done.
+                    lock = None
+                    if not self.read_only and os.access(db.parent, os.W_OK):
+                        lock = db.parent / ".ragexp-init.lock"
+                    with _file_lock(lock):
+                        self._direct_store = SqliteWriter.open(db, self.uri)
+        return self._direct_store
 
-    def _direct_row(self, direct: SqliteReader, run_id: str) -> RunRow:
+    def sql_writer(self) -> SqliteWriter | None:
+        """The direct writer of this store, for the trace writer (None: write through MLflow)."""
+        return None if self.read_only else self._direct()
+
+    def _direct_row(self, direct: SqliteWriter, run_id: str) -> RunRow:
         row = direct.get_run(run_id)
         if row is None:
             raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
@@ -595,6 +664,10 @@ class Store:
         if root is None:
             self.log_files(run_id, files)
             return
+        self._write_files(root, run_id, files)
+
+    def _write_files(self, root: Path, run_id: str, files: Mapping[str, bytes]) -> None:
+        """Files into a local artifact folder, each complete or absent (temp file, then rename)."""
         what = f"logging artifacts of run {run_id}"
         try:
             for name, data in files.items():

@@ -7,7 +7,8 @@ its assessments and metadata, ``Span`` objects) and hands them to the tracking s
 write methods, batched:
 
 - SQL stores: the rows ``start_trace`` + ``log_spans`` would write, one multi-row INSERT per
-  table, inside ONE transaction per batch;
+  table, inside ONE transaction per batch (through :mod:`sqlite3` on a SQLite store ragexp
+  writes directly, see :mod:`ragexp.tracking.sqlite_writer`; through SQLAlchemy otherwise);
 - a tracking server (``http://``): one ``StartTraceV3`` request per trace (its assessments ride
   along), 16 in flight, and the spans of every 100 traces in one OTLP request.
 
@@ -19,19 +20,22 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ragexp.errors import TrackingError
+from ragexp.tracking.sqlite_writer import append_path
 from ragexp.tracking.store import _one_line
 
 if TYPE_CHECKING:
+    from ragexp.tracking.sqlite_writer import SqliteWriter
     from ragexp.tracking.store import Store
 
 PREVIEW_CHARS = 1000
@@ -48,6 +52,7 @@ SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
 SOURCE_ID = "ragexp"
 RUN_METADATA = "mlflow.sourceRun"
+ARTIFACT_LOCATION = "mlflow.artifactLocation"
 ASSESSMENT_RUN = "mlflow.assessment.sourceRunId"
 CASE_METADATA = "ragexp.case_id"
 TRACE_NAME = "rag_case"
@@ -154,13 +159,24 @@ class TraceWriter:
         self.store = store
         self.experiment_id = experiment_id
         self.run_id = run_id
-        self.backend: Any = store.client._tracking_client.store
+        self._backend: Any = None
         self._experiment: Any = None
+
+    @property
+    def backend(self) -> Any:
+        """MLflow's own store behind the client (imports mlflow)."""
+        if self._backend is None:
+            self._backend = self.store.client._tracking_client.store
+        return self._backend
 
     # --- writing ------------------------------------------------------------------------------
 
     def write(self, traces: Sequence[CaseTrace], *, batch: int = BATCH) -> int:
         """Write every trace; returns how many were written (all, or an error is raised)."""
+        if (direct := self.store.sql_writer()) is not None:
+            location = direct.experiment_location(self.experiment_id)
+            if location and append_path(location, "traces") is not None:
+                return self._write_direct(direct, location, traces, batch)
         from mlflow.store.tracking.rest_store import RestStore
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
@@ -249,6 +265,19 @@ class TraceWriter:
             self.backend.start_trace(self._trace_info(trace))
         self.backend.log_spans(self.experiment_id, [span for trace in chunk for span in _spans(trace)])
 
+    def _write_direct(self, direct: SqliteWriter, location: str, traces: Sequence[CaseTrace], batch: int) -> int:
+        """A SQLite store ragexp writes itself (:mod:`ragexp.tracking.sqlite_writer`): the rows
+        of :meth:`_write_sql`, through :mod:`sqlite3`, one transaction per batch."""
+        written = 0
+        for start in range(0, len(traces), batch):
+            chunk = [_plan(case) for case in traces[start : start + batch]]
+            rows = self._rows(chunk, lambda tid: str(append_path(location, "traces", tid, "artifacts")), False)
+            what = f"logging traces of run {self.run_id} ({written} of {len(traces)} written)"
+            # A full disk stays a StorageError: the run then marks itself using its reserve.
+            direct.insert_traces(rows, what)
+            written += len(chunk)
+        return written
+
     def _write_sql(self, chunk: list[_Trace]) -> None:
         """The rows ``start_trace`` + ``log_spans`` would write, as one multi-row INSERT per table
         in ONE transaction per batch. Those methods run dozens of statements and a flush per
@@ -261,17 +290,42 @@ class TraceWriter:
             SqlTraceMetadata,
             SqlTraceTag,
         )
-        from mlflow.store.tracking.utils.trace_analytics import assessment_aggregate
         from sqlalchemy import insert
 
         backend = self.backend
         if self._experiment is None:
             self._experiment = backend.get_experiment(self.experiment_id)
+        experiment = self._experiment
+
+        def location(tid: str) -> str:
+            return str(backend._get_trace_artifact_location_tag(experiment, tid).value)
+
+        rows = self._rows(chunk, location, backend.db_type == "mssql")
+        with backend.ManagedSessionMaker(read_only=False) as session:
+            for model, table in (
+                (SqlTraceInfo, "trace_info"),
+                (SqlTraceTag, "trace_tags"),
+                (SqlTraceMetadata, "trace_request_metadata"),
+                (SqlAssessments, "assessments"),
+                (SqlSpan, "spans"),
+            ):
+                if rows[table]:
+                    session.execute(insert(model.__table__), rows[table])
+
+    def _rows(
+        self, chunk: list[_Trace], location: Callable[[str], str], ascii_only: bool
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The rows of each trace table (columns by name) for a batch of traces, as MLflow's
+        ``start_trace`` and ``log_spans`` write them; ``location`` gives a trace's artifact
+        location (MLflow's ``mlflow.artifactLocation`` tag)."""
         experiment_id = int(self.experiment_id)
         now_ms = int(time.time() * 1000)
         metadata_json = json.dumps({ASSESSMENT_RUN: self.run_id})
-        ascii_only = backend.db_type == "mssql"
-        traces, tags, metadata, marks, spans = [], [], [], [], []
+        traces: list[dict[str, Any]] = []
+        tags: list[dict[str, Any]] = []
+        metadata: list[dict[str, Any]] = []
+        marks: list[dict[str, Any]] = []
+        spans: list[dict[str, Any]] = []
         for trace in chunk:
             tid = trace.trace_id
             request_ms = trace.start_ns // 1_000_000
@@ -288,14 +342,13 @@ class TraceWriter:
                     "trace_name": TRACE_NAME,
                 }
             )
-            location = backend._get_trace_artifact_location_tag(self._experiment, tid)
-            tags.append({"request_id": tid, "key": location.key, "value": location.value})
+            tags.append({"request_id": tid, "key": ARTIFACT_LOCATION, "value": location(tid)})
             tags.append({"request_id": tid, "key": "mlflow.trace.spansLocation", "value": "TRACKING_STORE"})
             for key, text in self._trace_metadata(trace).items():
                 metadata.append({"request_id": tid, "key": key, "value": text})
             for mark in trace.marks:
                 value = mark.value if mark.error is None else None
-                aggregate, numeric = assessment_aggregate(value)
+                aggregate, numeric = _aggregate(value)
                 marks.append(
                     {
                         "assessment_id": mark.assessment_id,
@@ -335,16 +388,13 @@ class TraceWriter:
                         "content": json.dumps(_span_dict(trace, span), ensure_ascii=ascii_only),
                     }
                 )
-        with backend.ManagedSessionMaker(read_only=False) as session:
-            for model, rows in (
-                (SqlTraceInfo, traces),
-                (SqlTraceTag, tags),
-                (SqlTraceMetadata, metadata),
-                (SqlAssessments, marks),
-                (SqlSpan, spans),
-            ):
-                if rows:
-                    session.execute(insert(model.__table__), rows)
+        return {
+            "trace_info": traces,
+            "trace_tags": tags,
+            "trace_request_metadata": metadata,
+            "assessments": marks,
+            "spans": spans,
+        }
 
     def _trace_metadata(self, trace: _Trace) -> dict[str, str]:
         return {
@@ -517,6 +567,23 @@ def _plan(case: CaseTrace) -> _Trace:
         spans=_case_spans(case, start_ns, duration_ns),
         marks=marks,
     )
+
+
+def _aggregate(value: Any) -> tuple[float | None, bool]:
+    """MLflow's ``assessment_aggregate`` (the assessments table's aggregate_value and
+    is_numeric_value), kept here so that writing a trace does not import mlflow; a test compares
+    the two."""
+    if isinstance(value, bool):
+        return (1.0 if value else 0.0), False
+    if isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None, False
+        return (number, True) if math.isfinite(number) else (None, False)
+    if isinstance(value, str) and value.strip().lower() in ("yes", "no"):
+        return (1.0 if value.strip().lower() == "yes" else 0.0), False
+    return None, False
 
 
 def _error_dict(message: str) -> dict[str, str]:

@@ -1,0 +1,353 @@
+"""Writing a run straight into a SQLite MLflow store, without importing mlflow.
+
+Importing mlflow's tracking client and SQLAlchemy store costs about 3 s of CPU on the machines
+this was measured on: more than a whole 35-case ``ragexp run`` needs for everything else. A run
+writes a handful of rows (the run, its tags, params, metrics and dataset input) and copies its
+artifact files, so on a store this module can read (:class:`SqliteReader`: a known schema
+revision, no workspaces) it writes exactly the rows MLflow's ``SqlAlchemyStore`` writes for the
+same calls, through :mod:`sqlite3`.
+
+Each method does what one MLflow call does, or declines (returns False or None) so that
+:class:`ragexp.tracking.store.Store` makes the MLflow call instead. It declines wherever MLflow
+would refuse or change the input (a key MLflow rejects, a value it truncates, too many items for
+one batch, a run or experiment that is not active, an artifact location that is not a local
+``file://`` folder), so that the error, or the outcome, is MLflow's own. Creating an experiment
+is left to MLflow too: it happens once per experiment.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction: a second process waits for the lock (20 s,
+MLflow's busy timeout) instead of failing half-way through a run's rows.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import shutil
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from ragexp.errors import StorageError, TrackingError
+from ragexp.tracking.sqlite_reader import SqliteReader
+
+ACTIVE = "active"
+RUN_NAME = "mlflow.runName"
+USER = "mlflow.user"
+
+# MLflow's limits (mlflow.utils.validation): beyond them MLflow refuses or truncates, so the
+# call is left to it.
+MAX_KEY = 250
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+MAX_TAGS_PER_BATCH = 100
+MAX_DATASET = {"name": 500, "digest": 36, "source": 65535, "profile": 16777215}
+MAX_INPUT_TAG_KEY, MAX_INPUT_TAG_VALUE = 255, 500
+_NAME = re.compile(r"^[/\w.\- :]*$")
+_FLOAT_MAX = 1.7976931348623157e308
+
+TABLES = ("trace_info", "trace_tags", "trace_request_metadata", "assessments", "spans")
+"""The tables a trace's rows go into, in the order they are written (foreign keys first)."""
+
+
+def valid_key(key: str) -> bool:
+    """A metric, param or tag key MLflow accepts as it is (its name and path checks)."""
+    if not key or len(key) > MAX_KEY or _NAME.match(key) is None:
+        return False
+    normal = posixpath.normpath(key)
+    return normal == key and normal != "." and not normal.startswith("..") and not normal.startswith("/")
+
+
+def append_path(location: str, *parts: str) -> str | None:
+    """MLflow's ``append_to_uri_path`` for a local ``file://`` location; None for any other."""
+    split = urlsplit(location)
+    if split.scheme != "file" or split.netloc not in ("", "localhost") or split.query or split.fragment:
+        return None
+    if not split.path.startswith("/") or split.path == "/":
+        return None
+    return location.rstrip("/") + "".join("/" + part for part in parts)
+
+
+def local_folder(uri: str) -> Path | None:
+    """The folder of a ``file://`` artifact URI, when it is local and absolute."""
+    split = urlsplit(uri)
+    if split.scheme != "file" or split.netloc not in ("", "localhost"):
+        return None
+    path = Path(unquote(split.path))
+    return path if path.is_absolute() else None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SqliteWriter(SqliteReader):
+    """An open SQLite MLflow store this module can read and write (see the module docstring)."""
+
+    # --- transactions -------------------------------------------------------------------------
+
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One transaction; a SQLite error becomes ragexp's one-line error for ``what``."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self.failure(exc, what) from None
+
+    def failure(self, exc: sqlite3.Error, what: str) -> TrackingError | StorageError:
+        text = str(exc)
+        if "database or disk is full" in text:
+            return StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow")
+        if "readonly" in text or "read-only" in text:
+            return TrackingError(f"{what}: tracking store {self.uri} is read-only")
+        return TrackingError(f"{what}: tracking store {self.uri}: {text}")
+
+    @staticmethod
+    def _active_run(db: sqlite3.Connection, run_id: str) -> tuple[int, str] | None:
+        """(experiment id, artifact URI) of an active run; None when it is missing or deleted."""
+        row = db.execute(
+            "SELECT experiment_id, artifact_uri, lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)
+        ).fetchone()
+        if row is None or row[2] != ACTIVE:
+            return None
+        return int(row[0]), str(row[1] or "")
+
+    # --- experiments and runs -----------------------------------------------------------------
+
+    def experiment_location(self, experiment_id: str) -> str | None:
+        """The artifact location of an active experiment; None when it is not active."""
+        rows = self._rows(
+            "SELECT artifact_location, lifecycle_stage FROM experiments WHERE experiment_id = ?",
+            [int(experiment_id)] if experiment_id.isdigit() else [experiment_id],
+        )
+        if not rows or rows[0][1] != ACTIVE:
+            return None
+        return str(rows[0][0] or "")
+
+    def create_run(
+        self, experiment_id: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]
+    ) -> str | None:
+        """``MlflowClient.create_run`` then ``log_batch(params=...)``, as one transaction.
+
+        Declines where MLflow would refuse (an experiment that is not active, a run name and an
+        ``mlflow.runName`` tag that differ, a param it rejects) or invent (no run name at all)."""
+        named = tags.get(RUN_NAME)
+        if (not run_name and not named) or (run_name and named and run_name != named):
+            return None
+        if not all(valid_key(key) and len(value) <= MAX_PARAM_VALUE for key, value in params.items()):
+            return None
+        location = self.experiment_location(experiment_id)
+        run_id = uuid.uuid4().hex
+        artifact_uri = append_path(location, run_id, "artifacts") if location else None
+        if artifact_uri is None:
+            return None
+        name = run_name or str(named)
+        all_tags = dict(tags)
+        all_tags.setdefault(RUN_NAME, name)
+        with self._writing(f"creating a run in experiment {experiment_id}") as db:
+            db.execute(
+                "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, "
+                "start_time, end_time, source_version, lifecycle_stage, artifact_uri, experiment_id, deleted_time) "
+                "VALUES (?, ?, 'UNKNOWN', '', '', ?, 'RUNNING', ?, NULL, '', 'active', ?, ?, NULL)",
+                (run_id, name, tags.get(USER, "unknown"), now_ms(), artifact_uri, int(experiment_id)),
+            )
+            db.executemany(
+                "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)",
+                [(key, value, run_id) for key, value in all_tags.items()],
+            )
+            db.executemany(
+                "INSERT INTO params (key, value, run_uuid) VALUES (?, ?, ?)",
+                [(key, value, run_id) for key, value in params.items()],
+            )
+        return run_id
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> bool:
+        """``log_batch(metrics=...)``: each metric's row, and ``latest_metrics`` moved forward
+        where the new (step, timestamp, value) is greater, as MLflow compares them."""
+        if not all(valid_key(key) for key in metrics):
+            return False
+        stamp = now_ms()
+        rows = []
+        for key, number in metrics.items():
+            value = float(number)
+            nan = math.isnan(value)
+            if nan:
+                value = 0.0
+            elif math.isinf(value):
+                value = _FLOAT_MAX if value > 0 else -_FLOAT_MAX
+            rows.append((key, value, stamp, run_id, step, nan))
+        with self._writing(f"logging metrics of run {run_id}") as db:
+            if self._active_run(db, run_id) is None:
+                return False
+            # The same (key, timestamp, step, value) again is one row, as in MLflow's store.
+            db.executemany(
+                "INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            latest = {
+                str(key): (int(step_), int(stamp_ or 0), float(value))
+                for key, value, stamp_, step_ in db.execute(
+                    "SELECT key, value, timestamp, step FROM latest_metrics WHERE run_uuid = ?", (run_id,)
+                )
+            }
+            for key, value, stamp_, _, step_, nan in rows:
+                old = latest.get(key)
+                if old is None:
+                    db.execute(
+                        "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (key, value, stamp_, step_, nan, run_id),
+                    )
+                elif (step_, stamp_, value) > old:
+                    db.execute(
+                        "UPDATE latest_metrics SET value = ?, timestamp = ?, step = ?, is_nan = ? "
+                        "WHERE key = ? AND run_uuid = ?",
+                        (value, stamp_, step_, nan, key, run_id),
+                    )
+        return True
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Upsert tags on an active run (MLflow's ``log_batch(tags=...)``); raises where MLflow
+        would refuse. ``diff`` and ``gate`` record their verdicts with it."""
+        if not self.upsert_tags(run_id, tags):
+            raise TrackingError(f"tagging run {run_id}: the run is deleted, or a tag is one MLflow refuses")
+
+    def upsert_tags(self, run_id: str, tags: Mapping[str, str]) -> bool:
+        """``log_batch(tags=...)``; an ``mlflow.runName`` tag renames the run too, as in MLflow."""
+        if len(tags) > MAX_TAGS_PER_BATCH or not all(
+            valid_key(key) and len(value) <= MAX_TAG_VALUE for key, value in tags.items()
+        ):
+            return False
+        with self._writing(f"tagging run {run_id}") as db:
+            stage = db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+            if stage is None:
+                raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+            if stage[0] != ACTIVE:
+                return False
+            db.executemany(
+                "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?) "
+                "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value",
+                [(key, value, run_id) for key, value in tags.items()],
+            )
+            if RUN_NAME in tags:
+                db.execute("UPDATE runs SET name = ? WHERE run_uuid = ?", (tags[RUN_NAME], run_id))
+        return True
+
+    def delete_tags(self, run_id: str, names: Sequence[str]) -> bool:
+        """``delete_tag`` for each name the run has (names it lacks are skipped, as ragexp does)."""
+        with self._writing(f"tagging run {run_id}") as db:
+            if self._active_run(db, run_id) is None:
+                return False
+            db.executemany("DELETE FROM tags WHERE run_uuid = ? AND key = ?", [(run_id, name) for name in names])
+        return True
+
+    def set_status(self, run_id: str, status: str, *, end_time: int | None = None) -> bool:
+        """``update_run_info``: the status, and the end time when given (``set_terminated``)."""
+        with self._writing(f"ending run {run_id}" if end_time is not None else f"reopening run {run_id}") as db:
+            if self._active_run(db, run_id) is None:
+                return False
+            if end_time is None:
+                db.execute("UPDATE runs SET status = ? WHERE run_uuid = ?", (status, run_id))
+            else:
+                db.execute("UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?", (status, end_time, run_id))
+        return True
+
+    def log_dataset(self, run_id: str, dataset: Mapping[str, str], input_tags: Mapping[str, str]) -> bool:
+        """``log_inputs`` of one dataset: the experiment's dataset row (reused when its name and
+        digest are already there), the run's input edge (once) and the edge's tags."""
+        if any(len(dataset[field]) > limit for field, limit in MAX_DATASET.items()):
+            return False
+        if not all(
+            len(key) <= MAX_INPUT_TAG_KEY and len(value) <= MAX_INPUT_TAG_VALUE for key, value in input_tags.items()
+        ):
+            return False
+        with self._writing(f"logging the dataset of run {run_id}") as db:
+            run = self._active_run(db, run_id)
+            if run is None:
+                return False
+            experiment_id = run[0]
+            found = db.execute(
+                "SELECT dataset_uuid FROM datasets WHERE experiment_id = ? AND name = ? AND digest = ?",
+                (experiment_id, dataset["name"], dataset["digest"]),
+            ).fetchone()
+            if found is not None:
+                dataset_uuid = str(found[0])
+            else:
+                dataset_uuid = uuid.uuid4().hex
+                db.execute(
+                    "INSERT INTO datasets (dataset_uuid, experiment_id, name, digest, dataset_source_type, "
+                    "dataset_source, dataset_schema, dataset_profile) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (
+                        dataset_uuid,
+                        experiment_id,
+                        dataset["name"],
+                        dataset["digest"],
+                        dataset["source_type"],
+                        dataset["source"],
+                        dataset["profile"],
+                    ),
+                )
+            edge = db.execute(
+                "SELECT 1 FROM inputs WHERE source_type = 'DATASET' AND source_id = ? "
+                "AND destination_type = 'RUN' AND destination_id = ?",
+                (dataset_uuid, run_id),
+            ).fetchone()
+            if edge is None:
+                input_uuid = uuid.uuid4().hex
+                db.execute(
+                    "INSERT INTO inputs (input_uuid, source_type, source_id, destination_type, destination_id, step) "
+                    "VALUES (?, 'DATASET', ?, 'RUN', ?, 0)",
+                    (input_uuid, dataset_uuid, run_id),
+                )
+                db.executemany(
+                    "INSERT INTO input_tags (input_uuid, name, value) VALUES (?, ?, ?)",
+                    [(input_uuid, key, value) for key, value in input_tags.items()],
+                )
+        return True
+
+    # --- artifacts ----------------------------------------------------------------------------
+
+    def artifact_folder(self, run_id: str) -> Path | None:
+        """The active run's local artifact folder; None when MLflow must write there."""
+        rows = self._rows("SELECT artifact_uri, lifecycle_stage FROM runs WHERE run_uuid = ?", [run_id])
+        if not rows or rows[0][1] != ACTIVE:
+            return None
+        return local_folder(str(rows[0][0] or ""))
+
+    @staticmethod
+    def copy_tree(folder: Path, target: Path) -> None:
+        """MLflow's local artifact repository: the folder's files copied in, permissions not."""
+        for source in sorted(folder.rglob("*")):
+            if source.is_file():
+                destination = target / source.relative_to(folder)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, destination)
+
+    # --- traces -------------------------------------------------------------------------------
+
+    def insert_traces(self, rows: Mapping[str, Sequence[Mapping[str, Any]]], what: str) -> None:
+        """The rows of a batch of traces (table -> rows, as ``TraceWriter`` plans them), in one
+        transaction: what MLflow's ``start_trace`` and ``log_spans`` write, without their
+        per-trace statements."""
+        with self._writing(what) as db:
+            for table in TABLES:
+                table_rows = rows.get(table) or []
+                if not table_rows:
+                    continue
+                columns = list(table_rows[0])
+                db.executemany(
+                    f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                    [tuple(row[column] for column in columns) for row in table_rows],
+                )
