@@ -442,6 +442,63 @@ def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None
         server.shutdown()
 
 
+def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> None:
+    """MLflow answers 400 when its database pool or lock times out (a SQLAlchemy
+    OperationalError): that 400 is the server being busy, not the request being bad. The trace
+    is sent again and the run's requests in flight are halved; answers let them grow back. Any
+    other 400 is refused at once."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.traces import SERVER_THREADS, _TraceInfoSender
+
+    answers: list[tuple[int, str]] = []
+    seen: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+            status, message = answers.pop(0) if answers else (200, "")
+            payload = json.dumps({"error_code": "BAD_REQUEST", "message": message}).encode() if message else b"{}"
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        send = _TraceInfoSender.open(RestStore(lambda: MlflowHostCreds(url)), 60.0)
+        assert send is not None
+        start = send.slots.limit
+        assert 1 < start < SERVER_THREADS  # a few first: a server on SQLite chokes on many
+        busy = "(sqlite3.OperationalError) QueuePool limit of size 5 overflow 10 reached, connection timed out"
+        answers.extend([(400, busy), (400, "database is locked")])
+        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
+        assert len(seen) == 3 and len(set(seen)) == 1  # the same request, twice again
+        lowered = send.slots.limit
+        assert lowered <= start // 2  # halved twice, then one answer
+        for _ in range(20):
+            send(b"{}")
+        assert send.slots.limit > lowered  # answers in a row: more in flight again
+        answers.append((400, "Invalid trace id"))
+        with pytest.raises(TrackingError, match="StartTraceV3 answered 400: BAD_REQUEST Invalid trace id"):
+            send(b"{}")
+        assert len(seen) == 3 + 20 + 1  # refused once, not asked again
+        send.close()
+    finally:
+        server.shutdown()
+
+
 def test_a_server_that_stops_answering_stops_the_trace_write_within_the_tracking_timeout() -> None:
     """A server that accepts StartTraceV3 and never answers (a hung server) is given
     ``tracking.timeout_s`` per trace, retries included, not minutes: one line, then the run's

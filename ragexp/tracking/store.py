@@ -345,8 +345,18 @@ class Store:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(**fields)
+        from mlflow.exceptions import MlflowException
+
+        inputs = [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
         with self._calling(f"logging the dataset of run {run_id}"):
-            self.client.log_inputs(run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
+            try:
+                self.client.log_inputs(run_id, datasets=inputs)
+            except MlflowException as exc:
+                # Parallel runs logging one new dataset race in the store's check-then-insert (a
+                # unique key fails the second); asked again, it finds the first one's row.
+                if not _DUPLICATE_KEY.search(str(exc)):
+                    raise
+                self.client.log_inputs(run_id, datasets=inputs)
 
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
@@ -711,6 +721,7 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
+_DUPLICATE_KEY = re.compile(r"UNIQUE constraint failed|duplicate key|IntegrityError", re.IGNORECASE)
 _CONNECTION_LOST = re.compile(
     r"Max retries exceeded|Connection(Error| refused| reset| aborted)|timed out|Timeout", re.IGNORECASE
 )

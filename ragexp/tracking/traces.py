@@ -22,11 +22,14 @@ import base64
 import json
 import math
 import os
+import re
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -159,6 +162,7 @@ class TraceWriter:
         self.store = store
         self.experiment_id = experiment_id
         self.run_id = run_id
+        self._sender: _TraceInfoSender | None = None
         self._backend: Any = None
         self._experiment: Any = None
 
@@ -214,6 +218,8 @@ class TraceWriter:
         total = len(traces)
         written = 0
         send = _TraceInfoSender.open(self.backend, self.store.timeout_s)
+        self._sender = send
+        self._server_version()
         pool = ThreadPoolExecutor(max_workers=SERVER_THREADS)
         in_flight: deque[tuple[list[_Trace], list[Future[Any]]]] = deque()
         span_requests: deque[tuple[int, Future[Any]]] = deque()
@@ -258,7 +264,48 @@ class TraceWriter:
         for info in infos:
             info.result()  # raises the first failure
         spans = [span for trace in chunk for span in _spans(trace)]
-        span_requests.append((len(chunk), pool.submit(self.backend.log_spans, self.experiment_id, spans)))
+        span_requests.append((len(chunk), pool.submit(self._log_spans, spans)))
+
+    def _log_spans(self, spans: list[Any]) -> None:
+        """``log_spans`` retried within ``tracking.timeout_s``: a busy server fails some requests
+        it would answer a moment later, and the server upserts spans by id, so a retry after a
+        lost answer writes nothing twice."""
+        deadline = time.monotonic() + self.store.timeout_s
+        attempt = 0
+        while True:
+            try:
+                self.backend.log_spans(self.experiment_id, spans)
+                return
+            except Exception:  # HTTP and MLflow errors alike: the last one is raised
+                pause = 0.5 * 2**attempt
+                if time.monotonic() + pause >= deadline:
+                    raise
+                time.sleep(pause)
+                attempt += 1
+                self._server_version()
+
+    def _server_version(self) -> None:
+        """Make sure MLflow's client knows the server's version before ``log_spans`` needs it.
+
+        MLflow's client asks once per process, with a 3 s timeout, and keeps a failure for good:
+        every later ``log_spans`` then fails ("could not identify MLflow server version"). A busy
+        server can take longer than 3 s, so a failed answer is checked again with the run's own
+        timeout and, if the server does know its version, forgotten so MLflow asks again."""
+        import httpx
+
+        probe = getattr(type(self.backend), "_get_server_version", None)
+        send = self._sender
+        if probe is None or not hasattr(probe, "cache_clear") or send is None:
+            return
+        creds = self.backend.get_host_creds()
+        if probe(creds) is not None:
+            return
+        try:
+            answered = send.client.get(creds.host.rstrip("/") + "/version", timeout=self.store.timeout_s)
+        except httpx.HTTPError:
+            return  # MLflow's own error follows, from log_spans
+        if answered.status_code == 200:
+            probe.cache_clear()
 
     def _write_generic(self, chunk: list[_Trace]) -> None:
         for trace in chunk:
@@ -713,11 +760,15 @@ class _TraceInfoSender:
 
     RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
     ATTEMPTS = 5
+    SATURATED = re.compile(r"QueuePool limit|database is locked|timed? ?out|too many connections", re.IGNORECASE)
+    """What a server says, with a 400, when its database is saturated rather than the request
+    bad (MLflow answers a SQLAlchemy ``OperationalError`` with BAD_REQUEST)."""
 
     def __init__(self, client: Any, url: str, timeout_s: float) -> None:
         self.client = client
         self.url = url
         self.timeout_s = timeout_s
+        self.slots = _Slots(SERVER_THREADS, start=4)
 
     @classmethod
     def open(cls, backend: Any, timeout_s: float) -> _TraceInfoSender | None:
@@ -753,24 +804,68 @@ class _TraceInfoSender:
     def __call__(self, body: bytes) -> None:
         import httpx
 
-        deadline = time.monotonic() + self.timeout_s
-        for attempt in range(self.ATTEMPTS):
-            last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
-            remaining = max(deadline - time.monotonic(), 1.0)
-            try:
-                response = self.client.post(self.url, content=body, timeout=remaining)
-            except httpx.TransportError:
-                if last:
-                    raise
-            else:
-                if response.status_code < 300:
-                    return
-                if response.status_code not in self.RETRY_STATUS or last:
-                    raise TrackingError(f"StartTraceV3 answered {response.status_code}: {_error_text(response)}")
-            time.sleep(0.5 * 2**attempt)
+        with self.slots.held():
+            deadline = time.monotonic() + self.timeout_s
+            for attempt in range(self.ATTEMPTS):
+                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
+                remaining = max(deadline - time.monotonic(), 1.0)
+                try:
+                    response = self.client.post(self.url, content=body, timeout=remaining)
+                except httpx.TransportError:
+                    if last:
+                        raise
+                else:
+                    if response.status_code < 300:
+                        self.slots.answered()
+                        return
+                    text = _error_text(response)
+                    saturated = response.status_code == 400 and self.SATURATED.search(text) is not None
+                    if (response.status_code not in self.RETRY_STATUS and not saturated) or last:
+                        raise TrackingError(f"StartTraceV3 answered {response.status_code}: {text}")
+                self.slots.saturated()
+                time.sleep(0.5 * 2**attempt)
 
     def close(self) -> None:
         self.client.close()
+
+
+class _Slots:
+    """How many ``StartTraceV3`` requests may be in flight: a few at first, one more after as
+    many answers in a row as the limit (up to the most), halved each time the server shows it is
+    saturated (429/5xx, its database pool or lock timing out). A server on SQLite writes one
+    request at a time: six parallel runs opening with 16 requests each left it answering none
+    within a minute (lock convoys, then pool timeouts); opening with 4 they all finished."""
+
+    def __init__(self, most: int, start: int) -> None:
+        self.most, self.limit = most, min(start, most)
+        self.used = self.streak = 0
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._changed:
+            while self.used >= self.limit:
+                self._changed.wait()
+            self.used += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.used -= 1
+                self._changed.notify_all()
+
+    def saturated(self) -> None:
+        with self._changed:
+            self.limit = max(1, self.limit // 2)
+            self.streak = 0
+
+    def answered(self) -> None:
+        with self._changed:
+            self.streak += 1
+            if self.limit < self.most and self.streak >= self.limit:
+                self.limit += 1
+                self.streak = 0
+                self._changed.notify_all()
 
 
 def _error_text(response: Any) -> str:
