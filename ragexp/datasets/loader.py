@@ -193,8 +193,11 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
     """
     lines = data.split(b"\n")
     quick = _label_columns(lines)
-    if quick is not None:
-        return quick
+    return quick if quick is not None else _parse_rows(name, lines)
+
+
+def _parse_rows(name: str, lines: list[bytes]) -> list[Case]:
+    """Every row on its own: the quick check where it applies, else the full validation."""
     problems = _Problems(name)
     cases: list[Case] = []
     first_line: dict[str, int] = {}
