@@ -164,6 +164,8 @@ def _output_fields(cases: list[Case]) -> frozenset[str]:
     common: frozenset[str] | None = None
     for case in cases:
         common = case.recorded_fields if common is None else common & case.recorded_fields
+        if not common:
+            break  # nothing left in common: label-only files stop at the first case
     return common or frozenset()
 
 
