@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.config.compose import compose
+from ragexp.datasets.audit import shares_ids
 from ragexp.datasets.loader import (
     _CHUNK,
     _HASH_CHUNK,
@@ -334,3 +335,14 @@ def test_cases_jsonl_rows_hold_every_field(tmp_path: Path) -> None:
             assert list(row) == list(expected) and row == expected
     with pytest.raises(ValueError):
         write_cases(tmp_path / "short.jsonl", cases, results[:-1], columns, latency, spread)
+
+
+def test_a_corpus_shares_ids_with_a_dataset_if_any_relevant_id_is_in_it(tmp_path: Path) -> None:
+    rows = many_rows(300)
+    dataset = load_dataset(write_jsonl(tmp_path / "d.jsonl", rows))
+    last_id = next(row["relevant_ids"][-1] for row in reversed(rows) if row.get("relevant_ids"))
+    assert not shares_ids(dataset, {"elsewhere": "text"})
+    assert shares_ids(dataset, {"elsewhere": "text", last_id: "text"})
+    unanswerable = [row for row in rows if row.get("unanswerable")]
+    # No relevant ids at all: nothing says the corpus belongs to another set.
+    assert shares_ids(load_dataset(write_jsonl(tmp_path / "u.jsonl", unanswerable)), {"elsewhere": "text"})
