@@ -342,9 +342,17 @@ def _evaluate(
             checkpoint.add(result)
         progress.advance(error=result.error is not None)
 
+    def keep(position: int, result: CaseResult) -> None:
+        results[todo[position]] = result
+        arrived.append(result)
+
+    # Nothing to save or draw per case (a local provider, no terminal): at 100,000 cases that
+    # bookkeeping costs about half as much as the fake provider's own work.
+    callback = keep if checkpoint is None and not progress.enabled else on_result
+
     try:
         if todo:
-            plan.provider.run([cases[i] for i in todo] if done else cases, on_result)
+            plan.provider.run([cases[i] for i in todo] if done else cases, callback)
     finally:
         progress.close()
     missing = [cases[i].id for i, result in enumerate(results) if result is None]

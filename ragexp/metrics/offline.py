@@ -73,6 +73,8 @@ def build_inputs(
     hit_rows: list[int] = []
     hit_cols: list[int] = []
     refusals = [normalize(phrase) for phrase in refusal_phrases]
+    # normalize() inlined with its two calls bound locally: it runs on every answer and fact.
+    nfkc, fold = unicodedata.normalize, str.casefold
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         unanswerable[i] = case.unanswerable
         relevant = set(case.relevant_ids)
@@ -84,8 +86,9 @@ def build_inputs(
         if output.latency_seconds is not None:
             latency[i] = output.latency_seconds
         ranked = output.ranked_ids
-        empty[i] = not ranked
-        if relevant and ranked:
+        if not ranked:
+            empty[i] = True
+        elif relevant:
             seen: set[str] = set()
             first = 0
             for rank, item in enumerate(ranked):
@@ -105,15 +108,19 @@ def build_inputs(
         if citations:
             cited[i] = len(citations)
             size = len(ranked)
-            supported[i] = sum(1 for c in citations if 0 < c <= size and ranked[c - 1] in relevant)
-        answer = normalize(output.answer)
+            count = 0
+            for c in citations:
+                if 0 < c <= size and ranked[c - 1] in relevant:
+                    count += 1
+            supported[i] = count
+        answer = fold(nfkc("NFKC", output.answer))
         if case.unanswerable:
             correct[i] = any(phrase in answer for phrase in refusals)
         else:
             facts = case.expected_facts
             found = bool(facts)
             for fact in facts:
-                if normalize(fact) not in answer:
+                if fold(nfkc("NFKC", fact)) not in answer:
                     found = False
                     break
             correct[i] = found
