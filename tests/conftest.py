@@ -61,6 +61,19 @@ def ragexp(store_uri: str) -> Iterator[Any]:
     yield invoke
 
 
+IMPORT_PROBE = (
+    "import atexit, sys\n"
+    "def said():\n"
+    "    print('mlflow imported' if 'mlflow' in sys.modules else 'no mlflow', file=sys.stderr)\n"
+    "atexit.register(said)\n"
+    "from ragexp.cli.app import main\n"
+    "sys.argv = ['ragexp', *sys.argv[1:]]\n"
+    "main()\n"
+)
+"""``python -c IMPORT_PROBE ARGS``: ``ragexp ARGS`` in a fresh process, whose last line on stderr
+says whether it imported mlflow."""
+
+
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
     return path

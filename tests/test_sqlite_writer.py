@@ -24,7 +24,7 @@ from ragexp.errors import TrackingError
 from ragexp.tracking.sqlite_writer import TABLES, SqliteWriter, append_path, valid_key
 from ragexp.tracking.store import DIRECT_ENV, Store
 from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _aggregate, _plan
-from tests.conftest import ROOT
+from tests.conftest import IMPORT_PROBE, ROOT
 
 RUN_TABLES = ("runs", "tags", "params", "metrics", "latest_metrics", "datasets", "inputs", "input_tags")
 VOLATILE = {"start_time", "end_time", "timestamp", "created_timestamp", "last_updated_timestamp"}
@@ -245,17 +245,6 @@ def test_calls_mlflow_would_refuse_are_left_to_mlflow(tmp_path: Path) -> None:
     ]
 
 
-PROBE = (
-    "import atexit, sys\n"
-    "def said():\n"
-    "    print('mlflow imported' if 'mlflow' in sys.modules else 'no mlflow', file=sys.stderr)\n"
-    "atexit.register(said)\n"
-    "from ragexp.cli.app import main\n"
-    "sys.argv = ['ragexp', *sys.argv[1:]]\n"
-    "main()\n"
-)
-
-
 def test_a_run_on_an_existing_store_does_not_import_mlflow(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
@@ -263,7 +252,7 @@ def test_a_run_on_an_existing_store_does_not_import_mlflow(tmp_path: Path) -> No
 
     def run(*args: str, **extra: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-c", PROBE, "run", "provider=fake", *args],
+            [sys.executable, "-c", IMPORT_PROBE, "run", "provider=fake", *args],
             capture_output=True,
             text=True,
             env={**env, **extra},

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ragexp.tracking import artifacts
 from ragexp.tracking.sqlite_reader import KNOWN_SCHEMAS, SqliteReader, parse_filter
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
-from tests.conftest import ROOT
+from tests.conftest import IMPORT_PROBE, ROOT
 
 
 def mlflow_head_revision() -> str:
@@ -141,20 +141,11 @@ def test_diff_and_gate_read_without_mlflow_and_record_where_mlflow_sees_it(
     history: dict[str, Any], store_uri: str
 ) -> None:
     base, cand = history["fake"], history["twin"]
-    probe = (
-        "import atexit, sys\n"
-        "def said():\n"
-        "    print('mlflow imported' if 'mlflow' in sys.modules else 'no mlflow', file=sys.stderr)\n"
-        "atexit.register(said)\n"
-        "from ragexp.cli.app import main\n"
-        "sys.argv = ['ragexp', *sys.argv[1:]]\n"
-        "main()\n"
-    )
     env = {**os.environ, "MLFLOW_TRACKING_URI": store_uri}
     outputs = {}
     for command in (["diff", base, cand, "--json"], ["gate", "--baseline", base, "--candidate", cand], ["runs"]):
         done = subprocess.run(
-            [sys.executable, "-c", probe, *command], capture_output=True, text=True, env=env, cwd=ROOT
+            [sys.executable, "-c", IMPORT_PROBE, *command], capture_output=True, text=True, env=env, cwd=ROOT
         )
         assert done.returncode in (0, 2), done.stderr
         assert done.stderr.strip().endswith("no mlflow"), (command, done.stderr)

@@ -4,12 +4,14 @@ params) and the comparison records of diff and gate. Real stores and real proces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -384,84 +386,17 @@ def test_server_request_body_is_mlflows_own_start_trace_message() -> None:
         assert len(ours.trace.trace_info.assessments) == len(case.expectations) + len(case.feedback)
 
 
-def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None:
-    """Against a real HTTP server on 127.0.0.1 that answers StartTraceV3 with a 503 once (a
-    restarting server), then 200: the trace is sent again and nothing fails. When it refuses (400)
-    the writer stops with one line carrying the server's message and how many were written."""
+@contextlib.contextmanager
+def trace_server(answers: list[tuple[int, str]], bodies: list[bytes]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 standing in for a tracking server's StartTraceV3: it
+    answers each POST with the next (status, message) of ``answers`` (an MLflow error body), then
+    200, and keeps every request body in ``bodies``. Yields its URL."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.utils.rest_utils import MlflowHostCreds
-
-    from ragexp.errors import TrackingError
-    from ragexp.tracking.store import Store
-    from ragexp.tracking.traces import CaseTrace, TraceWriter, _TraceInfoSender
-
-    answers: list[int] = []
-    bodies: list[dict[str, Any]] = []
-
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status = answers.pop(0) if answers else 200
-            bodies.append(body)
-            payload = (
-                b"{}" if status == 200 else json.dumps({"error_code": "BAD", "message": "no such\nexperiment"}).encode()
-            )
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        backend = RestStore(lambda: MlflowHostCreds(url))
-        send = _TraceInfoSender.open(backend, 60.0)
-        assert send is not None
-        answers.extend([503])
-        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
-        assert len(bodies) == 2 and bodies[0] == bodies[1]  # sent again after the 503
-        send.close()
-
-        writer = TraceWriter(Store(url), "1", "r" * 32)
-        answers.extend([400] * 40)
-        cases = [CaseTrace(f"c{i}", "q", "a", None, 0.1) for i in range(3)]
-        with pytest.raises(TrackingError) as failure:
-            writer.write(cases)
-        message = str(failure.value)
-        assert "0 of 3 written" in message and "400" in message and "BAD no such" in message
-        assert "\n" not in message
-    finally:
-        server.shutdown()
-
-
-def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> None:
-    """MLflow answers 400 when its database pool or lock times out (a SQLAlchemy
-    OperationalError): that 400 is the server being busy, not the request being bad. The trace
-    is sent again and the run's requests in flight are halved; answers let them grow back. Any
-    other 400 is refused at once."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.utils.rest_utils import MlflowHostCreds
-
-    from ragexp.errors import TrackingError
-    from ragexp.tracking.traces import SERVER_THREADS, _TraceInfoSender
-
-    answers: list[tuple[int, str]] = []
-    seen: list[bytes] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            seen.append(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
             status, message = answers.pop(0) if answers else (200, "")
             payload = json.dumps({"error_code": "BAD_REQUEST", "message": message}).encode() if message else b"{}"
             self.send_response(status)
@@ -475,8 +410,57 @@ def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> No
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None:
+    """Against a real HTTP server on 127.0.0.1 that answers StartTraceV3 with a 503 once (a
+    restarting server), then 200: the trace is sent again and nothing fails. When it refuses (400)
+    the writer stops with one line carrying the server's message and how many were written."""
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import CaseTrace, TraceWriter, _TraceInfoSender
+
+    answers: list[tuple[int, str]] = []
+    bodies: list[bytes] = []
+    with trace_server(answers, bodies) as url:
+        send = _TraceInfoSender.open(RestStore(lambda: MlflowHostCreds(url)), 60.0)
+        assert send is not None
+        answers.append((503, "restarting"))
+        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
+        assert len(bodies) == 2 and bodies[0] == bodies[1]  # sent again after the 503
+        send.close()
+
+        writer = TraceWriter(Store(url), "1", "r" * 32)
+        answers.extend([(400, "no such\nexperiment")] * 40)
+        cases = [CaseTrace(f"c{i}", "q", "a", None, 0.1) for i in range(3)]
+        with pytest.raises(TrackingError) as failure:
+            writer.write(cases)
+        message = str(failure.value)
+        assert "0 of 3 written" in message and "400" in message and "BAD_REQUEST no such" in message
+        assert "\n" not in message
+
+
+def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> None:
+    """MLflow answers 400 when its database pool or lock times out (a SQLAlchemy
+    OperationalError): that 400 is the server being busy, not the request being bad. The trace
+    is sent again and the run's requests in flight are halved; answers let them grow back. Any
+    other 400 is refused at once."""
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.traces import SERVER_THREADS, _TraceInfoSender
+
+    answers: list[tuple[int, str]] = []
+    seen: list[bytes] = []
+    with trace_server(answers, seen) as url:
         send = _TraceInfoSender.open(RestStore(lambda: MlflowHostCreds(url)), 60.0)
         assert send is not None
         start = send.slots.limit
@@ -495,8 +479,6 @@ def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> No
             send(b"{}")
         assert len(seen) == 3 + 20 + 1  # refused once, not asked again
         send.close()
-    finally:
-        server.shutdown()
 
 
 def test_a_server_that_stops_answering_stops_the_trace_write_within_the_tracking_timeout() -> None:
