@@ -238,7 +238,7 @@ def record_comparison(store: Any, candidate: str, baseline: str, name: str, payl
 
     data = json.dumps(payload, ensure_ascii=False, indent=1, default=str).encode("utf-8")
     try:
-        store.record_files(candidate, {f"comparisons/{baseline}/{name}": data})
+        store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
     except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
         info(f"warning: the comparison is not recorded on run {candidate}: {exc}")
 
@@ -519,7 +519,7 @@ def gate(
         gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
     )
     try:
-        store.record_tags(
+        store.set_tags(
             cand.run_id,
             {
                 TAG_PREFIX + "gate.verdict": "passed" if result.passed else "failed",

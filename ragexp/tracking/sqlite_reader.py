@@ -220,11 +220,16 @@ class SqliteReader:
 
     def artifact_root(self, run: RunRow) -> Path | None:
         """The run's artifact folder, when it is a local ``file://`` URI (None: ask MLflow)."""
-        parts = urlsplit(run.artifact_uri)
-        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
-            return None
-        root = Path(unquote(parts.path))
-        return root if root.is_absolute() else None
+        return local_folder(run.artifact_uri)
+
+
+def local_folder(uri: str) -> Path | None:
+    """The folder of a ``file://`` artifact URI, when it is local and absolute."""
+    parts = urlsplit(uri)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        return None
+    root = Path(unquote(parts.path))
+    return root if root.is_absolute() else None
 
 
 def _int(value: str) -> int | str:

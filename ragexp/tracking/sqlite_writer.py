@@ -31,10 +31,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from ragexp.errors import StorageError, TrackingError
-from ragexp.tracking.sqlite_reader import SqliteReader
+from ragexp.tracking.sqlite_reader import SqliteReader, local_folder
 
 ACTIVE = "active"
 RUN_NAME = "mlflow.runName"
@@ -71,15 +71,6 @@ def append_path(location: str, *parts: str) -> str | None:
     if not split.path.startswith("/") or split.path == "/":
         return None
     return location.rstrip("/") + "".join("/" + part for part in parts)
-
-
-def local_folder(uri: str) -> Path | None:
-    """The folder of a ``file://`` artifact URI, when it is local and absolute."""
-    split = urlsplit(uri)
-    if split.scheme != "file" or split.netloc not in ("", "localhost"):
-        return None
-    path = Path(unquote(split.path))
-    return path if path.is_absolute() else None
 
 
 def now_ms() -> int:
@@ -218,14 +209,9 @@ class SqliteWriter(SqliteReader):
                     )
         return True
 
-    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        """Upsert tags on an active run (MLflow's ``log_batch(tags=...)``); raises where MLflow
-        would refuse. ``diff`` and ``gate`` record their verdicts with it."""
-        if not self.upsert_tags(run_id, tags):
-            raise TrackingError(f"tagging run {run_id}: the run is deleted, or a tag is one MLflow refuses")
-
-    def upsert_tags(self, run_id: str, tags: Mapping[str, str]) -> bool:
-        """``log_batch(tags=...)``; an ``mlflow.runName`` tag renames the run too, as in MLflow."""
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> bool:
+        """``log_batch(tags=...)``: an upsert on an active run; an ``mlflow.runName`` tag renames
+        the run too, as in MLflow."""
         if len(tags) > MAX_TAGS_PER_BATCH or not all(
             valid_key(key) and len(value) <= MAX_TAG_VALUE for key, value in tags.items()
         ):

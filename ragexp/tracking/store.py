@@ -292,7 +292,7 @@ class Store:
                 self.client.log_batch(run_id, metrics=items[start : start + 1000])
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        if (direct := self._direct()) is not None and direct.upsert_tags(run_id, tags):
+        if (direct := self._direct()) is not None and direct.set_tags(run_id, tags):
             return
         from mlflow.entities import RunTag
 
@@ -320,7 +320,7 @@ class Store:
                 direct.copy_tree(folder, root)
             except OSError as exc:
                 raise store_os_error(exc, self.uri, f"logging artifacts of run {run_id}") from None
-            if not tables or direct.upsert_tags(run_id, {"mlflow.loggedArtifacts": entries}):
+            if not tables or direct.set_tags(run_id, {"mlflow.loggedArtifacts": entries}):
                 return
         with self._calling(f"logging artifacts of run {run_id}"):
             self.client.log_artifacts(run_id, str(folder))
@@ -656,25 +656,6 @@ class Store:
                 order_by=["attributes.start_time DESC"],
             )
         return [_record(run) for run in runs]
-
-    # --- what a comparison records on a run it read -------------------------------------------
-
-    def record_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        """:meth:`set_tags` for ``diff``/``gate``: straight into a SQLite store that is read directly."""
-        if (direct := self._direct()) is not None:
-            direct.set_tags(run_id, tags)
-            return
-        self.set_tags(run_id, tags)
-
-    def record_files(self, run_id: str, files: Mapping[str, bytes]) -> None:
-        """:meth:`log_files` for ``diff``/``gate``: straight into a local artifact folder when the
-        store is read directly (MLflow's local artifact repository only copies files there)."""
-        direct = self._direct()
-        root = direct.artifact_root(self._direct_row(direct, run_id)) if direct is not None else None
-        if root is None:
-            self.log_files(run_id, files)
-            return
-        self._write_files(root, run_id, files)
 
     def _write_files(self, root: Path, run_id: str, files: Mapping[str, bytes]) -> None:
         """Files into a local artifact folder, each complete or absent (temp file, then rename)."""

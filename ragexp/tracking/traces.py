@@ -33,12 +33,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ragexp.errors import TrackingError
+from ragexp.errors import StorageError, TrackingError
 from ragexp.tracking.sqlite_writer import append_path
 from ragexp.tracking.store import _one_line
 
 if TYPE_CHECKING:
-    from ragexp.tracking.sqlite_writer import SqliteWriter
     from ragexp.tracking.store import Store
 
 PREVIEW_CHARS = 1000
@@ -177,23 +176,22 @@ class TraceWriter:
 
     def write(self, traces: Sequence[CaseTrace], *, batch: int = BATCH) -> int:
         """Write every trace; returns how many were written (all, or an error is raised)."""
-        if (direct := self.store.sql_writer()) is not None:
-            location = direct.experiment_location(self.experiment_id)
-            if location and append_path(location, "traces") is not None:
-                return self._write_direct(direct, location, traces, batch)
-        from mlflow.store.tracking.rest_store import RestStore
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+        put = self._direct_put()
+        if put is None:
+            from mlflow.store.tracking.rest_store import RestStore
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        if isinstance(self.backend, RestStore):
-            return self._write_server(traces)
+            if isinstance(self.backend, RestStore):
+                return self._write_server(traces)
+            put = self._write_sql if isinstance(self.backend, SqlAlchemyStore) else self._write_generic
         written = 0
         for start in range(0, len(traces), batch):
             chunk = [_plan(case) for case in traces[start : start + batch]]
             try:
-                if isinstance(self.backend, SqlAlchemyStore):
-                    self._write_sql(chunk)
-                else:
-                    self._write_generic(chunk)
+                put(chunk)
+            except StorageError as exc:
+                # A full disk stays a StorageError: the run then marks itself using its reserve.
+                raise StorageError(f"{exc} ({written} of {len(traces)} traces written)") from None
             except Exception as exc:  # a store raises many types (SQL, HTTP, MLflow)
                 raise self._failed(exc, written, len(traces)) from None
             written += len(chunk)
@@ -312,18 +310,20 @@ class TraceWriter:
             self.backend.start_trace(self._trace_info(trace))
         self.backend.log_spans(self.experiment_id, [span for trace in chunk for span in _spans(trace)])
 
-    def _write_direct(self, direct: SqliteWriter, location: str, traces: Sequence[CaseTrace], batch: int) -> int:
-        """A SQLite store ragexp writes itself (:mod:`ragexp.tracking.sqlite_writer`): the rows
-        of :meth:`_write_sql`, through :mod:`sqlite3`, one transaction per batch."""
-        written = 0
-        for start in range(0, len(traces), batch):
-            chunk = [_plan(case) for case in traces[start : start + batch]]
+    def _direct_put(self) -> Callable[[list[_Trace]], None] | None:
+        """On a SQLite store ragexp writes itself (:mod:`ragexp.tracking.sqlite_writer`): the rows
+        of :meth:`_write_sql` through :mod:`sqlite3`, one transaction per batch. None: MLflow's
+        store writes."""
+        direct = self.store.sql_writer()
+        location = direct.experiment_location(self.experiment_id) if direct is not None else None
+        if direct is None or not location or append_path(location, "traces") is None:
+            return None
+
+        def put(chunk: list[_Trace]) -> None:
             rows = self._rows(chunk, lambda tid: str(append_path(location, "traces", tid, "artifacts")), False)
-            what = f"logging traces of run {self.run_id} ({written} of {len(traces)} written)"
-            # A full disk stays a StorageError: the run then marks itself using its reserve.
-            direct.insert_traces(rows, what)
-            written += len(chunk)
-        return written
+            direct.insert_traces(rows, "writing their rows")
+
+        return put
 
     def _write_sql(self, chunk: list[_Trace]) -> None:
         """The rows ``start_trace`` + ``log_spans`` would write, as one multi-row INSERT per table
