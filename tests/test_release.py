@@ -387,6 +387,7 @@ def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_
     assert codes == [0, 1], "\n".join(f"{c}\n{o}\n{e}" for c, o, e in outcomes)
     winner = (first, second)[[code for code, _, _ in outcomes].index(0)]
     _, loser_out, loser_err = next(o for o in outcomes if o[0] == 1)
+    assert loser_out, loser_err
     assert json.loads(loser_out)["passed"] is True and json.loads(loser_out)["promotion"]["promoted"] is False
     assert one_error_line(loser_err).startswith(f"ragexp: error: not promoted: tag role=production moved to {winner}")
     assert holders(uri, experiment_id) == [winner]
