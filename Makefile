@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +16,15 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The optional extra ragexp[ray] (hydra/launcher=ray): requirements-ray.lock is requirements.lock
+# with the same pins plus Ray and hydra-ray-launcher. `make test` needs it (tests/test_ray.py).
+$(RAY_STAMP): $(STAMP) requirements-ray.lock
+	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode --quiet requirements-ray.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps --compile-bytecode --quiet -e .
+	touch $(RAY_STAMP)
+
+setup-ray: $(RAY_STAMP)
 
 run: setup
 	$(BIN)/ragexp run
@@ -29,7 +39,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
-test: setup browser
+test: setup-ray browser
 	$(BIN)/python -m pytest
 
 lint: setup
@@ -55,7 +65,7 @@ bench-judge: setup
 bench-k-memory: setup
 	$(BIN)/python tests/benchmarks/bench_k_memory.py
 
-bench-sweep: setup
+bench-sweep: setup-ray
 	$(BIN)/python tests/benchmarks/bench_sweep.py
 
 bench-demo: setup
@@ -66,6 +76,9 @@ bench-demo: setup
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
 
-# Re-pin every dependency after editing pyproject.toml.
+# Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
+# within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.
 lock: setup
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --generate-hashes --quiet -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra ray --python-version 3.11 --generate-hashes --quiet \
+	  -c requirements.lock --override requirements-ray.overrides -o requirements-ray.lock
