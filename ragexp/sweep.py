@@ -32,6 +32,8 @@ from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunReco
 PARENT_ENV = "RAGEXP_SWEEP_PARENT"
 URI_ENV = "RAGEXP_SWEEP_TRACKING_URI"
 FAILED_TAG = TAG_PREFIX + "sweep.failed."
+RUN_NAME_MAX = 250
+"""MLflow's run-name column: a server on PostgreSQL refuses a longer name (SQLite ignores it)."""
 FORWARDED_ENV_PREFIXES = ("RAGEXP_", "MLFLOW_")
 """Environment variables a point's worker gets from the sweep's process when the launcher does not
 inherit it (Ray): the sweep's parent run and tracking URI, ragexp's and MLflow's settings."""
@@ -91,9 +93,10 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
     store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
+    name = f"sweep {points}"
     parent = store.create_run(
         base.experiment,
-        f"sweep {points}",
+        name if len(name) <= RUN_NAME_MAX else name[: RUN_NAME_MAX - 1] + "…",  # the tag below keeps it all
         {
             TAG_PREFIX + "sweep.role": "parent",
             TAG_PREFIX + "sweep.overrides": points,

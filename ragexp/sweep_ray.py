@@ -18,7 +18,9 @@ happens around them:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,10 +71,16 @@ def launch(
 ) -> Sequence[JobReturn]:
     """The launcher's work (``hydra_plugins.ragexp_ray_launcher.RayLauncher.launch``): one Ray task
     per point, every lost task a failed point."""
-    try:
-        return _launch(ray_cfg, config, hydra_context, task_function, job_overrides, initial_job_idx)
-    except ConfigError as exc:
-        raise LaunchAborted(exc) from None
+    # Ray relays what workers and raylets print to the driver's stdout; the sweep's stdout is its
+    # result (`--json`). Disconnecting at the end stops that relay (and a Ray started here).
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            return _launch(ray_cfg, config, hydra_context, task_function, job_overrides, initial_job_idx)
+        except ConfigError as exc:
+            raise LaunchAborted(exc) from None
+        finally:
+            if "ray" in sys.modules:
+                sys.modules["ray"].shutdown()
 
 
 def _launch(

@@ -1,0 +1,255 @@
+"""Sweeps on a Ray cluster (``hydra/launcher=ray``): a real ``ray start --head`` on 127.0.0.1 with two
+CPUs, points logged to the shared tracking server (PostgreSQL-backed in CI), one point's worker
+killed while it runs."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+from tests.servers.procs import mlflow_server
+
+RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
+RAY = str(Path(sys.executable).with_name("ray"))
+QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+"""No usage report leaves the machine; no token shared through ~/.ray between this test's cluster
+and whatever else uses Ray here (the cluster listens on 127.0.0.1 alone)."""
+
+
+@dataclass
+class Cluster:
+    address: str
+    head: int
+    """The pid of ``ray start --block``: every process of the cluster descends from it."""
+
+
+def descendants(root: int) -> set[int]:
+    """Every living process below ``root`` (Ray puts its workers in process groups of their own)."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if proc.name.isdigit():
+                stat = (proc / "stat").read_text()
+                parents[int(proc.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The team server from RAGEXP_TEST_MLFLOW_SERVER, else a real `mlflow server` started here."""
+    shared = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
+    if shared:
+        yield shared
+        return
+    with mlflow_server(tmp_path_factory.mktemp("server"), workers=2) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """``ray start --head --block`` in a session of its own, stopped (its process group) at the end.
+
+    Its environment has none of ragexp's or MLflow's variables and its working directory is its
+    own, as on a cluster started by someone else: what the points need reaches them through the
+    launcher. A short temp dir of its own keeps it apart from any other Ray on the machine (and
+    under the length limit of Unix socket paths)."""
+    temp = tempfile.mkdtemp(prefix="rgx-ray-", dir="/tmp")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGEXP_", "MLFLOW_"))} | QUIET_RAY
+    log = Path(temp, "head.log").open("w")
+    head = subprocess.Popen(
+        [
+            RAY,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--object-store-memory=100000000",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=temp,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while "will now block" not in Path(temp, "head.log").read_text(errors="replace"):
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("ray start failed:\n" + Path(temp, "head.log").read_text(errors="replace"))
+            time.sleep(0.5)
+        yield Cluster(f"127.0.0.1:{port}", head.pid)
+    finally:
+        processes = descendants(head.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # whatever of the cluster did not stop on SIGTERM
+        for pid in processes:  # workers, in groups of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        head.wait(timeout=30)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def holders(path: Path) -> list[int]:
+    """Processes (other than this one) with ``path`` open."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+    return found
+
+
+def kill_the_reader(fifo: Path, cluster: Cluster, killed: list[int]) -> None:
+    """Wait for a worker to open ``fifo`` (it then blocks reading it), SIGKILL that worker."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # succeeds once a reader waits
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            time.sleep(0.1)
+            continue
+        try:
+            while time.monotonic() < deadline and not (readers := holders(fifo)):
+                time.sleep(0.05)
+            for pid in readers:
+                assert pid in descendants(cluster.head)  # a worker of this test's cluster, nothing else
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        finally:
+            os.close(writer)
+        return
+
+
+def test_ray_sweep_on_a_cluster_with_a_worker_killed(cluster: Cluster, server: str, tmp_path: Path) -> None:
+    experiment = f"ray-sweep-{time.time_ns()}"
+    bundled = (ROOT / "ragexp/data/kb_zh/docs.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    # Five snapshots of the knowledge base (each lacks one document) and one on a share that hangs:
+    # the point reading it blocks in its worker, which is then killed as an OOM killer would.
+    snapshots = []
+    for number in range(5):
+        path = tmp_path / f"kb-{number}.jsonl"
+        path.write_text("".join(line for i, line in enumerate(bundled) if i != number), encoding="utf-8")
+        snapshots.append(path)
+    hanging = tmp_path / "kb-share.jsonl"
+    os.mkfifo(hanging)
+    killed: list[int] = []
+    killer = threading.Thread(target=kill_the_reader, args=(hanging, cluster, killed), daemon=True)
+    killer.start()
+    sweep = subprocess.Popen(
+        [
+            *RAGEXP,
+            "run",
+            "-m",
+            "provider.system.sample.docs=" + ",".join(str(p) for p in [*snapshots, hanging]),
+            "hydra/launcher=ray",
+            f"hydra.launcher.ray.init.address={cluster.address}",  # attach; object_store_memory stays null
+            f"experiment={experiment}",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": server, **QUIET_RAY},
+    )
+    stdout, stderr = sweep.communicate(timeout=600)
+    killer.join(timeout=30)
+    assert len(killed) == 1, stderr
+
+    assert sweep.returncode == 1, stderr  # one point failed: the sweep says so (as with joblib)
+    outcome = json.loads(stdout)  # Ray's worker logs went to stderr, not into the JSON
+    assert set(outcome["failed"]) == {"5"}
+    reason = outcome["failed"]["5"]
+    assert reason.startswith(f"[provider.system.sample.docs={hanging} experiment={experiment}] Ray task lost (")
+    assert "died" in reason or "SIGKILL" in reason or "exit" in reason.lower(), reason
+    assert "sweep point 5 [" in stderr and "failed: Ray task lost" in stderr
+
+    runs = outcome["runs"]
+    assert [r["point"] for r in runs] == [f"provider.system.sample.docs={p} experiment={experiment}" for p in snapshots]
+    assert {r["status"] for r in runs} == {"FINISHED"}
+    client = MlflowClient(server)
+    parent = client.get_run(outcome["sweep"])
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["ragexp.sweep.failed.5"] == reason
+    workers = set()
+    for number, run in enumerate(runs):
+        record = client.get_run(run["run_id"])
+        tags = record.data.tags
+        assert tags["mlflow.parentRunId"] == outcome["sweep"]
+        assert tags["ragexp.sweep"] == outcome["sweep"] and tags["ragexp.sweep.num"] == str(number)
+        assert record.data.metrics["case_count"] == 35 and record.data.metrics["error_rate"] == 0.0
+        host, pid = tags["ragexp.sweep.worker"].rsplit(":", 1)
+        assert host == socket.gethostname() and int(pid) != sweep.pid  # a worker of the cluster ran it
+        workers.add(int(pid))
+    assert len(workers) >= 2  # the points ran in the cluster's worker processes, two at a time
+    # Every snapshot lacks one document: the points are different systems, and their runs say so.
+    assert len({r["config_hash"] for r in runs}) == 5
+    # The lost point left no run behind: its process died before it had one.
+    listed = client.search_runs([parent.info.experiment_id], filter_string="tags.`ragexp.sweep.num` = '5'")
+    assert listed == []
+
+
+def test_ray_settings_that_would_break_attaching_are_refused_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *RAGEXP,
+            "run",
+            "-m",
+            "k=3,5",
+            "hydra/launcher=ray",
+            "hydra.launcher.ray.init.address=auto",
+            "hydra.launcher.ray.init.object_store_memory=100000000",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **QUIET_RAY},
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ragexp: error: config: hydra.launcher.ray.init.object_store_memory only applies to a Ray started by "
+        "the sweep; with address=auto the cluster's own settings apply: leave it null"
+    )
+    assert "Traceback" not in done.stderr
