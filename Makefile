@@ -43,8 +43,8 @@ test: setup-ray browser
 	$(BIN)/python -m pytest
 
 lint: setup
-	$(BIN)/ruff check ragexp tests
-	$(BIN)/ruff format --check ragexp tests
+	$(BIN)/ruff check ragexp hydra_plugins tests
+	$(BIN)/ruff format --check ragexp hydra_plugins tests
 	$(BIN)/mypy
 
 bench: setup

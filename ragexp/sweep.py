@@ -2,8 +2,9 @@
 
 Hydra expands the sweep and its launcher runs the points (one after the other by default,
 ``hydra/launcher=joblib`` for parallel processes, submitit for Slurm, ``hydra/launcher=ray`` for
-Ray tasks through :mod:`ragexp.sweep_ray`); ragexp writes no scheduler. Each point is an ordinary run tagged with its sweep and its overrides, so ``diff``
-and ``gate`` take any two of them. A failing point is reported and the others still run.
+Ray tasks through :mod:`ragexp.sweep_ray`); ragexp writes no scheduler. Each point is an ordinary
+run tagged with its sweep and its overrides, so ``diff`` and ``gate`` take any two of them. A
+failing point is reported and the others still run.
 """
 
 from __future__ import annotations

@@ -114,7 +114,9 @@ def _launch(
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"ray_{number}"
             sweep_config.hydra.job.num = number
-        ref = launch_job_on_ray(hydra_context, OmegaConf.create(remote), sweep_config, task_function, Singleton.get_state())
+        ref = launch_job_on_ray(
+            hydra_context, OmegaConf.create(remote), sweep_config, task_function, Singleton.get_state()
+        )
         submitted.append((number, list(overrides), sweep_config, ref))
     # Every task is already submitted: waiting on them in order loses no parallelism, and a
     # lost one is recorded where run_point records its own failures while the others go on.

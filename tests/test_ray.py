@@ -8,16 +8,13 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,40 +22,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
 from tests.servers.procs import mlflow_server
+from tests.servers.ray_head import QUIET_RAY, Cluster, descendants, ray_head
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
-RAY = str(Path(sys.executable).with_name("ray"))
-QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-"""No usage report leaves the machine; no token shared through ~/.ray between this test's cluster
-and whatever else uses Ray here (the cluster listens on 127.0.0.1 alone)."""
-
-
-@dataclass
-class Cluster:
-    address: str
-    head: int
-    """The pid of ``ray start --block``: every process of the cluster descends from it."""
-
-
-def descendants(root: int) -> set[int]:
-    """Every living process below ``root`` (Ray puts its workers in process groups of their own)."""
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if proc.name.isdigit():
-                stat = (proc / "stat").read_text()
-                parents[int(proc.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -74,57 +40,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """``ray start --head --block`` in a session of its own, stopped (its process group) at the end.
-
-    Its environment has none of ragexp's or MLflow's variables and its working directory is its
-    own, as on a cluster started by someone else: what the points need reaches them through the
-    launcher. A short temp dir of its own keeps it apart from any other Ray on the machine (and
-    under the length limit of Unix socket paths)."""
-    temp = tempfile.mkdtemp(prefix="rgx-ray-", dir="/tmp")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGEXP_", "MLFLOW_"))} | QUIET_RAY
-    log = Path(temp, "head.log").open("w")
-    head = subprocess.Popen(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--object-store-memory=100000000",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={temp}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=temp,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while "will now block" not in Path(temp, "head.log").read_text(errors="replace"):
-            if head.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ray start failed:\n" + Path(temp, "head.log").read_text(errors="replace"))
-            time.sleep(0.5)
-        yield Cluster(f"127.0.0.1:{port}", head.pid)
-    finally:
-        processes = descendants(head.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            head.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)  # whatever of the cluster did not stop on SIGTERM
-        for pid in processes:  # workers, in groups of their own
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        head.wait(timeout=30)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    """Two CPUs (two points at a time, each in a worker process), a 100 MB object store."""
+    with ray_head(num_cpus=2, object_store_bytes=100_000_000) as head:
+        yield head
 
 
 def holders(path: Path) -> list[int]:
