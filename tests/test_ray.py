@@ -103,6 +103,7 @@ def test_ray_sweep_on_a_cluster_with_a_worker_killed(cluster: Cluster, server: s
             "provider.system.sample.docs=" + ",".join(str(p) for p in [*snapshots, hanging]),
             "hydra/launcher=ray",
             f"hydra.launcher.ray.init.address={cluster.address}",  # attach; object_store_memory stays null
+            "hydra.launcher.ray.remote.num_cpus=1",  # two points at a time on the two CPUs
             f"experiment={experiment}",
             "--json",
         ],
@@ -171,3 +172,34 @@ def test_ray_settings_that_would_break_attaching_are_refused_in_one_line(tmp_pat
         "the sweep; with address=auto the cluster's own settings apply: leave it null"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_ray_sweep_without_an_address_starts_and_stops_a_ray_of_its_own(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    done = subprocess.run(
+        [
+            *RAGEXP,
+            "run",
+            "-m",
+            "k=3,5",
+            "hydra/launcher=ray",
+            "hydra.launcher.ray.init.num_cpus=2",
+            "hydra.launcher.ray.init.object_store_memory=100000000",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "MLFLOW_TRACKING_URI": uri, **QUIET_RAY},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert [r["point"] for r in outcome["runs"]] == ["k=3", "k=5"] and outcome["failed"] == {}
+    assert "Started a local Ray instance" in done.stderr
+    client = MlflowClient(uri)
+    assert client.get_run(outcome["sweep"]).info.status == "FINISHED"
+    for run in outcome["runs"]:
+        tags = client.get_run(run["run_id"]).data.tags
+        assert tags["mlflow.parentRunId"] == outcome["sweep"]
+        assert int(tags["ragexp.sweep.worker"].rsplit(":", 1)[1]) != os.getpid()

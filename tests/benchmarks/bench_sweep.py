@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.servers.ray_head import QUIET_RAY, ray_head  # noqa: E402  (the repository's root, above)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.servers
+from tests.servers.ray_head import QUIET_RAY, ray_head
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
