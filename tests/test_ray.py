@@ -176,7 +176,7 @@ def test_ray_settings_that_would_break_attaching_are_refused_in_one_line(tmp_pat
 
 def test_ray_sweep_without_an_address_starts_and_stops_a_ray_of_its_own(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    done = subprocess.run(
+    sweep = subprocess.Popen(
         [
             *RAGEXP,
             "run",
@@ -187,19 +187,20 @@ def test_ray_sweep_without_an_address_starts_and_stops_a_ray_of_its_own(tmp_path
             "hydra.launcher.ray.init.object_store_memory=100000000",
             "--json",
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
         env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "MLFLOW_TRACKING_URI": uri, **QUIET_RAY},
-        timeout=300,
     )
-    assert done.returncode == 0, done.stderr
-    outcome = json.loads(done.stdout)
+    stdout, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, stderr
+    outcome = json.loads(stdout)
     assert [r["point"] for r in outcome["runs"]] == ["k=3", "k=5"] and outcome["failed"] == {}
-    assert "Started a local Ray instance" in done.stderr
+    assert "Started a local Ray instance" in stderr
     client = MlflowClient(uri)
     assert client.get_run(outcome["sweep"]).info.status == "FINISHED"
     for run in outcome["runs"]:
         tags = client.get_run(run["run_id"]).data.tags
         assert tags["mlflow.parentRunId"] == outcome["sweep"]
-        assert int(tags["ragexp.sweep.worker"].rsplit(":", 1)[1]) != os.getpid()
+        assert int(tags["ragexp.sweep.worker"].rsplit(":", 1)[1]) != sweep.pid  # a Ray worker ran it
