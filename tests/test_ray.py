@@ -1,6 +1,6 @@
 """Sweeps on a Ray cluster (``hydra/launcher=ray``): a real ``ray start --head`` on 127.0.0.1 with two
-CPUs, points logged to the shared tracking server (PostgreSQL-backed in CI), one point's worker
-killed while it runs."""
+CPUs, points logged to the shared tracking server (PostgreSQL-backed in CI), points' workers killed
+(SIGKILL, as an OOM killer does) before and after their run exists; a Ray started by the sweep."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,120 @@ def test_ray_sweep_on_a_cluster_with_a_worker_killed(cluster: Cluster, server: s
     # The lost point left no run behind: its process died before it had one.
     listed = client.search_runs([parent.info.experiment_id], filter_string="tags.`ragexp.sweep.num` = '5'")
     assert listed == []
+
+
+class KillingService(ThreadingHTTPServer):
+    """The sample system over ragexp's HTTP contract; the first question of the sweep point
+    ``number`` of ``experiment`` kills the worker process that asks it (its pid is on the point's
+    run, ``ragexp.sweep.worker``), as if the process had run out of memory mid-run."""
+
+    def __init__(self, tracking: str, experiment: str, number: str, cluster: Cluster) -> None:
+        from ragexp.paths import package_data
+        from ragexp.sample import SampleSystem, Settings, load_docs
+
+        super().__init__(("127.0.0.1", 0), KillingHandler)
+        self.system = SampleSystem(load_docs(package_data() / "kb_zh/docs.jsonl"), Settings())
+        self.tracking, self.experiment, self.number, self.cluster = tracking, experiment, number, cluster
+        self.killed: list[int] = []
+        self.lock = threading.Lock()
+
+    def kill_the_asker(self) -> None:
+        with self.lock:
+            if self.killed:
+                return
+            client = MlflowClient(self.tracking)
+            experiment = client.get_experiment_by_name(self.experiment)
+            runs = client.search_runs(
+                [experiment.experiment_id], filter_string=f"tags.`ragexp.sweep.num` = '{self.number}'"
+            )
+            (run,) = runs  # the point asks only once its run exists
+            pid = int(run.data.tags["ragexp.sweep.worker"].rsplit(":", 1)[1])
+            assert pid in descendants(self.cluster.head)  # a worker of this test's cluster, nothing else
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+
+
+class KillingHandler(BaseHTTPRequestHandler):
+    server: KillingService
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not self.server.killed:
+            self.server.kill_the_asker()
+            return  # the asker is gone
+        payload = json.dumps(self.server.system.answer(body["question"], body["k"])).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_point_killed_mid_run_is_failed_and_resumes(cluster: Cluster, server: str, tmp_path: Path) -> None:
+    experiment = f"ray-resume-{time.time_ns()}"
+    service = KillingService(server, experiment, "1", cluster)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{service.server_address[1]}/query"
+    # Two named setups in the user's ./conf (the sweep's working directory, not the workers'):
+    # the sample system in-process, and the same system over HTTP, whose worker gets killed.
+    (tmp_path / "conf/setup").mkdir(parents=True)
+    (tmp_path / "conf/setup/inprocess.yaml").write_text("# @package _global_\nk: 3\n", encoding="utf-8")
+    (tmp_path / "conf/setup/served.yaml").write_text(
+        f"# @package _global_\ndefaults:\n  - override /provider: http\nk: 3\nprovider:\n  system:\n    url: {url}\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server, **QUIET_RAY}
+    try:
+        done = subprocess.run(
+            [
+                *RAGEXP,
+                "run",
+                "-m",
+                "setup=inprocess,served",
+                "hydra/launcher=ray",
+                f"hydra.launcher.ray.init.address={cluster.address}",
+                f"experiment={experiment}",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=600,
+        )
+        assert len(service.killed) == 1, done.stderr
+        assert done.returncode == 1, done.stderr
+        outcome = json.loads(done.stdout)
+        assert set(outcome["failed"]) == {"1"} and "Ray task lost" in outcome["failed"]["1"]
+        (finished,) = [r for r in outcome["runs"] if r["status"] == "FINISHED"]
+        (lost,) = [r for r in outcome["runs"] if r["status"] == "FAILED"]
+        assert finished["point"] == f"setup=inprocess experiment={experiment}"
+        assert lost["point"] == f"setup=served experiment={experiment}"
+        client = MlflowClient(server)
+        tags = client.get_run(lost["run_id"]).data.tags
+        assert tags["ragexp.status"] == "failed"
+        assert tags["ragexp.stopped_because"].startswith("Ray task lost (")
+        # The dead worker's run continues like any other: same run, every case, finished.
+        resumed = subprocess.run(
+            [*RAGEXP, "run", "setup=served", f"experiment={experiment}", "--resume", lost["run_id"], "--json"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout)["run_id"] == lost["run_id"]
+        run = client.get_run(lost["run_id"])
+        assert run.info.status == "FINISHED" and run.data.tags["ragexp.status"] == "finished"
+        assert run.data.metrics["case_count"] == 35 and run.data.metrics["error_rate"] == 0.0
+        assert "ragexp.stopped_because" not in run.data.tags
+    finally:
+        service.shutdown()
+        service.server_close()
 
 
 def test_ray_settings_that_would_break_attaching_are_refused_in_one_line(tmp_path: Path) -> None:
