@@ -38,8 +38,10 @@ RUN_NAME_MAX = 250
 FORWARDED_ENV_PREFIXES = ("RAGEXP_", "MLFLOW_")
 """Environment variables a point's worker gets from the sweep's process when the launcher does not
 inherit it (Ray): the sweep's parent run and tracking URI, ragexp's and MLflow's settings."""
-LAUNCHER_NEEDS = {"ray": (("ray", "hydra_plugins.hydra_ray_launcher"), "pip install 'ragexp[ray]' (make setup-ray)")}
-"""Launchers whose packages are an optional extra: the modules they import, and how to install them."""
+LAUNCHER_NEEDS = {
+    "ray": (("ray", "hydra_plugins.hydra_ray_launcher"), "Ray and hydra-ray-launcher: pip install 'ragexp[ray]'")
+}
+"""Launchers whose packages are an optional extra: the modules they import, and what installs them."""
 HYDRA_QUIET = ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "hydra.output_subdir=null"]
 
 
@@ -82,7 +84,7 @@ def check_launcher(overrides: Sequence[str]) -> None:
             modules, install = LAUNCHER_NEEDS[name]
             missing = [module for module in modules if importlib.util.find_spec(module) is None]
             if missing:
-                raise ConfigError(f"config: hydra/launcher={name} needs {', '.join(missing)}: {install}")
+                raise ConfigError(f"config: hydra/launcher={name} needs {install}")
 
 
 def run_sweep(overrides: Sequence[str]) -> SweepOutcome:

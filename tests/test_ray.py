@@ -319,3 +319,24 @@ def test_ray_sweep_without_an_address_starts_and_stops_a_ray_of_its_own(tmp_path
         tags = client.get_run(run["run_id"]).data.tags
         assert tags["mlflow.parentRunId"] == outcome["sweep"]
         assert int(tags["ragexp.sweep.worker"].rsplit(":", 1)[1]) != sweep.pid  # a Ray worker ran it
+
+
+def test_ray_launcher_without_the_extra_is_named_before_the_sweep(tmp_path: Path) -> None:
+    # As in an install without ragexp[ray]: `import ray` finds nothing.
+    hide_ray = (
+        "import sys\nsys.modules['ray'] = None\n"
+        "from ragexp.cli.app import main\nsys.argv = ['ragexp', *sys.argv[1:]]\nmain()\n"
+    )
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    done = subprocess.run(
+        [sys.executable, "-c", hide_ray, "run", "-m", "k=3,5", "hydra/launcher=ray", "experiment=no-ray"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": uri},
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "ragexp: error: config: hydra/launcher=ray needs Ray and hydra-ray-launcher: pip install 'ragexp[ray]'"
+    ]
+    assert MlflowClient(uri).get_experiment_by_name("no-ray") is None  # no parent run was made
