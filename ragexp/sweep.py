@@ -96,10 +96,10 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
     store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
-    name = f"sweep {points}"
+    title = f"sweep {points}"
     parent = store.create_run(
         base.experiment,
-        name if len(name) <= RUN_NAME_MAX else name[: RUN_NAME_MAX - 1] + "…",  # the tag below keeps it all
+        title if len(title) <= RUN_NAME_MAX else title[: RUN_NAME_MAX - 1] + "…",  # the tag below keeps it all
         {
             TAG_PREFIX + "sweep.role": "parent",
             TAG_PREFIX + "sweep.overrides": points,
