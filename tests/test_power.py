@@ -22,7 +22,9 @@ def textbook(sd: float, n: int, confidence: float, power: float = 0.8) -> float:
     return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
 
 
-@pytest.mark.parametrize(("sd", "n", "confidence"), [(0.3, 35, 0.95), (0.5, 12, 0.9), (0.04, 400, 0.99), (1.7, 6, 0.95)])
+@pytest.mark.parametrize(
+    ("sd", "n", "confidence"), [(0.3, 35, 0.95), (0.5, 12, 0.9), (0.04, 400, 0.99), (1.7, 6, 0.95)]
+)
 def test_detectable_effect_is_the_textbook_paired_formula(sd: float, n: int, confidence: float) -> None:
     assert detectable_effect(sd, n, confidence=confidence) == pytest.approx(textbook(sd, n, confidence), rel=1e-9)
 
@@ -119,7 +121,9 @@ def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragex
     assert passed.code == 0, passed.stdout + passed.stderr
     flags = {(r["metric"], r["rule"]): r["underpowered"] for r in passed.json()["rules"]}
     assert flags[("mrr", "max_drop")] is False
-    tight = ragexp("gate", "--baseline", base, "--candidate", cand, "--json", *loose[1:], "gates.rules.mrr.max_drop=0.03")
+    tight = ragexp(
+        "gate", "--baseline", base, "--candidate", cand, "--json", *loose[1:], "gates.rules.mrr.max_drop=0.03"
+    )
     assert tight.code == 0, tight.stdout + tight.stderr  # underpowered, and it still passes (drop .02)
     assert {(r["metric"], r["rule"]): r["underpowered"] for r in tight.json()["rules"]}[("mrr", "max_drop")] is True
 

@@ -188,7 +188,19 @@ def _metric_diff(
             power = paired_power(change, confidence=confidence)
     ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
     return MetricDiff(
-        name, direction, b_value, c_value, delta, ci_low, ci_high, p_value, improved, regressed, unchanged, pairs, ppi,
+        name,
+        direction,
+        b_value,
+        c_value,
+        delta,
+        ci_low,
+        ci_high,
+        p_value,
+        improved,
+        regressed,
+        unchanged,
+        pairs,
+        ppi,
         power,
     )
 
