@@ -147,7 +147,8 @@ def test_junit_and_summary_flag_an_underpowered_rule(ragexp: Any, tmp_path: Path
     assert cases[("citation_precision", "min")].find("system-out") is None
 
     md = summary.read_text(encoding="utf-8")
-    assert "### What this gate cannot see" in md and out.text in md
+    assert "**⚠️ What this gate cannot see**" in md and f"- `mrr` `max_drop` 0.01: {out.text}" in md
+    assert md.index("What this gate cannot see") < md.index("### Rules that did not pass")
     header = next(line for line in md.splitlines() if line.startswith("| Metric | Better |"))
     assert header.endswith("| Detectable |")
     mrr_row = next(line for line in md.splitlines() if line.startswith("| `mrr` | higher |"))

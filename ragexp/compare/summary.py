@@ -151,6 +151,11 @@ def gate_summary(
             lines[-1] += " " + t("rules_undecided", language, undecided=len(result.undecided))
     lines += [f"\n{note}" for note in notes]
     lines += _runs(diff, language, links, chosen)
+    # Beside the verdict, not under a heading of its own: a reader of the verdict sees it.
+    cannot_tell = [(r, r.cannot_tell(language)) for r in result.rules]
+    if any(line for _, line in cannot_tell):
+        lines += ["", f"**⚠️ {t('underpowered', language)}**", ""]
+        lines += [f"- `{r.metric}` `{r.rule}` {threshold(r.threshold)}: {line}" for r, line in cannot_tell if line]
     if result.failures:
         lines += ["", f"### {t('failed_rules', language)}", ""]
         lines += _table(
@@ -168,10 +173,6 @@ def gate_summary(
                 for r in result.failures
             ],
         )
-    cannot_tell = [(r, r.cannot_tell(language)) for r in result.rules]
-    if any(line for _, line in cannot_tell):
-        lines += ["", f"### {t('underpowered', language)}", ""]
-        lines += [f"- `{r.metric}` `{r.rule}` {threshold(r.threshold)}: {line}" for r, line in cannot_tell if line]
     lines += _body(diff, language)
     return "\n".join(lines) + "\n"
 
