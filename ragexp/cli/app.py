@@ -840,6 +840,10 @@ def demo(
 from ragexp.cli.power import power  # noqa: E402  (a command in its own module)
 
 app.command()(power)
+from ragexp.cli.labels import calibrate, label  # noqa: E402
+
+app.command()(label)
+app.command()(calibrate)
 
 
 def main() -> None:
