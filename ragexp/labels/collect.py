@@ -80,8 +80,8 @@ def collect_labels(store: Store, run: RunData) -> Labels:
         case = review.case_id(info)
         if case is None or case not in position:
             continue
-        for label in review.human_feedback(info).values():
-            if _keep(labels, label, position[case], usable):
+        for answers in review.human_feedback(info).values():
+            if _keep(labels, answers, position[case], usable):
                 labels.own += 1
                 labels.traces[case] = info.trace_id
     for other in _labelled_runs(store, run):
@@ -89,21 +89,24 @@ def collect_labels(store: Store, run: RunData) -> Labels:
     return labels
 
 
-def _keep(labels: Labels, label: review.HumanLabel, index: int, usable: list[str]) -> bool:
-    """Put one label in place if it is usable; count it where it is not."""
-    if label.name not in usable:
-        labels.ignored["no_schema"] += 1
+def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: list[str]) -> bool:
+    """Put the newest usable answer to one question in place; count the newer unusable ones."""
+    name = answers[0].name
+    if name not in usable:
+        labels.ignored["no_schema"] += len(answers)
         return False
-    spec = METRICS[label.name]
-    score = review.as_score(label.value)
-    high = spec.high if spec.high is not None else math.inf
-    if score is None or not spec.low <= score <= high or (spec.pass_fail and score not in (0.0, 1.0)):
-        labels.ignored["out_of_range"] += 1
-        return False
-    if math.isfinite(labels.human[label.name][index]):
+    if math.isfinite(labels.human[name][index]):
         return False  # the run's own label comes first; of other runs', the newest run's
-    labels.human[label.name][index] = score
-    return True
+    spec = METRICS[name]
+    high = spec.high if spec.high is not None else math.inf
+    for answer in answers:
+        score = review.as_score(answer.value)
+        if score is None or not spec.low <= score <= high or (spec.pass_fail and score not in (0.0, 1.0)):
+            labels.ignored["out_of_range"] += 1
+            continue
+        labels.human[name][index] = score
+        return True
+    return False
 
 
 def _labelled_runs(store: Store, run: RunData) -> Iterator[str]:
@@ -128,10 +131,10 @@ def _carry_over(
         same = (
             case in position and case in theirs and _output(run.row(position[case])) == _output(other.row(theirs[case]))
         )
-        for label in found.values():
+        for answers in found.values():
             if not same:
                 labels.ignored["other_run"] += 1
-            elif _keep(labels, label, position[case], usable):
+            elif _keep(labels, answers, position[case], usable):
                 labels.carried += 1
                 labels.traces.setdefault(case, info.trace_id)
 

@@ -106,10 +106,10 @@ class HumanLabel:
     time_ms: int
 
 
-def human_feedback(info: Any) -> dict[str, HumanLabel]:
-    """The newest valid HUMAN feedback per name on a trace (an answer a reviewer changed counts
-    once, as it stands now)."""
-    found: dict[str, HumanLabel] = {}
+def human_feedback(info: Any) -> dict[str, list[HumanLabel]]:
+    """The valid HUMAN feedback on a trace by name, newest first (a reviewer who changed an
+    answer, or a second reviewer, comes before the older answers)."""
+    found: dict[str, list[HumanLabel]] = {}
     for item in info.assessments or []:
         source = getattr(item, "source", None)
         if getattr(item, "feedback", None) is None or source is None or source.source_type != "HUMAN":
@@ -117,9 +117,9 @@ def human_feedback(info: Any) -> dict[str, HumanLabel]:
         if getattr(item, "valid", True) is False or getattr(item, "error", None) is not None:
             continue
         when = int(item.last_update_time_ms or item.create_time_ms or 0)
-        held = found.get(item.name)
-        if held is None or when >= held.time_ms:
-            found[item.name] = HumanLabel(info.trace_id, item.name, item.value, when)
+        found.setdefault(item.name, []).append(HumanLabel(info.trace_id, item.name, item.value, when))
+    for answers in found.values():
+        answers.sort(key=lambda label: label.time_ms, reverse=True)
     return found
 
 
