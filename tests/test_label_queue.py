@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from ppi_py import ppi_mean_ci
 
 from tests.conftest import ROOT, write_jsonl
 from tests.test_compare import replay_rows
+from tests.test_ui import render, text_of, ui_server  # noqa: F401  (ui_server: the fixture)
 
 ANSWER = "answer_accuracy"
 """The pass/fail metric every offline run has (people can score it)."""
@@ -247,3 +250,57 @@ def test_label_and_calibrate_on_the_tracking_server(
     assert figures.json()["labels"] == {ANSWER: 20} and figures.json()["calibration"][ANSWER]["n"] == 20
     logged = MlflowClient(server).get_run(run_id).data.metrics
     assert logged[f"ppi.{ANSWER}.n_labelled"] == 20
+
+
+def test_review_page_shows_the_sampled_traces_and_the_questions(
+    ragexp: Any,
+    store_uri: str,
+    ui_server: str,  # noqa: F811  (the fixture of tests/test_ui.py)
+    tmp_path: Path,
+) -> None:
+    """The queue ``ragexp label`` made, on the MLflow UI's Review page in headless Chromium; the
+    answers reviewers give there come back through ``ragexp calibrate``."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium package is needed (make browser installs it)"
+    run_id = run_json(ragexp)["run_id"]
+    made = ragexp("label", run_id, "--sample", "10", "--seed", "4", "--ui-url", ui_server, "--json")
+    assert made.code == 0, made.stderr
+    queue = made.json()
+    cases = trace_cases(store_uri, queue_traces(store_uri, queue["queue_id"]))
+    dataset = [json.loads(line) for line in (ROOT / "ragexp/data/kb_zh/cases.jsonl").read_text("utf-8").splitlines()]
+    questions = {row["id"]: row["question"] for row in dataset}
+
+    text = ""
+    for attempt in range(3):  # a loaded machine can leave the first render half-done
+        done = render(chromium, queue["url"], tmp_path / f"profile{attempt}", "--dump-dom")
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = text_of(done.stdout)
+        if "Needs review" in text:
+            break
+    assert f"| {queue['queue']} | 1 question |" in text, text[:3000]
+    assert "All (10) | Needs review (10) | Completed (0)" in text
+    listed = dict(re.findall(r'\{"case_id": "([^"]+)", "question": "([^"]*)"\}', text))
+    assert listed == {case: questions[case] for case in cases.values()}
+
+    # Reviewing: the question is the metric, asked with its definition, answered pass/fail.
+    review_url = queue["url"] + "&startReview=true"
+    shot = tmp_path / "review.png"
+    for attempt in range(3):
+        done = render(chromium, review_url, tmp_path / f"review{attempt}", "--dump-dom")
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = text_of(done.stdout)
+        if "of 10 reviewed" in text:
+            break
+    definition = "期望事实全部出现在回答中记 1；不可回答样本要求回答拒答。"
+    assert f"| {ANSWER} | {definition} | 通过 | 不通过 |" in text, text[:3000]
+    done = render(chromium, review_url, tmp_path / "profile-shot", f"--screenshot={shot}", "--hide-scrollbars")
+    assert done.returncode == 0 and shot.stat().st_size > 20_000
+    if os.environ.get("RAGEXP_UPDATE_SCREENSHOT"):
+        shutil.copy(shot, ROOT / "docs/review-queue.png")
+
+    # Answers as the page writes them (HUMAN feedback named after the question) come back.
+    for i, tid in enumerate(sorted(cases)):
+        review(ui_server, tid, ANSWER, i % 3 != 0)
+    figures = ragexp("calibrate", run_id, "--json")
+    assert figures.code == 0, figures.stderr
+    assert figures.json()["labels"] == {ANSWER: 10} and figures.json()["calibration"][ANSWER]["n"] == 10
