@@ -10,9 +10,12 @@ import json
 import os
 import re
 import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import mlflow
 import numpy as np
 import pytest
@@ -304,3 +307,61 @@ def test_review_page_shows_the_sampled_traces_and_the_questions(
     figures = ragexp("calibrate", run_id, "--json")
     assert figures.code == 0, figures.stderr
     assert figures.json()["labels"] == {ANSWER: 10} and figures.json()["calibration"][ANSWER]["n"] == 10
+
+
+class OlderServer(BaseHTTPRequestHandler):
+    """A tracking server from before review queues: every call is passed to a real one, except
+    the review-queue and label-schema endpoints, which it answers as Flask answers an unknown
+    route (404, an HTML page)."""
+
+    upstream = ""
+    NEW = ("/review-queues", "/label-schemas")
+
+    def _any(self) -> None:
+        if any(part in self.path for part in self.NEW):
+            body = b"<!doctype html><title>404 Not Found</title><h1>Not Found</h1>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        reply = httpx.request(self.command, self.upstream + self.path, content=data, headers=headers, timeout=60)
+        self.send_response(reply.status_code)
+        for key, value in reply.headers.items():
+            if key.lower() not in ("content-length", "transfer-encoding", "content-encoding", "connection"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(reply.content)))
+        self.end_headers()
+        self.wfile.write(reply.content)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
+def test_a_server_without_review_queues_is_one_line(
+    ragexp: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    OlderServer.upstream = os.environ["RAGEXP_TEST_MLFLOW_SERVER"].rstrip("/")
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), OlderServer)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        run_id = run_json(ragexp, f"experiment=ragexp-test-old-{os.getpid()}-{tmp_path.name}")["run_id"]
+        for command in (("label", run_id), ("calibrate", run_id)):
+            result = ragexp(*command)
+            assert result.code == 1, result.stdout + result.stderr
+            assert result.stderr == (
+                f"ragexp: error: tracking server {url} has no review queues: ragexp label and calibrate need "
+                "MLflow >= 3.14 (mlflow.genai.review_queues and label schemas)\n"
+            )
+        assert "ragexp.labels.queue" not in MlflowClient(url).get_run(run_id).data.tags
+    finally:
+        proxy.shutdown()
