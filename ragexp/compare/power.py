@@ -5,7 +5,8 @@ The textbook paired formula on the per-case differences ``d`` of ``n`` cases:
     detectable = (q(1 - α/2) + q(power)) · sd(d) / √n
 
 with α = 1 - confidence (two-sided, as the gate's intervals are) and ``q`` the quantile of
-Student's t with ``n - 1`` degrees of freedom. The t quantile, not the normal one, because
+Student's t with ``n - 1`` degrees of freedom (:func:`t_quantile`, computed here: no statistics
+library is loaded for it). The t quantile, not the normal one, because
 ``sd(d)`` is estimated from the same ``n`` cases the test runs on, and because the gate's
 sign-flip test scales its null distribution by the observed ``Σd²``, which includes the shift
 itself: at tens of cases the normal quantile promises more power than that test has, the t
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.special import stdtrit
 
 from ragexp.metrics.registry import METRICS
 
@@ -38,6 +39,85 @@ POWER = 0.8
 
 MAX_CASES = 10**9
 """Past this many cases the answer is "practically never" (an effect of almost nothing)."""
+
+
+LARGE_DF = 10_000
+"""Past these degrees of freedom the Cornish-Fisher series is the t quantile to double precision."""
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def _t_upper(t: float, df: float) -> float:
+    """``P(T > t)`` for Student's t with ``df`` degrees of freedom, ``t >= 0``."""
+    return 0.5 * _incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Quantile of Student's t (``df = inf``: the normal one), for ``0.5 <= p < 1``."""
+    z = NormalDist().inv_cdf(p)
+    if math.isinf(df):
+        return z
+    # Cornish-Fisher series (Abramowitz & Stegun 26.7.5): the start, and the answer for large df.
+    z2 = z * z
+    t = z + sum(
+        g / df**k
+        for k, g in enumerate(
+            (
+                (z2 + 1) * z / 4,
+                ((5 * z2 + 16) * z2 + 3) * z / 96,
+                (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / 384,
+                ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) * z / 92160,
+            ),
+            start=1,
+        )
+    )
+    if df >= LARGE_DF:
+        return t
+    # Newton's method on the exact tail, kept to the bracket [low, high] where it oversteps.
+    target = 1.0 - p
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    low, high = 0.0, max(t, 1.0) * 4.0
+    while _t_upper(high, df) > target:
+        low, high = high, high * 4.0
+    t = min(max(t, low), high)
+    for _ in range(200):
+        gap = _t_upper(t, df) - target
+        if abs(gap) <= 1e-14 * target or high - low <= 1e-15 * t:
+            break
+        if gap > 0:
+            low = t
+        else:
+            high = t
+        density = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        step = t + gap / density
+        t = step if low < step < high else (low + high) / 2
+    return t
 
 
 def smallest_testable(confidence: float) -> int:
@@ -55,7 +135,7 @@ def quantile_sum(n: int, confidence: float, power: float = POWER) -> float:
     if n < 2:
         raise ValueError("a detectable effect needs at least two pairs")
     alpha = 1.0 - confidence
-    return float(stdtrit(n - 1, 1.0 - alpha / 2.0) + stdtrit(n - 1, power))
+    return t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)
 
 
 def detectable_effect(sd: float, n: int, *, confidence: float, power: float = POWER) -> float | None:
@@ -77,7 +157,7 @@ def cases_needed(sd: float, effect: float, *, confidence: float, power: float = 
         return None
     # The normal approximation is a lower bound (t quantiles exceed normal ones); step up from it.
     alpha = 1.0 - confidence
-    z = float(stdtrit(math.inf, 1.0 - alpha / 2.0) + stdtrit(math.inf, power))
+    z = t_quantile(1.0 - alpha / 2.0, math.inf) + t_quantile(power, math.inf)
     n = max(floor, math.ceil((z * sd / effect) ** 2))
     if n > MAX_CASES:
         return None
