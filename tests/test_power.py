@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ragexp.compare.power import cases_needed, detectable_effect, paired_power, smallest_testable
+from ragexp.compare.power import cases_needed, detectable_effect, paired_power, smallest_testable, t_quantile
 from ragexp.compare.stats import paired_differences
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay, seed_specs
@@ -20,6 +20,13 @@ from tests.test_compare import replay_rows, run_replay, seed_specs
 def textbook(sd: float, n: int, confidence: float, power: float = 0.8) -> float:
     alpha = 1 - confidence
     return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def test_t_quantile_is_students() -> None:
+    for df in [1, 2, 3, 5, 6, 9, 34, 120, 999, 9_999, 10_000, 123_456, 10**8]:
+        for p in [0.5, 0.8, 0.9, 0.95, 0.975, 0.995, 0.9995]:
+            assert t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9, abs=1e-12), (df, p)
+    assert t_quantile(0.975, math.inf) == pytest.approx(stats.norm.ppf(0.975), rel=1e-12)
 
 
 @pytest.mark.parametrize(
