@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,19 @@ from tests.test_ui import render, text_of, ui_server  # noqa: F401  (ui_server: 
 
 ANSWER = "answer_accuracy"
 """The pass/fail metric every offline run has (people can score it)."""
+
+
+@pytest.fixture(autouse=True)
+def tracking_uri_restored() -> Iterator[None]:
+    """The helpers below use MLflow's fluent API, which keeps the URI globally (and in the
+    environment): each test starts and ends with what was there."""
+    before, environ = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    mlflow.set_tracking_uri(before)
+    if environ is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = environ
 
 
 def specs(n: int) -> list[dict[str, Any]]:

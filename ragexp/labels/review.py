@@ -10,6 +10,7 @@ the label schema, with a ``HUMAN`` source: that is what :func:`human_feedback` r
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ REVIEW_QUEUES_SINCE = "3.14"
 LABEL_TAG = "labels.queue"
 """Run tag (under ``ragexp.``) naming the review queue ``ragexp label`` filled with the run's traces."""
 PAGE = 500
+TRACKING_ENV = "MLFLOW_TRACKING_URI"
 
 
 def _no_review_queues(where: str) -> TrackingError:
@@ -54,7 +56,8 @@ def calls(store: Store, what: str) -> Iterator[None]:
     from mlflow.exceptions import MlflowException
 
     store.client  # noqa: B018  (opens and checks the store first, with its own one-line errors)
-    previous = mlflow.get_tracking_uri()
+    # MLflow's set_tracking_uri also writes MLFLOW_TRACKING_URI: both are put back as they were.
+    previous, environ = mlflow.get_tracking_uri(), os.environ.get(TRACKING_ENV)
     mlflow.set_tracking_uri(store.uri)
     try:
         with store.calling(what):
@@ -69,6 +72,10 @@ def calls(store: Store, what: str) -> Iterator[None]:
                 raise
     finally:
         mlflow.set_tracking_uri(previous)
+        if environ is None:
+            os.environ.pop(TRACKING_ENV, None)
+        else:
+            os.environ[TRACKING_ENV] = environ
 
 
 def run_traces(store: Store, record: RunRecord) -> list[Any]:
