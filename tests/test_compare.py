@@ -286,7 +286,7 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "p_value",
         "improved",
         "regressed",
-    } | {"unchanged"}
+    } | {"unchanged", "detectable_effect"}
     assert data["diagnosis"] == ["recall flat but MRR down: fusion or rerank regressed"]
     assert len(data["cases"]) == 3
     worst = data["cases"][0]

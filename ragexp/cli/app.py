@@ -597,6 +597,9 @@ def gate(
         for r in result.rules:
             if r.method == "prediction-powered" and r.passed:
                 print(f"note: {r.message}")
+        from ragexp.cli.power import print_gate_power
+
+        print_gate_power(result)
     if tag and not result.passed:
         info(f"not promoted: the gate failed, so tag {tag} stays where it is")
     if promotion is not None:
@@ -732,6 +735,7 @@ def diff(
                 p,
                 f"{m.improved}/{m.regressed}/{m.unchanged}",
                 m.moved(),
+                fmt(m.detectable_effect),
             ]
         )
     print(
@@ -746,11 +750,15 @@ def diff(
                 "p",
                 "up/down/same",
                 "verdict",
+                "detectable",
             ],
             rows,
-            "llrrrlrll",
+            "llrrrlrllr",
         )
     )
+    from ragexp.cli.power import print_diff_power
+
+    print_diff_power(result)
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
         print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
@@ -827,6 +835,15 @@ def demo(
     from ragexp.cli.demo import run_demo
 
     run_demo(Path(store))
+
+
+from ragexp.cli.power import power  # noqa: E402  (a command in its own module)
+
+app.command()(power)
+from ragexp.cli.labels import calibrate, label  # noqa: E402
+
+app.command()(label)
+app.command()(calibrate)
 
 
 def main() -> None:

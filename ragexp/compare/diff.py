@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ragexp.compare.data import RunData
+from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
@@ -37,6 +38,13 @@ class MetricDiff:
     ppi: PpiEstimate | None = None
     """Prediction-powered estimate of the mean paired difference, when both runs carry human
     scores of this metric on enough shared cases (the judge's difference corrected by people's)."""
+    power: Power | None = None
+    """What the paired comparison can detect (None for run-level figures and without pairs)."""
+
+    @property
+    def detectable_effect(self) -> float | None:
+        """Minimum detectable effect of the paired comparison (two-sided, 80% power)."""
+        return self.power.detectable if self.power is not None else None
 
     def moved(self) -> str:
         """'better', 'worse' or 'flat': by the interval when there is one, else by the delta."""
@@ -70,6 +78,7 @@ class MetricDiff:
             "improved": self.improved,
             "regressed": self.regressed,
             "unchanged": self.unchanged,
+            "detectable_effect": self.detectable_effect,
             **ppi,
         }
 
@@ -160,6 +169,7 @@ def _metric_diff(
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
     improved = regressed = unchanged = pairs = 0
     ci_low = ci_high = p_value = None
+    power = None
     if b_cases is not None and c_cases is not None:
         mask = np.isfinite(b_cases) & np.isfinite(c_cases)
         if spec is not None and spec.population == "answerable" and (~base.unanswerable).any():
@@ -175,9 +185,23 @@ def _metric_diff(
             stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
+            power = paired_power(change, confidence=confidence)
     ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
     return MetricDiff(
-        name, direction, b_value, c_value, delta, ci_low, ci_high, p_value, improved, regressed, unchanged, pairs, ppi
+        name,
+        direction,
+        b_value,
+        c_value,
+        delta,
+        ci_low,
+        ci_high,
+        p_value,
+        improved,
+        regressed,
+        unchanged,
+        pairs,
+        ppi,
+        power,
     )
 
 

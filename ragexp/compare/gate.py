@@ -9,6 +9,7 @@ from typing import Any, Literal
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
+from ragexp.compare.power import Power, cannot_tell_line
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.metrics.registry import METRICS, case_values_metric
 
@@ -35,10 +36,24 @@ class RuleResult:
     method: str | None = None
     """How a rule was decided where that varies: ``sign-flip`` or ``prediction-powered`` for a
     statistical rule, ``calibration`` for a judge-calibration rule."""
+    detectable_effect: float | None = None
+    """Minimum detectable effect of the metric's paired comparison (None: not a per-case mean)."""
+    underpowered: bool = False
+    """The change this rule allows is below what the comparison can detect: its verdict says
+    little either way (it never changes the verdict)."""
+    power: Power | None = None
+    allowed: float | None = None
+    """The change in the metric's own unit that a change rule allows (None for other rules)."""
 
     @property
     def passed(self) -> bool:
         return self.outcome == "passed"
+
+    def cannot_tell(self, language: str = "en") -> str | None:
+        """The sentence saying what an underpowered rule cannot tell; None when it is not."""
+        if not self.underpowered or self.power is None or self.allowed is None:
+            return None
+        return cannot_tell_line(self.allowed, self.power, language)
 
     def to_json(self) -> dict[str, Any]:
         """The contract's failure object (``ragexp gate --json``'s ``failures``)."""
@@ -49,6 +64,16 @@ class RuleResult:
             "candidate": self.candidate,
             "threshold": self.threshold,
             "message": self.message,
+        }
+
+    def rule_json(self) -> dict[str, Any]:
+        """One entry of ``rules``: the failure object, the outcome and what the rule could detect."""
+        return {
+            **self.to_json(),
+            "outcome": self.outcome,
+            "method": self.method,
+            "detectable_effect": self.detectable_effect,
+            "underpowered": self.underpowered,
         }
 
 
@@ -89,7 +114,7 @@ class GateResult:
             "candidate": self.candidate,
             "gates": self.gates,
             "failures": [f.to_json() for f in self.failures],
-            "rules": [{**r.to_json(), "outcome": r.outcome, "method": r.method} for r in self.rules],
+            "rules": [r.rule_json() for r in self.rules],
         }
 
 
@@ -167,7 +192,32 @@ def rule_results(
                 results.append(_check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric))
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
+    for result in results:
+        _add_power(result, metrics.get(result.metric))
     return results
+
+
+CHANGE_RULES = ("max_drop", "max_increase_ratio")
+"""Rules that bound a change between the runs, which a comparison may be too small to see."""
+
+
+def _add_power(result: RuleResult, metric: MetricDiff | None) -> None:
+    """Say what the comparison behind ``result`` can detect; a change rule allowing less than
+    that is flagged. Only the note changes: the outcome stays what the rule decided."""
+    power = metric.power if metric is not None else None
+    if power is None:
+        return
+    result.power, result.detectable_effect = power, power.detectable
+    if result.rule not in CHANGE_RULES or result.threshold is None:
+        return
+    if result.rule == "max_drop":
+        allowed: float = result.threshold
+    elif result.baseline is not None:
+        allowed = result.threshold * abs(result.baseline)
+    else:
+        return
+    result.allowed = allowed
+    result.underpowered = power.cannot_tell(allowed)
 
 
 CALIBRATION_RULES = ("min_kappa", "max_abs_bias")

@@ -2,7 +2,8 @@
 
 One test suite per gate, one test case per rule (classname: the metric, name: the rule). A rule
 that failed is a ``<failure>``, a rule that could not be decided (a missing score, an uncalibrated
-judge) an ``<error>``; both carry baseline, candidate, threshold and the message. The suite's
+judge) an ``<error>``; both carry baseline, candidate, threshold and the message. A rule that
+allows a change below what the comparison can detect says so in its ``<system-out>``. The suite's
 properties identify what was compared: run ids, config hashes, dataset hash. The layout follows
 the Jenkins xunit ``junit-10.xsd`` schema, which GitLab's and Jenkins' importers accept.
 """
@@ -58,6 +59,10 @@ def junit_xml(
             tag = "failure" if rule.outcome == "failed" else "error"
             element = ET.SubElement(case, tag, {"type": rule.outcome, "message": _clean(rule.message)})
             element.text = _clean(_details(rule))
+        cannot_tell = rule.cannot_tell()
+        if cannot_tell:
+            # Beside the outcome, never instead of it: an underpowered rule still passes or fails.
+            ET.SubElement(case, "system-out").text = _clean(cannot_tell)
     ET.indent(root)
     body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return body + b"\n"

@@ -81,6 +81,13 @@ TEXT: dict[str, dict[str, str]] = {
     "error": {"en": "Candidate error", "zh": "候选的错误"},
     "errored": {"en": "errored", "zh": "出错"},
     "stage": {"en": "Likely stage", "zh": "可能出问题的环节"},
+    "detectable": {"en": "Detectable", "zh": "可检测变化"},
+    "underpowered": {"en": "What this gate cannot see", "zh": "该门禁看不出的变化"},
+    "detectable_note": {
+        "en": "Detectable: the smallest true change each paired comparison finds 4 times in 5 "
+        "(two-sided, {level:.0%} confidence).",
+        "zh": "可检测变化：配对比较有 80% 把握发现的最小真实变化（双侧，{level:.0%} 置信度）。",
+    },
     "footer": {
         "en": "Statistics are paired over the cases both runs scored; a missing score is never counted as zero.",
         "zh": "统计量按两次运行都有分数的样本配对计算；缺失的分数不会按 0 计。",
@@ -144,6 +151,11 @@ def gate_summary(
             lines[-1] += " " + t("rules_undecided", language, undecided=len(result.undecided))
     lines += [f"\n{note}" for note in notes]
     lines += _runs(diff, language, links, chosen)
+    # Beside the verdict, not under a heading of its own: a reader of the verdict sees it.
+    cannot_tell = [(r, r.cannot_tell(language)) for r in result.rules]
+    if any(line for _, line in cannot_tell):
+        lines += ["", f"**⚠️ {t('underpowered', language)}**", ""]
+        lines += [f"- `{r.metric}` `{r.rule}` {threshold(r.threshold)}: {line}" for r, line in cannot_tell if line]
     if result.failures:
         lines += ["", f"### {t('failed_rules', language)}", ""]
         lines += _table(
@@ -221,9 +233,12 @@ def _body(diff: DiffResult, language: str) -> list[str]:
             t("p", language),
             t("updown", language),
             t("moved", language),
+            t("detectable", language),
         ],
         [_metric_row(m, language) for m in diff.metrics],
     )
+    if any(m.power is not None for m in diff.metrics):
+        lines += ["", t("detectable_note", language, level=diff.confidence)]
     lines += ["", f"### {t('worst', language)}", ""]
     if diff.cases:
         rows = []
@@ -259,6 +274,7 @@ def _metric_row(m: MetricDiff, language: str) -> list[str]:
         fmt(m.p_value),
         f"{m.improved}/{m.regressed}/{m.unchanged}",
         mark + t(f"moved_{moved}", language),
+        fmt(m.detectable_effect),
     ]
 
 

@@ -71,6 +71,8 @@ class MetricSpec:
     human_labels: bool = False
     """People can score it by hand (a dataset's ``human`` field), so the automatic score can be
     calibrated against them and corrected by prediction-powered inference."""
+    pass_fail: bool = False
+    """Every per-case value is 0 or 1 (a person labels it pass/fail, not on a scale)."""
     aliases: tuple[str, ...] = ()
     """Other accepted spellings (``answer_similarity`` is logged as ``semantic_similarity``)."""
     scorer: Callable[[OfflineInputs], np.ndarray] | None = field(default=None, compare=False)
@@ -330,6 +332,7 @@ def _register_offline_metrics() -> None:
         *,
         headline: bool = False,
         human_labels: bool = False,
+        pass_fail: bool = False,
     ) -> None:
         register(
             MetricSpec(
@@ -346,6 +349,7 @@ def _register_offline_metrics() -> None:
                 stage=stage,
                 headline=headline,
                 human_labels=human_labels,
+                pass_fail=pass_fail,
                 scorer=scorer,
             )
         )
@@ -403,6 +407,7 @@ def _register_offline_metrics() -> None:
         "answer",
         headline=True,
         human_labels=True,
+        pass_fail=True,
     )
     register(
         MetricSpec(

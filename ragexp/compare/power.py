@@ -1,0 +1,279 @@
+"""What a paired comparison can detect: the minimum detectable effect and the cases it needs.
+
+The textbook paired formula on the per-case differences ``d`` of ``n`` cases:
+
+    detectable = (q(1 - α/2) + q(power)) · sd(d) / √n
+
+with α = 1 - confidence (two-sided, as the gate's intervals are) and ``q`` the quantile of
+Student's t with ``n - 1`` degrees of freedom (:func:`t_quantile`, computed here: no statistics
+library is loaded for it). The t quantile, not the normal one, because
+``sd(d)`` is estimated from the same ``n`` cases the test runs on, and because the gate's
+sign-flip test scales its null distribution by the observed ``Σd²``, which includes the shift
+itself: at tens of cases the normal quantile promises more power than that test has, the t
+quantile's wider margin lands on it (tests/test_power.py simulates it). For hundreds of cases
+the two quantiles agree.
+
+Before a candidate exists only the baseline's per-case spread is known. The paired difference's
+variance is ``Var(b) + Var(c) - 2·Cov(b, c)``; :func:`paired_sd_from_baseline` assumes the
+candidate has the baseline's variance and a correlation ``ρ`` with it (default 0: independent
+runs), so ``sd(d) = sd(b)·√(2(1 - ρ))``. Two versions of one system agree on most cases
+(ρ > 0), so ρ = 0 overstates the spread and the cases needed: an upper bound, not a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ragexp.metrics.registry import METRICS
+
+if TYPE_CHECKING:
+    from ragexp.compare.data import RunData
+
+POWER = 0.8
+"""Probability of detecting a true change of the detectable size."""
+
+MAX_CASES = 10**9
+"""Past this many cases the answer is "practically never" (an effect of almost nothing)."""
+
+
+LARGE_DF = 10_000
+"""Past these degrees of freedom the Cornish-Fisher series is the t quantile to double precision."""
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` by its continued fraction (modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def _t_upper(t: float, df: float) -> float:
+    """``P(T > t)`` for Student's t with ``df`` degrees of freedom, ``t >= 0``."""
+    return 0.5 * _incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Quantile of Student's t (``df = inf``: the normal one), for ``0.5 <= p < 1``."""
+    z = NormalDist().inv_cdf(p)
+    if math.isinf(df):
+        return z
+    # Cornish-Fisher series (Abramowitz & Stegun 26.7.5): the start, and the answer for large df.
+    z2 = z * z
+    t = z + sum(
+        g / df**k
+        for k, g in enumerate(
+            (
+                (z2 + 1) * z / 4,
+                ((5 * z2 + 16) * z2 + 3) * z / 96,
+                (((3 * z2 + 19) * z2 + 17) * z2 - 15) * z / 384,
+                ((((79 * z2 + 776) * z2 + 1482) * z2 - 1920) * z2 - 945) * z / 92160,
+            ),
+            start=1,
+        )
+    )
+    if df >= LARGE_DF:
+        return t
+    # Newton's method on the exact tail, kept to the bracket [low, high] where it oversteps.
+    target = 1.0 - p
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    low, high = 0.0, max(t, 1.0) * 4.0
+    while _t_upper(high, df) > target:
+        low, high = high, high * 4.0
+    t = min(max(t, low), high)
+    for _ in range(200):
+        gap = _t_upper(t, df) - target
+        if abs(gap) <= 1e-14 * target or high - low <= 1e-15 * t:
+            break
+        if gap > 0:
+            low = t
+        else:
+            high = t
+        density = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        step = t + gap / density
+        t = step if low < step < high else (low + high) / 2
+    return t
+
+
+def smallest_testable(confidence: float) -> int:
+    """Fewest pairs with which the sign-flip test can reach ``p < 1 - confidence`` at all: with
+    ``n`` pairs its smallest two-sided p-value is ``2 / 2ⁿ``."""
+    alpha = 1.0 - confidence
+    n = 2
+    while 2.0 / 2.0**n >= alpha:
+        n += 1
+    return n
+
+
+def quantile_sum(n: int, confidence: float, power: float = POWER) -> float:
+    """``t(1 - α/2, n - 1) + t(power, n - 1)``: the detectable effect in units of ``sd(d)/√n``."""
+    if n < 2:
+        raise ValueError("a detectable effect needs at least two pairs")
+    alpha = 1.0 - confidence
+    return t_quantile(1.0 - alpha / 2.0, n - 1) + t_quantile(power, n - 1)
+
+
+def detectable_effect(sd: float, n: int, *, confidence: float, power: float = POWER) -> float | None:
+    """Minimum detectable effect of a paired comparison of ``n`` cases whose differences have
+    standard deviation ``sd``; None when the sign-flip test cannot reject with so few pairs."""
+    if n < smallest_testable(confidence):
+        return None
+    return quantile_sum(n, confidence, power) * sd / math.sqrt(n)
+
+
+def cases_needed(sd: float, effect: float, *, confidence: float, power: float = POWER) -> int | None:
+    """Fewest cases whose detectable effect is at most ``effect``; None when no number of cases
+    is enough (a zero effect, or more than :data:`MAX_CASES`)."""
+    effect = abs(effect)
+    floor = smallest_testable(confidence)
+    if sd == 0.0:
+        return floor
+    if effect == 0.0:
+        return None
+    # The normal approximation is a lower bound (t quantiles exceed normal ones); step up from it.
+    alpha = 1.0 - confidence
+    z = t_quantile(1.0 - alpha / 2.0, math.inf) + t_quantile(power, math.inf)
+    n = max(floor, math.ceil((z * sd / effect) ** 2))
+    if n > MAX_CASES:
+        return None
+    while quantile_sum(n, confidence, power) * sd / math.sqrt(n) > effect:
+        n += 1
+    return n
+
+
+def paired_sd_from_baseline(values: np.ndarray, correlation: float = 0.0) -> float | None:
+    """``sd`` of the paired difference assumed from the baseline's per-case values alone (module
+    docstring); None with fewer than two values."""
+    finite = values[np.isfinite(values)]
+    if finite.size < 2:
+        return None
+    return float(np.std(finite, ddof=1) * math.sqrt(2.0 * (1.0 - correlation)))
+
+
+@dataclass(frozen=True)
+class Power:
+    """What one metric's comparison can detect."""
+
+    n: int
+    """Paired cases."""
+    sd: float
+    """Standard deviation of the per-case differences (sample, n - 1)."""
+    detectable: float | None
+    """Minimum detectable effect (None: too few pairs for the test to reject anything)."""
+    confidence: float
+
+    def needed(self, effect: float) -> int | None:
+        """Cases needed to detect ``effect`` with this spread."""
+        return cases_needed(self.sd, effect, confidence=self.confidence)
+
+    def cannot_tell(self, allowed: float) -> bool:
+        """A change of ``allowed`` is below what this comparison can detect."""
+        return self.detectable is None or allowed < self.detectable - 1e-12
+
+
+def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
+    """:class:`Power` of the per-case differences ``diffs`` (non-finite ones dropped); None
+    without any pair."""
+    finite = diffs[np.isfinite(diffs)]
+    if finite.size == 0:
+        return None
+    sd = float(np.std(finite, ddof=1)) if finite.size > 1 else 0.0
+    return Power(int(finite.size), sd, detectable_effect(sd, int(finite.size), confidence=confidence), confidence)
+
+
+CANNOT_TELL = {
+    "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
+    "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
+}
+NEEDED = {
+    "en": ("about {needed} cases would be needed", "no number of cases would be enough"),
+    "zh": ("约需 {needed} 条样本", "样本再多也不够"),
+}
+TOO_FEW = {
+    "en": "none below {floor} paired cases",
+    "zh": "少于 {floor} 条配对样本时无法检测任何变化",
+}
+
+
+def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
+    """The sentence under an underpowered rule: what it cannot tell, and what would be needed."""
+    needed = power.needed(allowed)
+    some, none = NEEDED[language]
+    more = some.format(needed=f"{needed:,}") if needed is not None else none
+    detectable = (
+        f"{power.detectable:.3g}"
+        if power.detectable is not None
+        else TOO_FEW[language].format(floor=smallest_testable(power.confidence))
+    )
+    return CANNOT_TELL[language].format(drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a comparison against one baseline metric could detect, before any candidate."""
+
+    metric: str
+    n: int
+    """The baseline's scored cases of this metric (its population: answerable ones where it says so)."""
+    sd: float | None
+    """Assumed standard deviation of the paired difference (:func:`paired_sd_from_baseline`)."""
+    detectable: float | None
+    effect: float | None
+    needed: int | None
+    """Cases needed to detect ``effect`` (None without an effect, or when none would be enough)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.metric,
+            "cases": self.n,
+            "sd": self.sd,
+            "detectable_effect": self.detectable,
+            "effect": self.effect,
+            "cases_needed": self.needed,
+        }
+
+
+def baseline_plan(
+    run: RunData, *, confidence: float, effect: float | None = None, correlation: float = 0.0
+) -> list[Plan]:
+    """One :class:`Plan` per per-case-mean metric of the baseline ``run``."""
+    plans = []
+    for name in run.metrics:
+        spec = METRICS.get(name)
+        values = run.per_case(name)
+        if spec is None or not spec.mean_of_cases or values is None:
+            continue
+        if spec.population == "answerable" and (~run.unanswerable).any():
+            values = values[~run.unanswerable]
+        values = values[np.isfinite(values)]
+        sd = paired_sd_from_baseline(values, correlation)
+        n = int(values.size)
+        detectable = detectable_effect(sd, n, confidence=confidence) if sd is not None else None
+        needed = cases_needed(sd, effect, confidence=confidence) if sd is not None and effect is not None else None
+        plans.append(Plan(name, n, sd, detectable, effect, needed))
+    return plans

@@ -1,0 +1,139 @@
+"""MLflow's review queues, label schemas and a run's traces, through MLflow's public API only.
+
+Review queues and label schemas arrived (experimental) in MLflow 3.14: ``mlflow.genai.review_queues``
+and ``mlflow.genai.label_schemas``. Those functions reach the store named by MLflow's global
+tracking URI, so every call here runs with it set to the store's URI and then put back. A
+reviewer's answer on the UI's Review page is a ``Feedback`` assessment on the trace, named after
+the label schema, with a ``HUMAN`` source: that is what :func:`human_feedback` reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ragexp.errors import TrackingError
+from ragexp.tracking.traces import CASE_METADATA
+
+if TYPE_CHECKING:
+    from ragexp.tracking.store import RunRecord, Store
+
+REVIEW_QUEUES_SINCE = "3.14"
+"""The first MLflow release with review queues and label schemas."""
+LABEL_TAG = "labels.queue"
+"""Run tag (under ``ragexp.``) naming the review queue ``ragexp label`` filled with the run's traces."""
+PAGE = 500
+TRACKING_ENV = "MLFLOW_TRACKING_URI"
+
+
+def _no_review_queues(where: str) -> TrackingError:
+    return TrackingError(
+        f"{where} has no review queues: ragexp label and calibrate need MLflow >= {REVIEW_QUEUES_SINCE} "
+        "(mlflow.genai.review_queues and label schemas)"
+    )
+
+
+def api() -> tuple[Any, Any]:
+    """The (label_schemas, review_queues) modules of the installed MLflow."""
+    try:
+        from mlflow.genai import label_schemas, review_queues
+    except ImportError:
+        import mlflow
+
+        raise _no_review_queues(f"MLflow {mlflow.__version__}") from None
+    return label_schemas, review_queues
+
+
+@contextmanager
+def calls(store: Store, what: str) -> Iterator[None]:
+    """MLflow's global tracking URI set to ``store`` for the fluent review-queue API; a server
+    without the review-queue endpoints, and any other MLflow error, become one line."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    store.client  # noqa: B018  (opens and checks the store first, with its own one-line errors)
+    # MLflow's set_tracking_uri also writes MLFLOW_TRACKING_URI: both are put back as they were.
+    previous, environ = mlflow.get_tracking_uri(), os.environ.get(TRACKING_ENV)
+    mlflow.set_tracking_uri(store.uri)
+    try:
+        with store.calling(what):
+            try:
+                yield
+            except MlflowException as exc:
+                text = str(exc)
+                if exc.error_code == "ENDPOINT_NOT_FOUND" or "404" in text.split("\n", 1)[0]:
+                    from ragexp.secrets import mask_url
+
+                    raise _no_review_queues(f"tracking server {mask_url(store.uri)}") from None
+                raise
+    finally:
+        mlflow.set_tracking_uri(previous)
+        if environ is None:
+            os.environ.pop(TRACKING_ENV, None)
+        else:
+            os.environ[TRACKING_ENV] = environ
+
+
+def run_traces(store: Store, record: RunRecord) -> list[Any]:
+    """``TraceInfo`` of every trace of the run (assessments included, spans left out)."""
+    infos: list[Any] = []
+    token = None
+    with store.calling(f"reading the traces of run {record.run_id}"):
+        while True:
+            page = store.client.search_traces(
+                locations=[record.experiment_id],
+                run_id=record.run_id,
+                include_spans=False,
+                max_results=PAGE,
+                page_token=token,
+            )
+            infos.extend(trace.info for trace in page)
+            token = page.token
+            if not token or not page:
+                return infos
+
+
+def case_id(info: Any) -> str | None:
+    """The ragexp case a trace shows (None: not a ragexp case trace)."""
+    value = (info.trace_metadata or {}).get(CASE_METADATA)
+    return str(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class HumanLabel:
+    """One reviewer's answer on one trace."""
+
+    trace_id: str
+    name: str
+    value: Any
+    time_ms: int
+
+
+def human_feedback(info: Any) -> dict[str, list[HumanLabel]]:
+    """The valid HUMAN feedback on a trace by name, newest first (a reviewer who changed an
+    answer, or a second reviewer, comes before the older answers)."""
+    found: dict[str, list[HumanLabel]] = {}
+    for item in info.assessments or []:
+        source = getattr(item, "source", None)
+        if getattr(item, "feedback", None) is None or source is None or source.source_type != "HUMAN":
+            continue
+        if getattr(item, "valid", True) is False or getattr(item, "error", None) is not None:
+            continue
+        when = int(item.last_update_time_ms or item.create_time_ms or 0)
+        found.setdefault(item.name, []).append(HumanLabel(info.trace_id, item.name, item.value, when))
+    for answers in found.values():
+        answers.sort(key=lambda label: label.time_ms, reverse=True)
+    return found
+
+
+def as_score(value: Any) -> float | None:
+    """A label's value as a score: a pass/fail answer is 1 or 0, a number itself; None otherwise."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        return float(value)
+    return None
