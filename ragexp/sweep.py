@@ -24,6 +24,7 @@ from ragexp.config.compose import (
     validate,
 )
 from ragexp.errors import ConfigError, RagexpError
+from ragexp.tracking import limits
 from ragexp.tracking.store import FAILED, FINISHED, TAG_PREFIX, RunRecord, Store
 
 PARENT_ENV = "RAGEXP_SWEEP_PARENT"
@@ -62,12 +63,13 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
     store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
+    limits.check(limits.EXPERIMENT_NAME, base.experiment, "experiment")
     parent = store.create_run(
         base.experiment,
-        f"sweep {points}",
+        limits.fit(limits.RUN_NAME, f"sweep {points}"),
         {
             TAG_PREFIX + "sweep.role": "parent",
-            TAG_PREFIX + "sweep.overrides": points,
+            TAG_PREFIX + "sweep.overrides": limits.fit(limits.TAG_VALUE, points),
         },
         {},
     )
@@ -127,11 +129,11 @@ def run_point(cfg: Any) -> None:
             tags={
                 TAG_PREFIX + "sweep": parent,
                 TAG_PREFIX + "sweep.role": "point",
-                TAG_PREFIX + "sweep.point": point,
+                TAG_PREFIX + "sweep.point": limits.fit(limits.TAG_VALUE, point),
                 TAG_PREFIX + "sweep.num": number,
             },
         )
         sys.stderr.write(f"point {number} [{point}]: run {outcome.run_id}, {outcome.error_count} errored cases\n")
     except RagexpError as exc:
         sys.stderr.write(f"ragexp: sweep point {number} [{point}] failed: {exc}\n")
-        Store(uri).set_tags(parent, {FAILED_TAG + number: f"[{point}] {exc}"[:5000]})
+        Store(uri).set_tags(parent, {FAILED_TAG + number: limits.fit(limits.TAG_VALUE, f"[{point}] {exc}"[:5000])})

@@ -1,0 +1,265 @@
+"""Every identifier that reaches a store is refused before any work or written safely: long and
+unusual case ids, stage names MLflow refuses as metric keys, hostile experiment, run, tag and
+dataset names, on a SQLite store and on the PostgreSQL-backed team server."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ragexp.tracking import limits
+from tests.conftest import ROOT, write_jsonl
+from tests.servers.procs import serve
+from tests.test_http import labelled
+from tests.test_reliability import FAST, SECRET, everything_recorded, spellings
+from tests.test_traces import traces_of
+
+SERVER = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
+needs_server = pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set")
+STAGES_SERVER = ROOT / "tests/servers/stages.py"
+STORES = ["sqlite", pytest.param("server", marks=needs_server)]
+AUTH = "+provider.system.headers_env.Authorization=RAGEXP_SYSTEM_AUTH"
+
+ODD_IDS = [
+    "case-" + "x" * 56,  # 61 characters: over the trace's 50-character client request id
+    "长" * 120,
+    "a b/c 'd' \"e\" \\f " + "y" * 180,  # 198 characters, spaces, slashes, quotes, a backslash
+    "检索-问题-一",
+    "with  two spaces",
+    "s/l/a/s/h/",
+    "q'uote\"d",
+    "z" * 200,
+]
+
+
+def store_for(where: str, store_uri: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = SERVER if where == "server" and SERVER else store_uri
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def experiment_name(tmp_path: Path, what: str) -> str:
+    return f"ragexp-test-ids-{what}-{os.getpid()}-{tmp_path.name}"
+
+
+def metadata_case_id(trace: Any) -> str:
+    return str(trace.info.trace_metadata["ragexp.case_id"])
+
+
+@pytest.mark.parametrize("where", STORES)
+def test_long_and_unusual_case_ids_are_one_trace_each(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    uri = store_for(where, store_uri, monkeypatch)
+    rows = [
+        {"id": case_id, "question": f"q {n}?", "relevant_ids": [f"d{n}"], "expected_facts": [f"f{n}"]}
+        for n, case_id in enumerate(ODD_IDS)
+    ]
+    data = write_jsonl(tmp_path / "odd.jsonl", rows)
+    experiment = experiment_name(tmp_path, "odd")
+    result = ragexp("run", "provider=fake", f"dataset.path={data}", f"experiment={experiment}", "--json")
+    assert result.code == 0, result.stderr
+    traces = traces_of(uri, result.json()["run_id"])
+    assert sorted(map(metadata_case_id, traces)) == sorted(ODD_IDS)  # one per case, each id whole
+    assert sorted(json.loads(t.info.request_preview)["case_id"] for t in traces) == sorted(ODD_IDS)
+    by_id = {metadata_case_id(t): t for t in traces}
+    for case_id, trace in by_id.items():
+        assert trace.info.client_request_id == limits.client_request_id(case_id)
+        assert len(trace.info.client_request_id) <= 50
+    assert by_id["检索-问题-一"].info.client_request_id == "检索-问题-一"  # short ids are kept as they are
+    assert len({t.info.client_request_id for t in traces}) == len(ODD_IDS)
+
+
+def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_field(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    for bad in ["a\x00b", "tab\there", "esc\x1b[2J"]:
+        rows = [{"id": "fine", "question": "q?", "relevant_ids": ["d"]}, {"id": bad, "question": "q?", "relevant_ids": ["d"]}]
+        data = write_jsonl(tmp_path / "ctl.jsonl", rows)
+        for command in (["validate"], ["run", "provider=fake"]):
+            result = ragexp(*command, f"dataset.path={data}")
+            assert result.code == 1, (bad, result.stdout, result.stderr)
+            (line,) = result.stderr.strip().splitlines()
+            assert f"{data.name}:2: field 'id':" in line and "control character U+00" in line, line
+    assert not (Path(store_uri.removeprefix("sqlite:///"))).exists()  # no store, no run
+
+
+def test_request_preview_is_valid_json_whatever_the_escapes() -> None:
+    from ragexp.tracking.traces import PREVIEW_CHARS, fit_json, request_preview
+
+    for case_id, question in [
+        ('"' * 200, 'q"' * 3000),
+        ("\\" * 200, "\\" * 5000),
+        ("长" * 200, "\x01" * 2000),
+        ("c", "\x7f\u2028" + "é" * 2000),
+    ]:
+        text = request_preview(case_id, question)
+        assert len(text) <= PREVIEW_CHARS
+        assert json.loads(text)["case_id"] == case_id  # kept whole: the UI pairs runs by it
+    # A fixed part too long on its own is cut too, still valid JSON.
+    text = fit_json({"case_id": "\x01" * 400}, "question", "x")
+    assert len(text) <= PREVIEW_CHARS and json.loads(text)["case_id"].startswith("\x01")
+
+
+def stage_run(ragexp: Any, data: Path, url: str, experiment: str, *extra: str) -> Any:
+    return ragexp(
+        "run",
+        "provider=http",
+        f"provider.system.url={url}",
+        f"dataset.path={data}",
+        AUTH,
+        f"experiment={experiment}",
+        *FAST,
+        *extra,
+        "--json",
+    )
+
+
+@pytest.mark.parametrize("where", STORES)
+def test_stage_names_mlflow_refuses_finish_the_run_under_safe_metric_keys(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    from tests.servers.stages import STAGES
+
+    uri = store_for(where, store_uri, monkeypatch)
+    monkeypatch.setenv("RAGEXP_SYSTEM_AUTH", f"Bearer {SECRET}")
+    data = write_jsonl(tmp_path / "cases.jsonl", labelled(["ok-1", "ok-2", "ok-3"]))
+    with serve(STAGES_SERVER) as url:
+        result = stage_run(ragexp, data, url, experiment_name(tmp_path, "stages"))
+    assert result.code == 0, result.stderr
+    run_id = result.json()["run_id"]
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    timing = [key for key in metrics if key.startswith("timing.")]
+    assert all(limits.problem(limits.METRIC_KEY, key) is None for key in timing)
+    assert metrics["timing.model.p50_seconds"] == pytest.approx(0.02)  # a fine name is kept as it is
+    assert metrics["timing.检索 阶段.p95_seconds"] == pytest.approx(0.005)
+    # Every original name is recoverable from timings.json, with the metric keys it was filed under.
+    path = client.download_artifacts(run_id, "timings.json", str(tmp_path / "timings"))
+    stages = {entry["stage"]: entry for entry in json.loads(Path(path).read_text(encoding="utf-8"))["stages"]}
+    expected = {**STAGES, "auth ***": 0.001}  # the echoed token is masked before it becomes a name
+    assert set(stages) == set(expected)
+    assert len({entry["metric_prefix"] for entry in stages.values()}) == len(expected)
+    assert len(timing) == 3 * len(expected)
+    for name, seconds in expected.items():
+        prefix = stages[name]["metric_prefix"]
+        assert metrics[f"{prefix}.p50_seconds"] == pytest.approx(seconds) == stages[name]["p50_seconds"]
+        assert metrics[f"{prefix}.cases"] == 3
+    assert stages["model=gpt-4 (v2)"]["metric_prefix"].startswith("timing.model_gpt-4 _v2_")
+    assert len(traces_of(uri, run_id)) == 3
+    texts = [result.stdout, result.stderr, *everything_recorded(uri, run_id, tmp_path)]
+    for spelling in spellings(SECRET):
+        assert not any(spelling in text for text in texts), spelling
+
+
+def test_a_token_echoed_as_a_stage_name_is_masked_in_the_checkpoint(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_SYSTEM_AUTH", f"Bearer {SECRET}")
+    ids = ["ok-1", "ok-2", *[f"dropall-{n}" for n in range(4)]]
+    data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
+    with serve(STAGES_SERVER) as url:
+        result = stage_run(ragexp, data, url, "ragexp", "concurrency=1", "provider.system.abort_after=2")
+    assert result.code == 1 and "in a row" in result.stderr, result.stderr
+    run_id = MlflowClient(store_uri).search_runs([MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id])[
+        0
+    ].info.run_id
+    checkpoint = Path(store_uri.removeprefix("sqlite:///")).parent / "checkpoints" / f"{run_id}.jsonl"
+    kept = {json.loads(line)["id"]: json.loads(line) for line in checkpoint.read_bytes().splitlines()}
+    assert "auth ***" in kept["ok-1"]["output"]["timings"]
+    texts = [result.stdout, result.stderr, *everything_recorded(store_uri, run_id, tmp_path)]
+    assert any("checkpoint" in text or "auth ***" in text for text in texts[2:])
+    for spelling in spellings(SECRET):
+        assert not any(spelling in text for text in texts), spelling
+
+
+# --- the sweep: hostile values through every field, on the team server ------------------------
+
+REFUSED = [
+    ("experiment", ["experiment=" + "e" * 300], "experiment: 'eee"),
+    ("experiment-nul", ["experiment=bad\x00name"], "experiment: 'bad\\x00name' contains the control character U+0000"),
+    ("run-name-ctl", ["run_name=ab\x07cd"], "run_name: 'ab\\x07cd' contains the control character U+0007"),
+    ("tag-key", ["+tags.price$=1"], "tags.price$ (the tag's name): 'price$' contains '$'"),
+    ("tag-nul", ["+tags.note=a\x00b"], "tags.note: 'a\\x00b' contains the control character U+0000"),
+    ("tag-long", ["+tags.note=" + "v" * 9000], "tags.note: 'vvv"),
+    ("dataset-name", ["dataset.name=" + "d" * 600], "dataset.name: 'ddd"),
+    ("dataset-nul", ["dataset.name=kb\x00zh"], "dataset.name: 'kb\\x00zh' contains the control character U+0000"),
+]
+
+
+@needs_server
+@pytest.mark.parametrize(("what", "overrides", "said"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_hostile_config_values_are_refused_before_any_work(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, overrides: list[str], said: str
+) -> None:
+    assert SERVER is not None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER)
+    experiment = experiment_name(tmp_path, what)
+    given = [o for o in overrides if o.startswith("experiment=")] or [f"experiment={experiment}"]
+    result = ragexp("run", "provider=fake", *given, *[o for o in overrides if not o.startswith("experiment=")])
+    assert result.code == 1, result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert said in line, line
+    client = MlflowClient(SERVER)
+    name = given[0].removeprefix("experiment=")
+    found = client.get_experiment_by_name(name) if "\x00" not in name else None
+    assert found is None or not client.search_runs([found.experiment_id])  # no run was created
+
+
+@needs_server
+def test_values_at_every_limit_are_written_whole_on_the_team_server(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert SERVER is not None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER)
+    prefix = experiment_name(tmp_path, "limits") + "-实验"
+    experiment = prefix + "x" * (limits.EXPERIMENT_NAME.chars - len(prefix))
+    dataset = "数据" * (limits.DATASET_NAME.chars // 2)
+    tag_key = "é.x-y z/" + "k" * (limits.TAG_KEY.chars - 8)
+    tag_value = "值" * limits.TAG_VALUE.chars
+    client = MlflowClient(SERVER)
+    result = ragexp(
+        "run",
+        "provider=fake",
+        f"experiment={experiment}",
+        f"dataset.name={dataset}",
+        f"+tags.{tag_key}={tag_value}",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    run = client.get_run(result.json()["run_id"])
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == experiment
+    assert run.data.tags[tag_key] == tag_value and run.data.tags["ragexp.dataset"] == dataset
+    assert run.inputs.dataset_inputs[0].dataset.name == dataset
+    # The default run name keeps its hash at the end, the names cut to fit the column.
+    assert len(run.info.run_name) == limits.RUN_NAME.chars
+    assert run.info.run_name.endswith(result.json()["config_hash"][:12])
+    named = ragexp("run", "provider=fake", f"experiment={experiment}", "run_name=" + "名" * 250, "--json")
+    assert named.code == 0, named.stderr
+    assert client.get_run(named.json()["run_id"]).info.run_name == "名" * 250
+
+
+@needs_server
+def test_a_sweep_with_long_points_lands_on_the_team_server(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert SERVER is not None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER)
+    experiment = experiment_name(tmp_path, "sweep")
+    long_note = "n" * 300  # the parent's name lists the points: over the run name's 250 characters
+    result = ragexp("run", "-m", "provider=fake", "k=3,5", f"+tags.note={long_note}", f"experiment={experiment}", "--json")
+    assert result.code == 0, result.stderr
+    client = MlflowClient(SERVER)
+    parent = client.get_run(result.json()["sweep"])
+    assert parent.info.status == "FINISHED" and len(parent.info.run_name) <= limits.RUN_NAME.chars
+    assert parent.data.tags["ragexp.sweep.overrides"].endswith(f"experiment={experiment}")
+    points = client.search_runs([parent.info.experiment_id], f"tags.`ragexp.sweep` = '{parent.info.run_id}'")
+    assert len(points) == 2 and all(p.data.tags["note"] == long_note for p in points)
