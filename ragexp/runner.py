@@ -328,7 +328,13 @@ def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
     """Mark why the run stopped and upload what was done, so another machine can resume it too."""
     with contextlib.suppress(RagexpError):  # a full disk or a lost store: the reason is already on its way
-        store.set_tags(run_id, {TAG_PREFIX + "status": status, TAG_PREFIX + "stopped_because": limits.fit(limits.TAG_VALUE, scrub(reason)[:500])})
+        store.set_tags(
+            run_id,
+            {
+                TAG_PREFIX + "status": status,
+                TAG_PREFIX + "stopped_because": limits.fit(limits.TAG_VALUE, scrub(reason)[:500]),
+            },
+        )
         if checkpoint is not None:
             checkpoint.close()
             if checkpoint.path.exists():

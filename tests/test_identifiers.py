@@ -79,7 +79,10 @@ def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_fiel
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
     for bad in ["a\x00b", "tab\there", "esc\x1b[2J"]:
-        rows = [{"id": "fine", "question": "q?", "relevant_ids": ["d"]}, {"id": bad, "question": "q?", "relevant_ids": ["d"]}]
+        rows = [
+            {"id": "fine", "question": "q?", "relevant_ids": ["d"]},
+            {"id": bad, "question": "q?", "relevant_ids": ["d"]},
+        ]
         data = write_jsonl(tmp_path / "ctl.jsonl", rows)
         for command in (["validate"], ["run", "provider=fake"]):
             result = ragexp(*command, f"dataset.path={data}")
@@ -168,9 +171,11 @@ def test_a_token_echoed_as_a_stage_name_is_masked_in_the_checkpoint(
     with serve(STAGES_SERVER) as url:
         result = stage_run(ragexp, data, url, "ragexp", "concurrency=1", "provider.system.abort_after=2")
     assert result.code == 1 and "in a row" in result.stderr, result.stderr
-    run_id = MlflowClient(store_uri).search_runs([MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id])[
-        0
-    ].info.run_id
+    run_id = (
+        MlflowClient(store_uri)
+        .search_runs([MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id])[0]
+        .info.run_id
+    )
     checkpoint = Path(store_uri.removeprefix("sqlite:///")).parent / "checkpoints" / f"{run_id}.jsonl"
     kept = {json.loads(line)["id"]: json.loads(line) for line in checkpoint.read_bytes().splitlines()}
     assert "auth ***" in kept["ok-1"]["output"]["timings"]
@@ -184,7 +189,11 @@ def test_a_token_echoed_as_a_stage_name_is_masked_in_the_checkpoint(
 
 REFUSED = [
     ("experiment", ["experiment=" + "e" * 300], "experiment: 'eee"),
-    ("experiment-nul", ["experiment='bad\x00name'"], "experiment: 'bad\\x00name' contains the control character U+0000"),
+    (
+        "experiment-nul",
+        ["experiment='bad\x00name'"],
+        "experiment: 'bad\\x00name' contains the control character U+0000",
+    ),
     ("run-name-ctl", ["run_name='ab\x07cd'"], "run_name: 'ab\\x07cd' contains the control character U+0007"),
     ("tag-key", ["+tags.price$=1"], "tags.price$ (the tag's name): 'price$' contains '$'"),
     ("tag-nul", ["+tags.note='a\x00b'"], "tags.note: 'a\\x00b' contains the control character U+0000"),
@@ -255,7 +264,9 @@ def test_a_sweep_with_long_points_lands_on_the_team_server(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER)
     experiment = experiment_name(tmp_path, "sweep")
     long_note = "n" * 300  # the parent's name lists the points: over the run name's 250 characters
-    result = ragexp("run", "-m", "provider=fake", "k=3,5", f"+tags.note={long_note}", f"experiment={experiment}", "--json")
+    result = ragexp(
+        "run", "-m", "provider=fake", "k=3,5", f"+tags.note={long_note}", f"experiment={experiment}", "--json"
+    )
     assert result.code == 0, result.stderr
     client = MlflowClient(SERVER)
     parent = client.get_run(result.json()["sweep"])
@@ -263,3 +274,25 @@ def test_a_sweep_with_long_points_lands_on_the_team_server(
     assert parent.data.tags["ragexp.sweep.overrides"].endswith(f"experiment={experiment}")
     points = client.search_runs([parent.info.experiment_id], f"tags.`ragexp.sweep` = '{parent.info.run_id}'")
     assert len(points) == 2 and all(p.data.tags["note"] == long_note for p in points)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--promote", "--promote-tag", "role$=production"], "--promote-tag (the tag's name): 'role$' contains '$'"),
+        (["--promote", "--promote-tag", "role=" + "p" * 9000], "--promote-tag (the tag's value): 'ppp"),
+        (["--baseline", "tag:ro/../le=x", "--promote"], "--baseline tag:KEY=VALUE (the tag's name): 'ro/../le' reads as"),
+    ],
+)
+def test_a_promotion_tag_mlflow_refuses_is_refused_before_the_gate(
+    ragexp: Any, store_uri: str, options: list[str], said: str
+) -> None:
+    first = ragexp("run", "provider=fake", "--json")
+    assert first.code == 0, first.stderr
+    run_id = first.json()["run_id"]
+    base = [] if "--baseline" in options else ["--baseline", run_id]
+    result = ragexp("gate", *base, "--candidate", run_id, *options)
+    assert result.code == 1, result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert said in line, line
+    assert "ragexp.gate.verdict" not in MlflowClient(store_uri).get_run(run_id).data.tags  # the gate never ran

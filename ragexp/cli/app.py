@@ -618,7 +618,7 @@ def _check_language(language: str | None) -> None:
 
 def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[str, str] | None) -> PromotionTag | None:
     """The tag --promote moves, checked before any work (None without --promote)."""
-    from ragexp.compare.promote import PromotionTag, parse_tag
+    from ragexp.compare.promote import parse_tag
     from ragexp.errors import ConfigError
 
     if promote_tag is not None and not promote:
@@ -629,7 +629,8 @@ def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[s
         return parse_tag(promote_tag, "--promote-tag")
     if selector_tag is None:
         raise ConfigError("--promote needs a tag to move: --baseline tag:KEY=VALUE, or --promote-tag KEY=VALUE")
-    return PromotionTag(*selector_tag)
+    key, value = selector_tag
+    return parse_tag(f"{key}={value}", "--baseline tag:KEY=VALUE")
 
 
 def _choose(store: Store, selector: Selector, given: RunRecord | None) -> list[Selection]:
