@@ -212,10 +212,12 @@ def test_hostile_config_values_are_refused_before_any_work(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", SERVER)
     experiment = experiment_name(tmp_path, what)
     given = [o for o in overrides if o.startswith("experiment=")] or [f"experiment={experiment}"]
-    result = ragexp("run", "provider=fake", *given, *[o for o in overrides if not o.startswith("experiment=")])
-    assert result.code == 1, result.stdout
-    (line,) = result.stderr.strip().splitlines()
-    assert said in line, line
+    rest = [o for o in overrides if not o.startswith("experiment=")]
+    for command in ("validate", "run"):
+        result = ragexp(command, "provider=fake", *given, *rest)
+        assert result.code == 1, result.stdout
+        (line,) = result.stderr.strip().splitlines()
+        assert said in line, line
     client = MlflowClient(SERVER)
     name = given[0].removeprefix("experiment=").strip("'")
     found = client.get_experiment_by_name(name) if "\x00" not in name else None
@@ -281,7 +283,7 @@ def test_a_sweep_with_long_points_lands_on_the_team_server(
     [
         (["--promote", "--promote-tag", "role$=production"], "--promote-tag (the tag's name): 'role$' contains '$'"),
         (["--promote", "--promote-tag", "role=" + "p" * 9000], "--promote-tag (the tag's value): 'ppp"),
-        (["--baseline", "tag:ro/../le=x", "--promote"], "--baseline tag:KEY=VALUE (the tag's name): 'ro/../le' reads as"),
+        (["--baseline", "tag:ro/../le=x", "--promote"], "tag:KEY=VALUE (the tag's name): 'ro/../le' reads as"),
     ],
 )
 def test_a_promotion_tag_mlflow_refuses_is_refused_before_the_gate(

@@ -271,7 +271,10 @@ def validate(
 
     file_format: str = fmt_
     if path is None:
+        from ragexp.runner import check_store_fields
+
         config = compose(overrides or [])
+        check_store_fields(config)
         file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
         configured = corpus or config.dataset.corpus
         corpus_file = resolve_path(configured, data_roots()) if configured else None
