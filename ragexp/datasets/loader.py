@@ -338,7 +338,7 @@ def _fast_case(row: dict[str, Any], line: int) -> Case | None:
     case_id, question = row.get("id"), row.get("question")
     if type(case_id) is not str or type(question) is not str or not case_id.strip() or not question.strip():
         return None
-    if not _fine_ids([case_id]):
+    if limits.has_control(case_id) or len(case_id) > limits.CASE_ID.chars:
         return None
     unanswerable = row.get("unanswerable", False)
     relevant = row.get("relevant_ids", [])
