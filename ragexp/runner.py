@@ -50,7 +50,6 @@ CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
 TIMING_PREFIX = "timing."
 TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
 """The figures logged per stage, as ``timing.<stage>.<figure>``."""
-TIMINGS_ARTIFACT = "timings.json"
 
 
 @dataclass
@@ -479,7 +478,7 @@ def _score_and_log(
         )
         write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
         if stages:
-            (folder / TIMINGS_ARTIFACT).write_bytes(orjson.dumps({"stages": stages}, option=orjson.OPT_INDENT_2))
+            (folder / artifacts.TIMINGS).write_bytes(orjson.dumps({"stages": stages}, option=orjson.OPT_INDENT_2))
         artifacts.write_scores(folder / artifacts.SCORES, cases, errored, latency, columns, human)
         if plan.findings is not None:
             (folder / artifacts.AUDIT).write_bytes(

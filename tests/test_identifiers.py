@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.tracking import limits
 from tests.conftest import ROOT, write_jsonl
-from tests.servers.procs import serve
+from tests.servers.procs import free_port, serve
 from tests.test_http import labelled
 from tests.test_reliability import FAST, SECRET, everything_recorded, spellings
 from tests.test_traces import traces_of
@@ -22,7 +27,7 @@ from tests.test_traces import traces_of
 SERVER = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
 needs_server = pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 STAGES_SERVER = ROOT / "tests/servers/stages.py"
-STORES = ["sqlite", pytest.param("server", marks=needs_server)]
+STORES = ["sqlite", pytest.param("server", marks=needs_server), "postgresql"]
 AUTH = "+provider.system.headers_env.Authorization=RAGEXP_SYSTEM_AUTH"
 
 ODD_IDS = [
@@ -37,9 +42,39 @@ ODD_IDS = [
 ]
 
 
-def store_for(where: str, store_uri: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    uri = SERVER if where == "server" and SERVER else store_uri
+@pytest.fixture(scope="module")
+def postgres_uri() -> Iterator[str]:
+    """A PostgreSQL database of its own (a private cluster on a free port), for the direct
+    ``postgresql://`` path: the team server's database is behind its tracking server."""
+    tools = {name: shutil.which(name) for name in ("initdb", "pg_ctl", "createdb")}
+    if not all(tools.values()):
+        pytest.skip("PostgreSQL (initdb, pg_ctl, createdb) is not installed")
+    folder = Path(tempfile.mkdtemp(prefix="ragexp-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        os.chown(folder, pwd.getpwnam("postgres").pw_uid, -1)
+    port, data = free_port(), str(folder / "data")
+
+    def pg(*args: str) -> None:
+        subprocess.run([*as_user, *args], check=True, capture_output=True, timeout=120)
+
+    pg(str(tools["initdb"]), "-D", data, "-A", "trust", "-U", "ragexp")
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1"
+    pg(str(tools["pg_ctl"]), "-D", data, "-o", options, "-l", str(folder / "log"), "-w", "start")
+    try:
+        pg(str(tools["createdb"]), "-h", "127.0.0.1", "-p", str(port), "-U", "ragexp", "mlflow")
+        yield f"postgresql+psycopg2://ragexp@127.0.0.1:{port}/mlflow"
+    finally:
+        pg(str(tools["pg_ctl"]), "-D", data, "-m", "immediate", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def store_for(where: str, store_uri: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    uri = {"server": SERVER or store_uri, "sqlite": store_uri}.get(where) or request.getfixturevalue("postgres_uri")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # A database store puts artifacts under ./mlruns: the test's own folder, not the repository.
+    monkeypatch.chdir(Path(store_uri.removeprefix("sqlite:///")).parent.parent)
     return uri
 
 
@@ -53,9 +88,14 @@ def metadata_case_id(trace: Any) -> str:
 
 @pytest.mark.parametrize("where", STORES)
 def test_long_and_unusual_case_ids_are_one_trace_each(
-    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    ragexp: Any,
+    store_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
 ) -> None:
-    uri = store_for(where, store_uri, monkeypatch)
+    uri = store_for(where, store_uri, monkeypatch, request)
     rows = [
         {"id": case_id, "question": f"q {n}?", "relevant_ids": [f"d{n}"], "expected_facts": [f"f{n}"]}
         for n, case_id in enumerate(ODD_IDS)
@@ -125,11 +165,16 @@ def stage_run(ragexp: Any, data: Path, url: str, experiment: str, *extra: str) -
 
 @pytest.mark.parametrize("where", STORES)
 def test_stage_names_mlflow_refuses_finish_the_run_under_safe_metric_keys(
-    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    ragexp: Any,
+    store_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
 ) -> None:
     from tests.servers.stages import STAGES
 
-    uri = store_for(where, store_uri, monkeypatch)
+    uri = store_for(where, store_uri, monkeypatch, request)
     monkeypatch.setenv("RAGEXP_SYSTEM_AUTH", f"Bearer {SECRET}")
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(["ok-1", "ok-2", "ok-3"]))
     with serve(STAGES_SERVER) as url:
