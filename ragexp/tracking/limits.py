@@ -30,6 +30,7 @@ Windows): word characters (Unicode letters and digits included), ``/ . - _``, sp
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """Control characters: NUL is refused by PostgreSQL in any text column; the others reach a
 terminal, a key or a file name as invisible or active text."""
+_NUL = re.compile("\x00")
 _UNSAFE_IN_SEGMENT = re.compile(r"[^\w.\- ]")
 HASH_CHARS = 10
 """Hex characters of the sha256 that keeps two mapped names apart."""
@@ -148,8 +149,6 @@ def fit(limit: Limit, value: str) -> str:
         return value
     return value[: limit.chars - 1] + "…"
 
-
-_NUL = re.compile("\x00")
 
 
 def _path_not_unique(name: str) -> bool:
