@@ -150,7 +150,6 @@ def fit(limit: Limit, value: str) -> str:
     return value[: limit.chars - 1] + "…"
 
 
-
 def _path_not_unique(name: str) -> bool:
     # MLflow's path_not_unique: keys may become file names on a file store.
     norm = posixpath.normpath(name)
