@@ -343,3 +343,43 @@ def test_a_promotion_tag_mlflow_refuses_is_refused_before_the_gate(
     (line,) = result.stderr.strip().splitlines()
     assert said in line, line
     assert "ragexp.gate.verdict" not in MlflowClient(store_uri).get_run(run_id).data.tags  # the gate never ran
+
+
+@pytest.mark.parametrize("where", ["postgresql", pytest.param("server", marks=needs_server)])
+def test_a_long_judge_identity_fits_the_assessment_source_column(
+    ragexp: Any,
+    store_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
+) -> None:
+    from tests.test_judge import CASES, JUDGE, judge_args
+
+    uri = store_for(where, store_uri, monkeypatch, request)
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", "judge-key")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a judge cache of its own
+    data = write_jsonl(tmp_path / "cases.jsonl", CASES)
+    model = "org/" + "m" * 300  # the judge identity names the model: over the 250-character source id
+    with serve(JUDGE, "--api-key", "judge-key") as url:
+        result = ragexp(
+            "run",
+            f"dataset.path={data}",
+            "metrics.names=[faithfulness,recall_at_k]",
+            *judge_args(url),
+            f"provider.judge.model={model}",
+            f"experiment={experiment_name(tmp_path, 'judge')}",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    run_id = result.json()["run_id"]
+    identity = MlflowClient(uri).get_run(run_id).data.tags["ragexp.judge"]
+    assert model in identity  # the tag keeps it whole
+    sources = {
+        a.source.source_id
+        for t in traces_of(uri, run_id)
+        for a in t.info.assessments
+        if a.name == "faithfulness" and a.feedback is not None
+    }
+    assert sources == {limits.shortened(limits.ASSESSMENT_SOURCE_ID, identity)}
+    assert len(next(iter(sources))) == limits.ASSESSMENT_SOURCE_ID.chars
