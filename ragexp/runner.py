@@ -34,6 +34,7 @@ from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
 from ragexp.secrets import scrub
+from ragexp.tracking import limits
 
 if TYPE_CHECKING:
     from ragexp.metrics.judge.scorer import JudgeScorer
@@ -46,6 +47,9 @@ TEXT_IN_TABLE = 300
 SHORT_HASH = 12
 """Characters of the config hash the CLI prints, tags and searches by."""
 CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
+TIMING_PREFIX = "timing."
+TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
+"""The figures logged per stage, as ``timing.<stage>.<figure>``."""
 
 
 @dataclass
@@ -62,6 +66,16 @@ class Plan:
     scorer: JudgeScorer | None = None
     findings: list[Finding] | None = None
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
+
+    def run_name(self) -> str:
+        """The configured name, else provider, dataset, k and short hash (the start cut if the
+        names are long: the hash at the end tells runs apart)."""
+        cfg = self.config
+        if cfg.run_name:
+            return cfg.run_name
+        tail = f"-k{cfg.k}-{self.config_hash[:SHORT_HASH]}"
+        head = f"{cfg.provider.name}-{cfg.dataset.name}"[: limits.RUN_NAME.chars - len(tail)]
+        return head + tail
 
     def tags(self) -> dict[str, str]:
         cfg = self.config
@@ -120,6 +134,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
     specs = parse_metric_names(config.metrics.names)
+    check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
     judge_specs = [spec.name for spec in specs if spec.judge]
@@ -145,6 +160,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
         scorer.preflight()
         judge = scorer.identity
+        limits.check(limits.TAG_VALUE, judge, "provider.judge (its identity, the ragexp.judge tag)")
     findings = None
     if config.dataset.corpus is not None:
         corpus_path = resolve_path(config.dataset.corpus, data_roots())
@@ -155,6 +171,33 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
             findings = audit(dataset, corpus)
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity())
     return Plan(config, dataset, specs, provider, digest, judge, scorer, findings)
+
+
+def check_store_fields(config: RagexpConfig) -> None:
+    """Refuse, naming the config key, every configured value an MLflow store would refuse as
+    the run's experiment, name, tags, params or dataset name (before anything is evaluated)."""
+    limits.check(limits.EXPERIMENT_NAME, config.experiment, "experiment")
+    if config.run_name:
+        limits.check(limits.RUN_NAME, config.run_name, "run_name")
+    limits.check(limits.DATASET_NAME, config.dataset.name, "dataset.name")
+    for key, value in config.tags.items():
+        limits.check(limits.TAG_KEY, key, f"tags.{key} (the tag's name)")
+        limits.check(limits.TAG_VALUE, str(value), f"tags.{key}")
+    for name, text in {"provider.name": config.provider.name, "metrics.set": config.metrics.set}.items():
+        limits.check(limits.TAG_VALUE, text, name)
+    for key, value in run_params(config).items():
+        limits.check(limits.PARAM_KEY, key, f"{key} (an MLflow param name)")
+        # Longer values are cut to the param's length when logged (the config.yaml artifact has them whole).
+        limits.check(limits.PARAM_VALUE, value[: limits.PARAM_VALUE.chars], key)
+
+
+def timing_prefix(stage: str) -> str:
+    """The metric key prefix of a stage's timings: ``timing.<stage>`` when MLflow takes the name
+    as part of a key, else its safe characters and a short hash (see :func:`limits.safe_segment`);
+    the stage's own name is in the run's ``timings.json``."""
+    longest = max(map(len, TIMING_FIGURES)) + 1
+    budget = limits.METRIC_KEY.chars - len(TIMING_PREFIX) - longest
+    return TIMING_PREFIX + limits.safe_segment(stage, budget)
 
 
 class Stopped(RagexpError):
@@ -198,7 +241,7 @@ def execute(
     """
     cfg = plan.config
     if resume is None:
-        run_name = cfg.run_name or f"{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}-{plan.config_hash[:SHORT_HASH]}"
+        run_name = plan.run_name()
         user_tags = {
             key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in cfg.tags.items()
         }
@@ -284,7 +327,13 @@ def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
     """Mark why the run stopped and upload what was done, so another machine can resume it too."""
     with contextlib.suppress(RagexpError):  # a full disk or a lost store: the reason is already on its way
-        store.set_tags(run_id, {TAG_PREFIX + "status": status, TAG_PREFIX + "stopped_because": scrub(reason)[:500]})
+        store.set_tags(
+            run_id,
+            {
+                TAG_PREFIX + "status": status,
+                TAG_PREFIX + "stopped_because": limits.fit(limits.TAG_VALUE, scrub(reason)[:500]),
+            },
+        )
         if checkpoint is not None:
             checkpoint.close()
             if checkpoint.path.exists():
@@ -402,9 +451,12 @@ def _score_and_log(
     metrics["error_count"] = float(error_count)
     metrics.update(judge_metrics)
     metrics.update(trust.as_metrics())
+    stages = []
     for stage, figures in timings.items():
+        prefix = timing_prefix(stage)
         for figure, value in figures.items():
-            metrics[f"timing.{stage}.{figure}"] = value
+            metrics[f"{prefix}.{figure}"] = value
+        stages.append({"stage": stage, "metric_prefix": prefix, **figures})
     store.log_metrics(run_id, metrics)
 
     columns = {name: nullable(values) for name, values in scores.items()}
@@ -425,6 +477,8 @@ def _score_and_log(
             },
         )
         write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
+        if stages:
+            (folder / artifacts.TIMINGS).write_bytes(orjson.dumps({"stages": stages}, option=orjson.OPT_INDENT_2))
         artifacts.write_scores(folder / artifacts.SCORES, cases, errored, latency, columns, human)
         if plan.findings is not None:
             (folder / artifacts.AUDIT).write_bytes(
@@ -463,19 +517,21 @@ def _score_and_log(
 
 
 def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
-    """p50 and p95 (nearest rank) of each stage the system reported timings for."""
+    """p50 and p95 (nearest rank) of each stage the system reported timings for, by stage name
+    (secrets masked: a service may echo a token as a stage name)."""
     per_stage: dict[str, list[float]] = {}
     for result in results:
         if result.output is not None and result.output.timings:
             for stage, seconds in result.output.timings.items():
-                per_stage.setdefault(stage, []).append(seconds)
+                per_stage.setdefault(scrub(stage), []).append(seconds)
     figures: dict[str, dict[str, float]] = {}
     for stage, values in sorted(per_stage.items()):
         array = np.array(values, dtype=np.float64)
+        p50, p95, cases = TIMING_FIGURES
         figures[stage] = {
-            "p50_seconds": nearest_rank(array, 50) or 0.0,
-            "p95_seconds": nearest_rank(array, 95) or 0.0,
-            "cases": float(array.size),
+            p50: nearest_rank(array, 50) or 0.0,
+            p95: nearest_rank(array, 95) or 0.0,
+            cases: float(array.size),
         }
     return figures
 

@@ -28,12 +28,12 @@ from ragexp.config.compose import (
     validate,
 )
 from ragexp.errors import ConfigError, RagexpError
+from ragexp.tracking import limits
 from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunRecord, Store
 
 PARENT_ENV = "RAGEXP_SWEEP_PARENT"
 URI_ENV = "RAGEXP_SWEEP_TRACKING_URI"
 FAILED_TAG = TAG_PREFIX + "sweep.failed."
-RUN_NAME_MAX = 250
 """MLflow's run-name column: a server on PostgreSQL refuses a longer name (SQLite ignores it)."""
 FORWARDED_ENV_PREFIXES = ("RAGEXP_", "MLFLOW_")
 """Environment variables a point's worker gets from the sweep's process when the launcher does not
@@ -96,13 +96,13 @@ def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
     store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
-    title = f"sweep {points}"
+    limits.check(limits.EXPERIMENT_NAME, base.experiment, "experiment")
     parent = store.create_run(
         base.experiment,
-        title if len(title) <= RUN_NAME_MAX else title[: RUN_NAME_MAX - 1] + "…",  # the tag below keeps it all
+        limits.fit(limits.RUN_NAME, f"sweep {points}"),  # the tag below keeps it all
         {
             TAG_PREFIX + "sweep.role": "parent",
-            TAG_PREFIX + "sweep.overrides": points,
+            TAG_PREFIX + "sweep.overrides": limits.fit(limits.TAG_VALUE, points),
         },
         {},
     )
@@ -168,7 +168,7 @@ def run_point(cfg: Any) -> None:
             tags={
                 TAG_PREFIX + "sweep": parent,
                 TAG_PREFIX + "sweep.role": "point",
-                TAG_PREFIX + "sweep.point": point,
+                TAG_PREFIX + "sweep.point": limits.fit(limits.TAG_VALUE, point),
                 TAG_PREFIX + "sweep.num": number,
                 # which machine and process ran the point (a launcher's worker, a Slurm job)
                 TAG_PREFIX + "sweep.worker": f"{socket.gethostname()}:{os.getpid()}",
@@ -187,7 +187,9 @@ def point_label(overrides: Sequence[str]) -> str:
 def record_failure(number: str, point: str, reason: str) -> None:
     """A failed point on the sweep's parent run (``ragexp.sweep.failed.N``), read back by run_sweep."""
     sys.stderr.write(f"ragexp: sweep point {number} [{point}] failed: {reason}\n")
-    Store(os.environ[URI_ENV]).set_tags(os.environ[PARENT_ENV], {FAILED_TAG + number: f"[{point}] {reason}"[:5000]})
+    Store(os.environ[URI_ENV]).set_tags(
+        os.environ[PARENT_ENV], {FAILED_TAG + number: limits.fit(limits.TAG_VALUE, f"[{point}] {reason}")}
+    )
 
 
 def record_lost_point(number: str, point: str, reason: str, experiment: str) -> None:
@@ -198,5 +200,8 @@ def record_lost_point(number: str, point: str, reason: str, experiment: str) -> 
     clause = f"tags.`{TAG_PREFIX}sweep` = '{os.environ[PARENT_ENV]}' and tags.`{TAG_PREFIX}sweep.num` = '{number}'"
     for run in store.search(experiment, limit=10, filter_string=clause):
         if run.status == RUNNING:
-            store.set_tags(run.run_id, {TAG_PREFIX + "status": "failed", TAG_PREFIX + "stopped_because": reason[:500]})
+            store.set_tags(
+                run.run_id,
+                {TAG_PREFIX + "status": "failed", TAG_PREFIX + "stopped_because": limits.fit(limits.TAG_VALUE, reason)},
+            )
             store.end_run(run.run_id, FAILED)

@@ -271,7 +271,10 @@ def validate(
 
     file_format: str = fmt_
     if path is None:
+        from ragexp.runner import check_store_fields
+
         config = compose(overrides or [])
+        check_store_fields(config)
         file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
         configured = corpus or config.dataset.corpus
         corpus_file = resolve_path(configured, data_roots()) if configured else None
@@ -621,7 +624,7 @@ def _check_language(language: str | None) -> None:
 
 def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[str, str] | None) -> PromotionTag | None:
     """The tag --promote moves, checked before any work (None without --promote)."""
-    from ragexp.compare.promote import PromotionTag, parse_tag
+    from ragexp.compare.promote import parse_tag
     from ragexp.errors import ConfigError
 
     if promote_tag is not None and not promote:
@@ -632,7 +635,8 @@ def _promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[s
         return parse_tag(promote_tag, "--promote-tag")
     if selector_tag is None:
         raise ConfigError("--promote needs a tag to move: --baseline tag:KEY=VALUE, or --promote-tag KEY=VALUE")
-    return PromotionTag(*selector_tag)
+    key, value = selector_tag
+    return parse_tag(f"{key}={value}", "--baseline tag:KEY=VALUE")
 
 
 def _choose(store: Store, selector: Selector, given: RunRecord | None) -> list[Selection]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ragexp.errors import ConfigError, PromotionConflict
+from ragexp.tracking import limits
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
 
 
@@ -28,6 +29,8 @@ def parse_tag(text: str, option: str) -> PromotionTag:
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or not value:
         raise ConfigError(f"{option} {text!r}: expected KEY=VALUE, e.g. role=production")
+    limits.check(limits.TAG_KEY, key, f"{option} (the tag's name)")
+    limits.check(limits.TAG_VALUE, value, f"{option} (the tag's value)")
     tag_filter(key, value)
     return PromotionTag(key, value)
 

@@ -23,6 +23,7 @@ import orjson
 from ragexp.errors import DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
 from ragexp.records import Case, SystemOutput
+from ragexp.tracking import limits
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
@@ -261,7 +262,7 @@ def _label_columns(lines: list[bytes]) -> list[Case] | None:
             return None
         ids = [row.get("id") for row in rows]
         questions = [row.get("question") for row in rows]
-        if not (_fine_column(ids) and _fine_column(questions)):
+        if not (_fine_column(ids) and _fine_column(questions)) or not _fine_ids(ids):
             return None
         seen.update(ids)
         if len(seen) != len(cases) + len(rows):
@@ -312,6 +313,12 @@ def _fine_column(values: list[Any], *, allow_none: bool = False) -> bool:
     return set(map(type, values)) == _STR and all(map(str.strip, values)) and max(map(len, values)) <= MAX_TEXT
 
 
+def _fine_ids(ids: list[str]) -> bool:
+    """No id that an MLflow store refuses (control characters, length): one check over the
+    joined ids, as the fast paths check a column at a time."""
+    return not limits.has_control("".join(ids)) and max(map(len, ids)) <= limits.CASE_ID.chars
+
+
 def _fine_strings(value: Any) -> bool:
     # A plain loop: three times faster than all() over a generator, on every case of a large set.
     if type(value) is not list:
@@ -330,6 +337,8 @@ def _fast_case(row: dict[str, Any], line: int) -> Case | None:
         return None
     case_id, question = row.get("id"), row.get("question")
     if type(case_id) is not str or type(question) is not str or not case_id.strip() or not question.strip():
+        return None
+    if limits.has_control(case_id) or len(case_id) > limits.CASE_ID.chars:
         return None
     unanswerable = row.get("unanswerable", False)
     relevant = row.get("relevant_ids", [])
@@ -409,6 +418,8 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
     if not isinstance(case_id, str) or not case_id.strip():
         problems.add(line, "id", "required: a non-empty string")
         case_id = ""
+    elif (reason := limits.problem(limits.CASE_ID, case_id)) is not None:
+        problems.add(line, "id", f"{case_id[:60]!r} {reason} (an id is stored in MLflow and shown in reports)")
     question = _text(row, "question", line, problems, required=True)
     unanswerable = row.get("unanswerable", False)
     if not isinstance(unanswerable, bool):

@@ -153,6 +153,8 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
     output.answer = secrets.scrub(output.answer)
     output.contexts = [secrets.scrub(text) for text in output.contexts]
     output.ranked_ids = [secrets.scrub(item) for item in output.ranked_ids]
+    if output.timings:
+        output.timings = {secrets.scrub(stage): seconds for stage, seconds in output.timings.items()}
     return output
 
 

@@ -39,6 +39,8 @@ SUMMARY = "summary.json"
 CONFIG = "config.yaml"
 TABLE = "cases_table.json"
 AUDIT = "audit.json"
+TIMINGS = "timings.json"
+"""Per stage of the system's timings: its name, the key prefix of its metrics, its figures."""
 
 
 def nullable(values: np.ndarray) -> list[float | None]:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ragexp.errors import RunLockedError, StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
+from ragexp.tracking import limits
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -259,7 +260,7 @@ class Store:
     def create_run(self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         experiment_id = self.experiment_id(experiment, create=True)
         assert experiment_id is not None  # create=True always returns an id
-        params = {key: value[:6000] for key, value in params.items()}
+        params = {key: value[: limits.PARAM_VALUE.chars] for key, value in params.items()}
         if (direct := self._direct()) is not None:
             created = direct.create_run(experiment_id, run_name, tags, params)
             if created is not None:
@@ -332,8 +333,8 @@ class Store:
     ) -> None:
         """Record the evaluation set as the run's dataset input (the UI's Datasets column)."""
         fields = {
-            "name": name[:500],
-            "digest": digest[:36],  # the store's column holds 36 characters
+            "name": name[: limits.DATASET_NAME.chars],
+            "digest": digest[: limits.DATASET_DIGEST.chars],
             "source_type": "local",
             "source": json.dumps({"uri": source}, ensure_ascii=False),
             "profile": json.dumps(dict(profile), ensure_ascii=False),

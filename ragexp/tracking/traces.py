@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ragexp.errors import StorageError, TrackingError
+from ragexp.tracking import limits
 from ragexp.tracking.sqlite_writer import append_path
 from ragexp.tracking.store import _one_line
 
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
 
-PREVIEW_CHARS = 1000
+PREVIEW_CHARS = limits.PREVIEW.chars
 """Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
 SPAN_TEXT_CHARS = 20_000
 """Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
@@ -102,13 +103,36 @@ def request_preview(case_id: str, question: str) -> str:
 
 def fit_json(fixed: dict[str, str], key: str, text: str, limit: int = PREVIEW_CHARS) -> str:
     """``{**fixed, key: text}`` as JSON of at most ``limit`` characters (the store's preview
-    columns hold 1,000), ``text`` cut as needed; always valid JSON."""
-    budget = limit
-    while True:
-        encoded = json.dumps({**fixed, key: cut(text, max(budget, 0))}, ensure_ascii=False)
-        if len(encoded) <= limit or budget <= 0:
-            return encoded[:limit] if len(encoded) > limit else encoded
-        budget -= len(encoded) - limit + 8
+    columns hold 1,000), ``text`` cut as needed, then the ``fixed`` values if they alone are too
+    long; always valid JSON: what is cut is the text, never its escaped form."""
+
+    def encoded(values: dict[str, str], chars: int) -> str:
+        return json.dumps({**values, key: cut(text, chars)}, ensure_ascii=False)
+
+    whole = encoded(fixed, len(text))
+    if len(whole) <= limit:
+        return whole
+    chars = _most(len(text), lambda n: len(encoded(fixed, n)) <= limit)
+    if chars is not None:
+        return encoded(fixed, chars)
+    longest = max((len(v) for v in fixed.values()), default=0)
+    each = _most(longest, lambda n: len(encoded({k: cut(v, n) for k, v in fixed.items()}, 0)) <= limit) or 0
+    return encoded({k: cut(v, each) for k, v in fixed.items()}, 0)
+
+
+def _most(top: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest n in 0..top with ``fits(n)`` (which holds up to some n, then no more); None if
+    not even 0 fits."""
+    if not fits(0):
+        return None
+    low, high = 0, top
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 @dataclass(slots=True)
@@ -383,7 +407,7 @@ class TraceWriter:
                     "timestamp_ms": request_ms,
                     "execution_time_ms": trace.duration_ns // 1_000_000,
                     "status": "ERROR" if trace.case.error is not None else "OK",
-                    "client_request_id": cut(trace.case.case_id, 40),
+                    "client_request_id": limits.client_request_id(trace.case.case_id),
                     "request_preview": trace.request_preview,
                     "response_preview": trace.response_preview,
                     "trace_name": TRACE_NAME,
@@ -486,7 +510,7 @@ class TraceWriter:
             assessments.append(item)
         info = {
             "trace_id": trace.trace_id,
-            "client_request_id": cut(trace.case.case_id, 40),
+            "client_request_id": limits.client_request_id(trace.case.case_id),
             "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": self.experiment_id}},
             "request_preview": trace.request_preview,
             "response_preview": trace.response_preview,
@@ -546,7 +570,7 @@ class TraceWriter:
             state=TraceState.ERROR if trace.case.error is not None else TraceState.OK,
             request_preview=trace.request_preview,
             response_preview=trace.response_preview,
-            client_request_id=cut(trace.case.case_id, 40),
+            client_request_id=limits.client_request_id(trace.case.case_id),
             execution_duration=trace.duration_ns // 1_000_000,
             trace_metadata=self._trace_metadata(trace),
             tags={"mlflow.traceName": TRACE_NAME},
@@ -597,8 +621,11 @@ def _plan(case: CaseTrace) -> _Trace:
     marks = [_Mark("expectation", name, value, None, "HUMAN", "dataset") for name, value in case.expectations.items()]
     for item in case.feedback:
         source_type, source_id = ("LLM_JUDGE", item.judge) if item.judge is not None else ("CODE", SOURCE_ID)
+        source_id = limits.shortened(limits.ASSESSMENT_SOURCE_ID, source_id)
         error = cut(item.error, 2000) if item.error is not None else None
-        marks.append(_Mark("feedback", item.name, item.value, error, source_type, source_id, item.rationale))
+        # A judge's text goes into a text column as it is: PostgreSQL refuses a NUL in it.
+        rationale = limits.fit(limits.TEXT, item.rationale) if item.rationale is not None else None
+        marks.append(_Mark("feedback", item.name, item.value, error, source_type, source_id, rationale))
     if case.error is not None:
         response = fit_json({}, "error", case.error)
     else:
