@@ -34,7 +34,6 @@ from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunReco
 PARENT_ENV = "RAGEXP_SWEEP_PARENT"
 URI_ENV = "RAGEXP_SWEEP_TRACKING_URI"
 FAILED_TAG = TAG_PREFIX + "sweep.failed."
-"""MLflow's run-name column: a server on PostgreSQL refuses a longer name (SQLite ignores it)."""
 FORWARDED_ENV_PREFIXES = ("RAGEXP_", "MLFLOW_")
 """Environment variables a point's worker gets from the sweep's process when the launcher does not
 inherit it (Ray): the sweep's parent run and tracking URI, ragexp's and MLflow's settings."""
