@@ -504,7 +504,7 @@ def gate(
     tag = _promotion_tag(promote, promote_tag, selector.tag)
 
     from ragexp.compare.data import load_run
-    from ragexp.compare.gate import gate_runs
+    from ragexp.compare.gate import check_gate, gate_runs
     from ragexp.compare.promote import holders
     from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.config.compose import compose
@@ -513,6 +513,7 @@ def gate(
 
     config = compose(overrides or [])
     gates = config.gates
+    check_gate(gates)
     store = Store(tracking_uri, read_only=True)
     given = store.get_run(candidate) if candidate else None
     chosen = _choose(store, selector, given)
