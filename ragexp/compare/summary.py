@@ -1,6 +1,10 @@
 """``--summary FILE`` of ``ragexp gate`` and ``ragexp diff``: Markdown for a pull request or
 ``$GITHUB_STEP_SUMMARY``, in Chinese or English.
 
+What comes from data (case ids, run and dataset names, a service's error text) is shown as code
+spans (:func:`ragexp.escape.markdown`): nothing in a code span is a link, an image or HTML, not
+even a bare address that GitHub would otherwise link.
+
 The verdict comes first, then the rules that did not pass, the metric table with deltas and
 intervals, the most regressed cases and the likely stage. Runs link to the MLflow UI when one is
 known (a tracking server, or ``--ui-url``).
@@ -197,7 +201,7 @@ def _runs(diff: DiffResult, language: str, links: Links, chosen: Sequence[str]) 
         # The link's target is the UI's address (configured, not data) with ids MLflow generated.
         run_id = markdown(record.run_id, code=True)
         run = f"[{run_id}]({url})" if url else run_id
-        name = f" {markdown(record.name)}" if record.name else ""
+        name = f" {markdown(record.name, code=True)}" if record.name else ""
         config_hash = markdown(record.tag("config_hash")[:12], code=True)
         text = f"- **{t(role, language)}**: {run}{name} · {t('config', language)} {config_hash}"
         if how:
@@ -247,7 +251,7 @@ def _body(diff: DiffResult, language: str) -> list[str]:
                     markdown(case["id"], code=True),
                     fmt(case["regression"]),
                     changes or t("errored", language),
-                    markdown(error[:200]),
+                    markdown(error[:200], code=True) if error else "",
                 ]
             )
         lines += _table([t(k, language) for k in ("case", "regression", "changes", "error")], rows)
