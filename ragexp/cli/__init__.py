@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 INTERRUPTED = 130
@@ -21,6 +22,18 @@ def _exit_interrupted(signum: int = signal.SIGINT, frame: Any = None) -> None:
     # the interpreter's shutdown (which a second Ctrl-C would turn into a traceback).
     os.write(2, b"ragexp: interrupted\n")
     os._exit(INTERRUPTED)
+
+
+def _started_as_the_console_script() -> bool:
+    main_module = sys.modules.get("__main__")
+    return os.path.basename(getattr(main_module, "__file__", None) or "") == "ragexp"
+
+
+if _started_as_the_console_script():
+    # Here, not only in main(): the console script imports this package first and calls main()
+    # after, and a Ctrl-C between the two would otherwise be a traceback. Only in that process:
+    # anything else importing ragexp.cli keeps its own Ctrl-C.
+    signal.signal(signal.SIGINT, _exit_interrupted)
 
 
 def main() -> None:
