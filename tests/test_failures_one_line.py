@@ -9,6 +9,7 @@ printed tracking URI.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,3 +229,19 @@ def test_run_prints_the_tracking_uri_without_its_password(ragexp: Any, monkeypat
     text = result.stdout + result.stderr
     assert f"(http://***@{host})" in result.stdout
     assert "Hunter2" not in text and "alice" not in text
+
+
+def test_every_spelling_of_a_secret_is_masked_in_values_and_mapping_keys() -> None:
+    from urllib.parse import quote, quote_plus
+
+    from ragexp import secrets
+
+    token = "tok/en+Zq9=x y"
+    secrets.register(token)
+    lower_hex = re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(token))  # %2b, as some encoders
+    spellings = [token, quote(token), quote(token, safe=""), quote_plus(token), lower_hex]
+    assert len(set(spellings)) == 5  # each encoding spells it differently
+    for spelling in spellings:
+        assert secrets.scrub(f"<{spelling}>") == "<***>", spelling
+    echoed = {f"Bearer {quote(token)}": [{quote_plus(token): f"?t={quote(token, safe='')}"}], "n": 1}
+    assert secrets.scrub_value(echoed) == {"Bearer ***": [{"***": "?t=***"}], "n": 1}
