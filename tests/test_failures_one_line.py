@@ -58,7 +58,7 @@ def test_malformed_or_binary_yaml_is_one_line_with_file_line_and_column(
     for command in (["validate"], ["gate", "--baseline", "some-run"], ["run", "provider=fake"]):
         result = ragexp(*command)
         assert result.code == 1, (command, result.stderr)
-        assert one_line(result.stderr) .startswith(f"ragexp: error: {bad}: {expected}"), result.stderr
+        assert one_line(result.stderr).startswith(f"ragexp: error: {bad}: {expected}"), result.stderr
         assert result.stdout == ""
 
 
@@ -186,7 +186,11 @@ def test_sigint_at_any_moment_of_start_up_is_one_line_and_exit_130(tmp_path: Pat
     # Moments are counted from when Python has imported ragexp's entry point (Python's own
     # start-up before it is not ragexp's to handle): PYTHONPROFILEIMPORTTIME reports each import
     # on stderr as it completes. From there on: typer, Hydra, MLflow, composing, planning.
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns/mlflow.db", "PYTHONPROFILEIMPORTTIME": "1"}
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns/mlflow.db",
+        "PYTHONPROFILEIMPORTTIME": "1",
+    }
     env.pop("RAGEXP_CONFIG_DIR", None)
     proc = subprocess.Popen(
         [str(RAGEXP), "run", "provider=fake", "dataset=scifacts_zh"],
@@ -204,7 +208,7 @@ def test_sigint_at_any_moment_of_start_up_is_one_line_and_exit_130(tmp_path: Pat
         pytest.fail("the entry point was never imported")
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
-    out, rest = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
     err = "".join(line for line in rest.splitlines(keepends=True) if not line.startswith("import time:"))
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert proc.returncode == 130, (proc.returncode, err)

@@ -192,9 +192,7 @@ def hostile_pair(ragexp: Any, tmp_path: Path) -> tuple[str, str]:
     base = ragexp("run", "provider=fake", *common)
     assert base.code == 0, base.stderr
     with serve(FAULTY) as url:
-        cand = ragexp(
-            "run", "provider=http", f"provider.system.url={url}", "provider.system.max_retries=0", *common
-        )
+        cand = ragexp("run", "provider=http", f"provider.system.url={url}", "provider.system.max_retries=0", *common)
     assert cand.code == 0, cand.stderr
     assert cand.json()["error_count"] == len(HOSTILE_IDS)
     return base.json()["run_id"], cand.json()["run_id"]
@@ -215,9 +213,7 @@ def test_hostile_ids_and_bodies_stay_text_in_summaries_junit_report_and_terminal
     # --summary of diff and gate: the ids as code, the bodies as text; no link, image or HTML.
     diff_md, gate_md, junit = tmp_path / "diff.md", tmp_path / "gate.md", tmp_path / "gate.xml"
     assert ragexp("diff", base, cand, "--summary", str(diff_md), "--language", "en").code == 0
-    gated = ragexp(
-        "gate", "--baseline", base, "--candidate", cand, "--summary", str(gate_md), "--junit", str(junit)
-    )
+    gated = ragexp("gate", "--baseline", base, "--candidate", cand, "--summary", str(gate_md), "--junit", str(junit))
     assert gated.code == 2, gated.stderr
     worst = ragexp("diff", base, cand, "--json", "--top", "5").json()["cases"]
     listed = {visible(case["id"]) for case in worst}
@@ -285,4 +281,3 @@ def test_terminal_tables_show_escapes_and_keep_their_columns() -> None:
     lines = text.splitlines()
     assert len(lines) == 4 and no_raw_controls(text)
     assert lines[2] == "a\\x1b[2Jb  x\\ny" and lines[3].startswith("中文")
-

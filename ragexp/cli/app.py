@@ -186,9 +186,8 @@ def run(
     from ragexp.cli.render import terminal
 
     for stage, figures in outcome.timings.items():
-        print(
-            f"stage {terminal(stage):10} p50 {duration(figures['p50_seconds']):>10}  p95 {duration(figures['p95_seconds']):>10}"
-        )
+        p50, p95 = duration(figures["p50_seconds"]), duration(figures["p95_seconds"])
+        print(f"stage {terminal(stage):10} p50 {p50:>10}  p95 {p95:>10}")
     if outcome.timings:
         print()
     from ragexp.secrets import mask_url

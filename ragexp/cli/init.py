@@ -107,8 +107,9 @@ def init_project(directory: Path, force: bool = False) -> list[Path]:
         missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
         if missing:
             prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
+            comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
             with ignore.open("a", encoding="utf-8") as handle:
-                handle.write(prefix + "# MLflow store of `ragexp run` (SQLite and artifacts)\n" + "\n".join(missing) + "\n")
+                handle.write(prefix + comment + "\n".join(missing) + "\n")
             written.append(ignore)
     except (OSError, UnicodeDecodeError) as exc:  # e.g. a starter path that is a folder, a full disk
         where = getattr(exc, "filename", None) or directory

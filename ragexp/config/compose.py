@@ -106,13 +106,12 @@ def name_dataset_from_path(raw: dict[str, Any], overrides: Sequence[str]) -> dic
 
 def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Compose with Hydra and resolve interpolations; errors become one-line ConfigErrors."""
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
-
-    import yaml
 
     overrides = prepare_overrides(overrides)
     directory, name, extra = search_path()
