@@ -24,13 +24,15 @@ _INVISIBLE = re.compile(
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
-_MARKDOWN_SYNTAX = re.compile(r"[\\`*{}\[\]()<>#+!|~$&^@]|_+|:(?=//)|(?<![\w.])www\.")
-"""What can start Markdown or HTML inside a line: a link or image (``[ ] ( ) !``), an autolink
-(``<``, the ``:`` of ``http://``, ``www.``, the ``@`` of an address), code, emphasis, a table
-cell, an entity, math. CommonMark lets a backslash make any ASCII punctuation literal; what
-cannot start anything stays as it is, for readability: ``.``, ``,``, ``-``, ``=``, ``/``, other
-colons, and ``_`` inside a word (``recall_at_k``), which is never emphasis."""
-_MARKDOWN_LINE_START = re.compile(r"^(-|\d+(?=\.))")
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<!|~$&@#]|_+|:(?=//)|(?<![\w.])www\.")
+"""What can start Markdown or HTML inside a line: a link, an image or a footnote (``[ ] !``), an
+autolink (``<``, the ``:`` of ``http://``, ``www.``, the ``@`` of an address), code, emphasis,
+strikethrough, a table cell, an entity, math, an issue reference. CommonMark lets a backslash make
+any ASCII punctuation literal; what cannot start anything without one of these stays as it is, for
+readability: ``( ) . , - + = > /``, other colons, and ``_`` inside a word (``recall_at_k``),
+which is never emphasis."""
+_MARKDOWN_LINE_START = re.compile(r"^(?:[>+=]|-(?=\s|$|-)|\d{1,9}(?=[.)](?:\s|$)))")
+"""What starts a block at the beginning of a line: a quote, a list item, a rule, a heading underline."""
 
 
 def _visible(text: str, keep: str = "") -> str:
@@ -65,8 +67,10 @@ def markdown(text: object, *, code: bool = False) -> str:
     flat = " ".join(_visible(str(text), keep="\t\n\r").split())
     if not code:
         escaped = _MARKDOWN_SYNTAX.sub(_markdown_escape, flat)
-        # "- x" or "---" would be a list or a rule, "1. x" an ordered list, at a line's start.
-        return _MARKDOWN_LINE_START.sub(lambda m: "\\-" if m.group(0) == "-" else m.group(0) + "\\", escaped)
+        # "1. x" is escaped after the number ("1\. x"), the others before their character.
+        return _MARKDOWN_LINE_START.sub(
+            lambda m: m.group(0) + "\\" if m.group(0).isdigit() else "\\" + m.group(0), escaped
+        )
     if not flat:
         return "` `"
     longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
