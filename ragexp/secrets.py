@@ -2,7 +2,8 @@
 records or prints.
 
 A secret can come back in many spellings: as it is, escaped by ``repr`` (an httpx error quotes
-a header value), escaped by JSON, or URL-encoded (a service that echoes its query string). Every
+a header value), escaped by JSON, or URL-encoded in each common way (``quote`` keeping ``/``,
+``quote`` of everything, ``quote_plus``; hex digits in either case), in a value or a mapping key. Every
 configured value is registered here when it is read, and :func:`scrub` masks all its spellings.
 The registry is per process: the CLI scrubs its one error line with it as a last line of defence.
 """
@@ -34,9 +35,12 @@ def register(value: str) -> None:
         repr(value)[1:-1],
         json.dumps(value)[1:-1],
         json.dumps(value, ensure_ascii=False)[1:-1],
+        quote(value),  # urllib's default keeps "/": the way most clients build a path or query
         quote(value, safe=""),
         quote_plus(value),
     }
+    # Percent-encoders differ in the case of their hex digits (%2F, %2f).
+    spellings |= {re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), s) for s in spellings if "%" in s}
     stripped = value.strip()
     if stripped and stripped != value:
         spellings.add(stripped)
@@ -54,7 +58,8 @@ def scrub(text: str) -> str:
 
 
 def scrub_value(value: object) -> object:
-    """Scrub every string inside plain JSON-like data (recorded outputs, reasons)."""
+    """Scrub every string inside plain JSON-like data (recorded outputs, reasons), mapping keys
+    included (a service can echo a header as a key: ``{"Bearer abc": ...}``)."""
     if _PATTERN is None:
         return value
     if isinstance(value, str):
@@ -62,7 +67,7 @@ def scrub_value(value: object) -> object:
     if isinstance(value, list):
         return [scrub_value(item) for item in value]
     if isinstance(value, dict):
-        return {key: scrub_value(item) for key, item in value.items()}
+        return {scrub(key) if isinstance(key, str) else key: scrub_value(item) for key, item in value.items()}
     return value
 
 

@@ -126,3 +126,23 @@ def test_calibration_gate_rules_fail_with_the_reason() -> None:
     undefined = faithfulness({"n": 12, "bias": 0.0})
     assert undefined[0][1] == "undecided" and "κ undefined" in undefined[0][2]
     assert math.isclose(gates.rules["faithfulness"].min_kappa or 0, 0.4)
+
+
+@pytest.mark.parametrize("n", range(10, 41))
+def test_kappa_is_exactly_zero_when_one_rater_always_says_the_same(n: int) -> None:
+    # Every human label 0 (or 1), the judge passing some: no agreement beyond chance, exactly —
+    # a float-noise -3e-17 would fail a `min_kappa: 0` rule and print as a negative κ.
+    for passed in range(1, n):
+        judge = np.zeros(n, dtype=bool)
+        judge[:passed] = True
+        for constant in (np.zeros(n, dtype=bool), np.ones(n, dtype=bool)):
+            assert cohen_kappa(judge, constant) == 0.0 and cohen_kappa(constant, judge) == 0.0
+    scores = np.linspace(0.1, 0.9, n)
+    figures = calibrate(scores, np.zeros(n), threshold=0.5, resamples=200)
+    assert figures is not None and figures.kappa == 0.0
+    assert figures.kappa_ci_low == 0.0 and figures.kappa_ci_high == 0.0
+    gates = compose(["+gates.rules.faithfulness.min_kappa=0"]).gates
+    results = rule_results(
+        gates, {"faithfulness": diff_of("faithfulness")}, 0, n, {"faithfulness": {"n": n, "kappa": figures.kappa}}
+    )
+    assert next(r for r in results if r.rule == "min_kappa").outcome == "passed"

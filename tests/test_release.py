@@ -132,6 +132,35 @@ def test_baseline_selectors(ragexp: Any, store_uri: str, tmp_path: Path) -> None
     assert f"is comparable with {prod_k5}" in one_error_line(nothing_comparable.stderr)
 
 
+def test_a_tag_baseline_is_found_in_another_experiment_when_the_candidates_has_none(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    # docs/ci.md: with --candidate, the newest comparable tagged run in the candidate's
+    # experiment, else in any experiment (a production baseline kept in an experiment of its own).
+    path = write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 10))
+    prod = run_replay(ragexp, path, "experiment=production")["run_id"]
+    cand = run_replay(ragexp, path, "experiment=feature-x")["run_id"]
+    client = MlflowClient(store_uri)
+    client.set_tag(prod, "role", "production")
+    found = ragexp("gate", "--baseline", "tag:role=production", "--candidate", cand, "--json")
+    assert found.code == 0, found.stderr
+    assert found.json()["baseline"] == prod
+    assert "the newest finished run in any other experiment comparable with" in found.json()["selection"]["baseline"]
+    # A tagged run in the candidate's own experiment comes first, even if older.
+    own = run_replay(ragexp, path, "experiment=feature-x")["run_id"]
+    client.set_tag(own, "role", "production")
+    assert ragexp("gate", "--baseline", "tag:role=production", "--candidate", cand, "--json").json()["baseline"] == own
+    # Nothing comparable anywhere: one line that says where it looked.
+    other_k = ragexp("run", f"dataset.path={path}", "dataset.name=crafted", "provider=replay", "k=5", "--json")
+    lonely = other_k.json()["run_id"]
+    missing = ragexp("gate", "--baseline", "tag:role=staging", "--candidate", lonely)
+    assert missing.code == 1
+    assert one_error_line(missing.stderr) == (
+        "ragexp: error: --baseline tag:role=staging: no finished ragexp run in the candidate's experiment; "
+        "no finished ragexp run in any other experiment"
+    )
+
+
 # --- figures that do not mislead ---------------------------------------------------------------------
 
 

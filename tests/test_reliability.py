@@ -30,7 +30,14 @@ SECRET = "s3cr3t-tok/en+4f9a"
 
 
 def spellings(secret: str) -> list[str]:
-    return [secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe="")]
+    return [
+        secret,
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        urllib.parse.quote(secret),  # "/" kept: how most clients put a token in a URL
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    ]
 
 
 def run_cmd(*args: str, env: dict[str, str] | None = None) -> list[str]:
@@ -82,7 +89,7 @@ def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     monkeypatch.setenv("RAGEXP_SYSTEM_AUTH", f"Bearer {SECRET}{ending}")
     # echo-2 quotes the token back in its answer; dropall cases make the run abort, so the stop
     # reason, the checkpoint and its uploaded copy are written too.
-    ids = ["ok-1", "echo-2", "leak-3", *[f"dropall-{i}" for i in range(6)]]
+    ids = ["ok-1", "echo-2", "leak-3", "echoq-4", *[f"dropall-{i}" for i in range(6)]]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
     auth = "+provider.system.headers_env.Authorization=RAGEXP_SYSTEM_AUTH"
     with serve(FAULTY, env={**os.environ, "FAULTY_TOKEN": SECRET}) as url:
@@ -101,6 +108,7 @@ def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     kept = {json.loads(line)["id"]: json.loads(line) for line in checkpoint.read_bytes().splitlines()}
     assert kept["ok-1"]["error"] is None  # the stripped header was accepted by the service
     assert "invalid token ***" in kept["echo-2"]["output"]["answer"]
+    assert "cb?t=*** fact 4" in kept["echoq-4"]["output"]["answer"]
     assert kept["leak-3"]["error"] == "contract: response is not JSON (oops ***)"
 
 

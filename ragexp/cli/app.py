@@ -50,7 +50,12 @@ def emit_json(payload: dict[str, Any]) -> None:
 
 
 def info(message: str) -> None:
-    sys.stderr.write(message + "\n")
+    """One line on stderr: credentials in any URL in it masked, control characters from data (case
+    ids, service bodies) shown as escapes."""
+    from ragexp.escape import terminal
+    from ragexp.secrets import mask_urls
+
+    sys.stderr.write(terminal(mask_urls(message)) + "\n")
 
 
 ConfigDir = Annotated[
@@ -146,6 +151,9 @@ def run(
         raise ConfigError("--retry-errors goes with --resume RUN_ID")
     config = compose(overrides or [])
     store = Store(config.tracking.uri, timeout_s=config.tracking.timeout_s)
+    from ragexp.secrets import register_url
+
+    register_url(store.uri)  # a tracking server's password is masked wherever a secret is
     plan = plan_run(config, store.state_dir())
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -175,16 +183,20 @@ def run(
         )
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
     print()
+    from ragexp.cli.render import terminal
+
     for stage, figures in outcome.timings.items():
-        print(
-            f"stage {stage:10} p50 {duration(figures['p50_seconds']):>10}  p95 {duration(figures['p95_seconds']):>10}"
-        )
+        p50, p95 = duration(figures["p50_seconds"]), duration(figures["p95_seconds"])
+        print(f"stage {terminal(stage):10} p50 {p50:>10}  p95 {p95:>10}")
     if outcome.timings:
         print()
-    print(f"run {outcome.run_id}  experiment {outcome.experiment}  ({outcome.tracking_uri})")
+    from ragexp.secrets import mask_url
+
+    shown = terminal(mask_url(outcome.tracking_uri))
+    print(f"run {outcome.run_id}  experiment {terminal(outcome.experiment)}  ({shown})")
     print(
-        f"config {outcome.config_hash[:12]}  dataset {config.dataset.name} "
-        f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {config.provider.name}  "
+        f"config {outcome.config_hash[:12]}  dataset {terminal(config.dataset.name)} "
+        f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {terminal(config.provider.name)}  "
         f"k={config.k}  {errors}"
     )
     from ragexp.cli.render import trust_lines
@@ -316,19 +328,21 @@ def validate(
     if as_json:
         emit_json(summary)
     else:
+        from ragexp.escape import terminal
+
         print(
-            f"ok: {file}: {summary['case_count']} cases ({summary['unanswerable']} unanswerable), "
+            f"ok: {terminal(file)}: {summary['case_count']} cases ({summary['unanswerable']} unanswerable), "
             f"format {dataset.format}, dataset hash {dataset.dataset_hash[:12]}"
         )
-        print(f"labels: {', '.join(summary['label_fields'])}")
-        print(f"recorded outputs: {', '.join(summary['output_fields']) or 'none'}")
+        print(f"labels: {terminal(', '.join(summary['label_fields']))}")
+        print(f"recorded outputs: {terminal(', '.join(summary['output_fields']) or 'none')}")
         if summary["human_labels"]:
             counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
-            print(f"human scores: {counts}")
+            print(f"human scores: {terminal(counts)}")
         if findings is not None:
-            print(f"label audit against {corpus_file}: {len(findings)} finding(s)")
+            print(f"label audit against {terminal(corpus_file)}: {len(findings)} finding(s)")
             for finding in findings:
-                print(f"  warning: {finding}")
+                print(f"  warning: {terminal(finding)}")
     if findings and strict:
         raise typer.Exit(1)
 
@@ -492,7 +506,7 @@ def gate(
     tag = _promotion_tag(promote, promote_tag, selector.tag)
 
     from ragexp.compare.data import load_run
-    from ragexp.compare.gate import gate_runs
+    from ragexp.compare.gate import check_gate, gate_runs
     from ragexp.compare.promote import holders
     from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.config.compose import compose
@@ -501,6 +515,7 @@ def gate(
 
     config = compose(overrides or [])
     gates = config.gates
+    check_gate(gates)
     store = Store(tracking_uri, read_only=True)
     given = store.get_run(candidate) if candidate else None
     chosen = _choose(store, selector, given)
@@ -583,11 +598,11 @@ def gate(
             }
         )
     else:
-        from ragexp.cli.render import fmt, table
+        from ragexp.cli.render import fmt, table, terminal
         from ragexp.compare.figures import threshold
 
         verdict = "PASSED" if result.passed else "FAILED"
-        print(f"gate {gates.name}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
+        print(f"gate {terminal(gates.name)}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
         print(f"baseline {base.run_id}  candidate {cand.run_id}")
         if diff.differences:
             info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
@@ -599,7 +614,7 @@ def gate(
             print(table(["metric", "rule", "baseline", "candidate", "threshold", "why"], rows, "llrrrl"))
         for r in result.rules:
             if r.method == "prediction-powered" and r.passed:
-                print(f"note: {r.message}")
+                print(f"note: {terminal(r.message)}")
         from ragexp.cli.power import print_gate_power
 
         print_gate_power(result)
@@ -719,7 +734,7 @@ def diff(
     if as_json:
         emit_json(result.to_json())
         return
-    from ragexp.cli.render import fmt, signed, table
+    from ragexp.cli.render import fmt, signed, table, terminal
 
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
     if result.differences:
@@ -768,13 +783,13 @@ def diff(
         print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
         for name, ppi in with_ppi:
             print(
-                f"  {name:22} {ppi.mean:+.4f}  CI [{ppi.ci_low:+.4f}, {ppi.ci_high:+.4f}]  "
+                f"  {terminal(name):22} {ppi.mean:+.4f}  CI [{ppi.ci_low:+.4f}, {ppi.ci_high:+.4f}]  "
                 f"judge alone {ppi.judge_mean:+.4f}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.diagnosis:
         print("\nlikely stage:")
         for line in result.diagnosis:
-            print(f"  - {line}")
+            print(f"  - {terminal(line)}")
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
         for case in result.cases:
@@ -783,12 +798,12 @@ def diff(
                 for name, v in case["metrics"].items()
                 if v["baseline"] != v["candidate"]
             )
-            print(f"  {case['id']}: {changes or 'errored'}")
+            print(f"  {terminal(case['id'])}: {terminal(changes) or 'errored'}")
             for side in ("baseline", "candidate"):
                 did = case[side]
                 answer = (did["answer"] or "").replace("\n", " ")[:80]
                 error = f"  error: {did['error']}" if did["error"] else ""
-                print(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}")
+                print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
 
 
 @app.command()

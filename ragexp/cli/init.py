@@ -7,6 +7,7 @@ else comes from the packaged defaults, which ragexp composes under ``conf/``.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from ragexp.errors import ConfigError
@@ -85,31 +86,60 @@ def starter_files() -> dict[str, str]:
 
 
 def init_project(directory: Path, force: bool = False) -> list[Path]:
-    """Write the starter files under ``directory``; refuse to overwrite unless ``force``."""
+    """Write the starter files under ``directory``; refuse to overwrite unless ``force``.
+
+    A target that cannot take the files (a file, a path through a file, a folder without write
+    permission) is refused in one line before anything is written."""
+    check_target(directory)
     files = starter_files()
     existing = [directory / name for name in files if (directory / name).exists()]
     if existing and not force:
         raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")
     written = []
-    for name, content in files.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-        written.append(path)
-    ignore = directory / ".gitignore"
-    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
-    missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
-    if missing:
-        prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
-        with ignore.open("a", encoding="utf-8") as handle:
-            handle.write(prefix + "# MLflow store of `ragexp run` (SQLite and artifacts)\n" + "\n".join(missing) + "\n")
-        written.append(ignore)
+    try:
+        for name, content in files.items():
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+            written.append(path)
+        ignore = directory / ".gitignore"
+        lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
+        missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
+        if missing:
+            prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
+            comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
+            with ignore.open("a", encoding="utf-8") as handle:
+                handle.write(prefix + comment + "\n".join(missing) + "\n")
+            written.append(ignore)
+    except (OSError, UnicodeDecodeError) as exc:  # e.g. a starter path that is a folder, a full disk
+        where = getattr(exc, "filename", None) or directory
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"ragexp init {directory}: cannot write {where} ({reason})") from None
     return written
+
+
+def check_target(directory: Path) -> None:
+    """One line for a target ``ragexp init`` cannot write into, before anything is written."""
+    import os
+    import tempfile
+
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"ragexp init {directory}: is a file, not a folder")
+    blocking = next((p for p in directory.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ConfigError(f"ragexp init {directory}: {blocking} is a file, not a folder")
+    existing = next((p for p in [directory, *directory.parents] if p.exists()), Path.cwd())
+    try:  # a probe, not os.access: root may write anywhere except on a read-only file system
+        fd, probe = tempfile.mkstemp(prefix=".ragexp-init-", dir=existing)
+    except OSError as exc:
+        raise ConfigError(f"ragexp init {directory}: cannot write into {existing} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def next_commands(directory: Path) -> list[str]:
     """The three commands a user types next."""
-    cd = [] if directory.resolve() == Path.cwd().resolve() else [f"cd {directory}"]
+    cd = [] if directory.resolve() == Path.cwd().resolve() else [f"cd {shlex.quote(str(directory))}"]
     first = "ragexp run dataset=my_set system=my_service"
     return [
         *cd,

@@ -10,8 +10,9 @@ if TYPE_CHECKING:
     from ragexp.metrics.calibration import Trust
 
 from ragexp.compare.figures import fmt, signed
+from ragexp.escape import terminal
 
-__all__ = ["fmt", "signed", "table"]
+__all__ = ["fmt", "signed", "table", "terminal"]
 
 
 def duration(seconds: float) -> str:
@@ -20,8 +21,11 @@ def duration(seconds: float) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
-    """Columns padded to width; ``align`` holds one 'l' or 'r' per column (default: left)."""
-    widths = [len(h) for h in headers]
+    """Columns padded to width; ``align`` holds one 'l' or 'r' per column (default: left). Cells
+    are shown with :func:`~ragexp.escape.terminal` (case ids, names and messages come from data)."""
+    headers = [terminal(h) for h in headers]
+    rows = [[terminal(cell) for cell in row] for row in rows]
+    widths = [_width(h) for h in headers]
     for row in rows:
         widths = [max(w, _width(cell)) for w, cell in zip(widths, row, strict=True)]
     align = align or "l" * len(headers)
@@ -71,7 +75,7 @@ def trust_lines(trust: Trust, threshold: float, findings: Sequence[Finding] | No
         lines.append(table(["metric", "judge mean", "PPI mean", "CI", "labelled"], rows, "lrrll"))
     if findings is not None:
         lines += ["", f"label audit: {len(findings)} finding(s)"]
-        lines += [f"  warning: {finding}" for finding in findings[:20]]
+        lines += [f"  warning: {terminal(finding)}" for finding in findings[:20]]
         if len(findings) > 20:
             lines.append(f"  ... and {len(findings) - 20} more (ragexp validate --corpus FILE lists them all)")
     return lines

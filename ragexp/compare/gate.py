@@ -11,6 +11,7 @@ from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.power import Power, cannot_tell_line
 from ragexp.config.models import GateRule, GatesConfig
+from ragexp.errors import ConfigError
 from ragexp.metrics.registry import METRICS, case_values_metric
 
 EPSILON = 1e-9
@@ -118,8 +119,23 @@ class GateResult:
         }
 
 
+def check_gate(gates: GatesConfig) -> None:
+    """Refuse a gate that bounds no metric: it would pass any candidate, however much worse.
+
+    ``max_error_rate`` alone is not enough: it says nothing about the scores of the cases that
+    did answer. Checked before any work, and again by :func:`evaluate_gate`, so no verdict can
+    come from a gate without rules."""
+    if not any(_bounds(rule) for rule in gates.rules.values()):
+        what = "has no rules" if not gates.rules else "has rules that set no bound"
+        raise ConfigError(
+            f"gates {gates.name}: {what}, so it would pass any candidate; "
+            "give at least one metric a bound (gates.rules.METRIC.max_drop=..., see docs/gates.md)"
+        )
+
+
 def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
     """Check the candidate of ``diff`` against every rule of ``gates``."""
+    check_gate(gates)
     metrics = {m.name: m for m in diff.metrics}
     errored = diff.candidate.errored
     calibration = {name: diff.candidate.calibration(name) for name in gates.rules}

@@ -10,7 +10,6 @@ the Jenkins xunit ``junit-10.xsd`` schema, which GitLab's and Jenkins' importers
 
 from __future__ import annotations
 
-import re
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -19,9 +18,7 @@ from datetime import UTC, datetime
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, threshold
 from ragexp.compare.gate import GateResult, RuleResult
-
-# XML 1.0 cannot hold most control characters, even escaped.
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+from ragexp.escape import xml
 
 
 def junit_xml(
@@ -42,7 +39,7 @@ def junit_xml(
         root,
         "testsuite",
         {
-            "name": f"ragexp gate {result.gates}",
+            "name": xml(f"ragexp gate {result.gates}"),
             **counts,
             "skipped": "0",
             "time": time,
@@ -52,17 +49,17 @@ def junit_xml(
     )
     properties = ET.SubElement(suite, "properties")
     for name, value in _properties(result, diff, extra or {}).items():
-        ET.SubElement(properties, "property", {"name": name, "value": _clean(value)})
+        ET.SubElement(properties, "property", {"name": name, "value": xml(value)})
     for rule in result.rules:
-        case = ET.SubElement(suite, "testcase", {"classname": rule.metric, "name": rule.rule, "time": "0"})
+        case = ET.SubElement(suite, "testcase", {"classname": xml(rule.metric), "name": xml(rule.rule), "time": "0"})
         if rule.outcome != "passed":
             tag = "failure" if rule.outcome == "failed" else "error"
-            element = ET.SubElement(case, tag, {"type": rule.outcome, "message": _clean(rule.message)})
-            element.text = _clean(_details(rule))
+            element = ET.SubElement(case, tag, {"type": rule.outcome, "message": xml(rule.message)})
+            element.text = xml(_details(rule))
         cannot_tell = rule.cannot_tell()
         if cannot_tell:
             # Beside the outcome, never instead of it: an underpowered rule still passes or fails.
-            ET.SubElement(case, "system-out").text = _clean(cannot_tell)
+            ET.SubElement(case, "system-out").text = xml(cannot_tell)
     ET.indent(root)
     body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return body + b"\n"
@@ -95,7 +92,3 @@ def _details(rule: RuleResult) -> str:
         f"threshold: {threshold(rule.threshold)}\n"
         f"{rule.message}"
     )
-
-
-def _clean(text: str) -> str:
-    return _NOT_XML.sub("\N{REPLACEMENT CHARACTER}", text)

@@ -1,6 +1,7 @@
 """Which runs a comparison is between: baseline selectors and the default candidate.
 
-``--baseline`` takes a run id, ``tag:KEY=VALUE`` (the newest finished run carrying that tag) or
+``--baseline`` takes a run id, ``tag:KEY=VALUE`` (the newest finished run carrying that tag; with
+a candidate, the newest comparable one in the candidate's experiment, else in any experiment) or
 ``latest:EXPERIMENT`` (the newest finished run of that experiment). Without ``--candidate`` the
 candidate is the newest finished run created after the baseline in its experiment that is
 comparable with it. Every choice is explained in one line, and nothing falls back silently: a
@@ -120,6 +121,8 @@ def resolve_baseline(store: Store, selector: Selector, *, candidate: RunRecord |
         where = f"in experiment '{selector.value}'"
         matches = store.iter_runs([experiment_id], FINISHED_FILTER)
     runs = _ragexp_runs(matches, exclude=candidate.run_id if candidate is not None else None)
+    if candidate is not None and selector.kind == "tag":
+        return _tagged_comparable(store, selector, candidate, runs)
     if candidate is not None:
         return _newest_comparable(runs, candidate, role="baseline", asked=selector.text, where=where)
     if selector.kind == "latest":
@@ -128,6 +131,27 @@ def resolve_baseline(store: Store, selector: Selector, *, candidate: RunRecord |
             raise TrackingError(f"--baseline {selector.text}: no finished ragexp run {where}")
         return Selection(newest, f"baseline: {selector.text} -> {describe(newest)}", selector.text)
     return _only_comparable(list(runs), selector.text, where)
+
+
+def _tagged_comparable(
+    store: Store, selector: Selector, candidate: RunRecord, in_experiment: Iterator[RunRecord]
+) -> Selection:
+    """``tag:`` with a candidate: the newest comparable tagged run in the candidate's experiment,
+    else in any experiment (a production baseline often lives in an experiment of its own)."""
+    try:
+        return _newest_comparable(
+            in_experiment, candidate, role="baseline", asked=selector.text, where="in the candidate's experiment"
+        )
+    except TrackingError as first:
+        query = f"{tag_filter(selector.key, selector.value)} and {FINISHED_FILTER}"
+        others = [e for e in store.experiment_ids() if e != candidate.experiment_id]
+        elsewhere = _ragexp_runs(store.iter_runs(others, query), exclude=candidate.run_id) if others else iter(())
+        try:
+            return _newest_comparable(
+                elsewhere, candidate, role="baseline", asked=selector.text, where="in any other experiment"
+            )
+        except TrackingError as second:
+            raise TrackingError(f"{first}; {str(second).split(': ', 1)[1]}") from None
 
 
 def choose_candidate(store: Store, baseline: RunRecord) -> Selection:

@@ -1,6 +1,10 @@
 """``--summary FILE`` of ``ragexp gate`` and ``ragexp diff``: Markdown for a pull request or
 ``$GITHUB_STEP_SUMMARY``, in Chinese or English.
 
+What comes from data (case ids, run and dataset names, a service's error text) is shown as code
+spans (:func:`ragexp.escape.markdown`): nothing in a code span is a link, an image or HTML, not
+even a bare address that GitHub would otherwise link.
+
 The verdict comes first, then the rules that did not pass, the metric table with deltas and
 intervals, the most regressed cases and the likely stage. Runs link to the MLflow UI when one is
 known (a tracking server, or ``--ui-url``).
@@ -11,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ragexp.compare.figures import fmt, signed, threshold
+from ragexp.escape import markdown
 
 if TYPE_CHECKING:
     # Types only: `ragexp diff` checks --language before any work, and the gate's config models
@@ -26,8 +31,8 @@ SUMMARY_CASES = 5
 """How many of the most regressed cases a summary lists."""
 
 TEXT: dict[str, dict[str, str]] = {
-    "gate_passed": {"en": "✅ Release gate `{gates}`: PASSED", "zh": "✅ 发布门禁 `{gates}`：通过"},
-    "gate_failed": {"en": "❌ Release gate `{gates}`: FAILED", "zh": "❌ 发布门禁 `{gates}`：未通过"},
+    "gate_passed": {"en": "✅ Release gate {gates}: PASSED", "zh": "✅ 发布门禁 {gates}：通过"},
+    "gate_failed": {"en": "❌ Release gate {gates}: FAILED", "zh": "❌ 发布门禁 {gates}：未通过"},
     "rules_passed": {"en": "All {n} rules passed.", "zh": "全部 {n} 条规则通过。"},
     "rules_failed": {"en": "{failed} of {n} rules did not pass.", "zh": "{n} 条规则中 {failed} 条未通过。"},
     "rules_undecided": {
@@ -121,7 +126,8 @@ class Links:
     def run(self, record: RunRecord) -> str | None:
         if self.base is None:
             return None
-        return f"{self.base}/#/experiments/{record.experiment_id}/runs/{record.run_id}"
+        # Percent-encoded so that no character of it can end the Markdown link it goes into.
+        return quote(f"{self.base}/#/experiments/{record.experiment_id}/runs/{record.run_id}", safe=":/#?&=%~+,;@")
 
 
 def gate_summary(
@@ -137,19 +143,19 @@ def gate_summary(
     lines: list[str] = []
     if result.passed:
         lines += [
-            f"## {t('gate_passed', language, gates=result.gates)}",
+            f"## {t('gate_passed', language, gates=markdown(result.gates, code=True))}",
             "",
             t("rules_passed", language, n=result.checked),
         ]
     else:
         lines += [
-            f"## {t('gate_failed', language, gates=result.gates)}",
+            f"## {t('gate_failed', language, gates=markdown(result.gates, code=True))}",
             "",
             t("rules_failed", language, failed=len(result.failures), n=result.checked),
         ]
         if result.undecided:
             lines[-1] += " " + t("rules_undecided", language, undecided=len(result.undecided))
-    lines += [f"\n{note}" for note in notes]
+    lines += [f"\n{markdown(note)}" for note in notes]
     lines += _runs(diff, language, links, chosen)
     # Beside the verdict, not under a heading of its own: a reader of the verdict sees it.
     cannot_tell = [(r, r.cannot_tell(language)) for r in result.rules]
@@ -162,13 +168,13 @@ def gate_summary(
             [t(k, language) for k in ("metric", "rule", "outcome", "baseline", "candidate", "threshold", "why")],
             [
                 [
-                    f"`{r.metric}`",
-                    f"`{r.rule}`",
+                    markdown(r.metric, code=True),
+                    markdown(r.rule, code=True),
                     t(r.outcome, language),
                     fmt(r.baseline),
                     fmt(r.candidate),
-                    threshold(r.threshold),
-                    r.message,
+                    markdown(threshold(r.threshold)),
+                    markdown(r.message),
                 ]
                 for r in result.failures
             ],
@@ -190,7 +196,7 @@ def diff_summary(diff: DiffResult, *, language: str, links: Links, chosen: Seque
     )
     lines = [f"## {'⚠️' if worse else '✅'} {title}"]
     if worse:
-        lines += ["", t("worse_list", language, names=", ".join(f"`{name}`" for name in worse))]
+        lines += ["", t("worse_list", language, names=", ".join(markdown(name, code=True) for name in worse))]
     lines += _runs(diff, language, links, chosen)
     lines += _body(diff, language)
     return "\n".join(lines) + "\n"
@@ -204,19 +210,25 @@ def _runs(diff: DiffResult, language: str, links: Links, chosen: Sequence[str]) 
     ]:
         record = data.record
         url = links.run(record)
-        run = f"[`{record.run_id}`]({url})" if url else f"`{record.run_id}`"
-        name = f" {_cell(record.name)}" if record.name else ""
-        text = f"- **{t(role, language)}**: {run}{name} · {t('config', language)} `{record.tag('config_hash')[:12]}`"
+        # The link's target is the UI's address (configured, not data) with ids MLflow generated.
+        run_id = markdown(record.run_id, code=True)
+        run = f"[{run_id}]({url})" if url else run_id
+        name = f" {markdown(record.name, code=True)}" if record.name else ""
+        config_hash = markdown(record.tag("config_hash")[:12], code=True)
+        text = f"- **{t(role, language)}**: {run}{name} · {t('config', language)} {config_hash}"
         if how:
-            text += f" · {t('chosen', language)}: " + (t("default", language) if how == "default" else f"`{how}`")
+            text += f" · {t('chosen', language)}: " + (
+                t("default", language) if how == "default" else markdown(how, code=True)
+            )
         lines.append(text)
     base = diff.baseline.record
     lines.append(
-        f"- **{t('dataset', language)}**: `{base.tag('dataset')}` `{base.tag('dataset_hash')[:12]}` · "
+        f"- **{t('dataset', language)}**: {markdown(base.tag('dataset'), code=True)} "
+        f"{markdown(base.tag('dataset_hash')[:12], code=True)} · "
         f"{len(diff.baseline.case_ids)} {t('cases', language)} · K={base.tag('k')}"
     )
     if diff.differences:
-        lines += ["", t("incomparable", language, what="; ".join(diff.differences))]
+        lines += ["", t("incomparable", language, what=markdown("; ".join(diff.differences)))]
     return lines
 
 
@@ -244,18 +256,25 @@ def _body(diff: DiffResult, language: str) -> list[str]:
         rows = []
         for case in diff.cases[:SUMMARY_CASES]:
             changes = ", ".join(
-                f"{name} {fmt(v['baseline'], 2)}→{fmt(v['candidate'], 2)}"
+                f"{markdown(name)} {fmt(v['baseline'], 2)}→{fmt(v['candidate'], 2)}"
                 for name, v in case["metrics"].items()
                 if v["baseline"] != v["candidate"]
             )
             error = case["candidate"]["error"] or ""
-            rows.append([f"`{case['id']}`", fmt(case["regression"]), changes or t("errored", language), error[:200]])
+            rows.append(
+                [
+                    markdown(case["id"], code=True),
+                    fmt(case["regression"]),
+                    changes or t("errored", language),
+                    markdown(error[:200], code=True) if error else "",
+                ]
+            )
         lines += _table([t(k, language) for k in ("case", "regression", "changes", "error")], rows)
     else:
         lines.append(t("no_worst", language))
     if diff.diagnosis:
         lines += ["", f"### {t('stage', language)}", ""]
-        lines += [f"- {line}" for line in diff.diagnosis]
+        lines += [f"- {markdown(line)}" for line in diff.diagnosis]
     lines += ["", f"<sub>{t('footer', language)}</sub>"]
     return lines
 
@@ -265,7 +284,7 @@ def _metric_row(m: MetricDiff, language: str) -> list[str]:
     moved = m.moved()
     mark = {"better": "🟢 ", "worse": "🔴 ", "flat": ""}[moved]
     return [
-        f"`{m.name}`",
+        markdown(m.name, code=True),
         t(m.direction, language),
         fmt(m.baseline),
         fmt(m.candidate),
@@ -279,11 +298,7 @@ def _metric_row(m: MetricDiff, language: str) -> list[str]:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Rows of Markdown cells; every value from data was escaped by :func:`markdown` already."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
-
-
-def _cell(text: str) -> str:
-    """One Markdown table cell: no line breaks, no column separators, no HTML tags."""
-    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")

@@ -8,6 +8,7 @@ new files add options to the groups (``dataset=my_set``, ``system=my_service``).
 from __future__ import annotations
 
 import re
+import sys
 import types
 import typing
 from collections.abc import Sequence
@@ -105,6 +106,7 @@ def name_dataset_from_path(raw: dict[str, Any], overrides: Sequence[str]) -> dic
 
 def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Compose with Hydra and resolve interpolations; errors become one-line ConfigErrors."""
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -125,11 +127,71 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         if "LexerNoViableAlt" in message or "mismatched input" in message:
             message += " (quote a value with spaces or other special characters: key='value')"
         raise ConfigError(f"config: {message}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(unreadable_yaml(exc, directory)) from None
     if not isinstance(raw, dict):  # pragma: no cover - config.yaml is a mapping by construction
         raise ConfigError(f"{directory / 'config.yaml'}: the config must be a mapping")
     plain = {str(key): value for key, value in raw.items()}
     name_provider(plain, choices if isinstance(choices, dict) else {}, overrides)
+    for note in replaced_packaged(directory, name, choices if isinstance(choices, dict) else {}):
+        sys.stderr.write(note + "\n")
     return plain
+
+
+_SAID: set[Path] = set()
+"""Replacements already said in this process (a sweep composes once per point)."""
+
+
+def replaced_packaged(directory: Path, name: str, choices: dict[Any, Any]) -> list[str]:
+    """One note per file of the user's folder that replaces a packaged one in this composition.
+
+    A user file of a packaged option's name is composed instead of it, not over it: a repository's
+    ``conf/gates/release.yaml`` is the whole ``release`` gate. That is worth one line, once."""
+    packaged = package_conf()
+    if directory == packaged:
+        return []
+    selected = [("config.yaml", "config", "config")] if name == "config" else []
+    selected += [
+        (f"{group}/{option}.yaml", str(group), str(option))
+        for group, option in choices.items()
+        if isinstance(option, str) and not str(group).startswith("hydra")
+    ]
+    notes = []
+    for relative, group, option in selected:
+        mine = directory / relative
+        if mine.is_file() and (packaged / relative).is_file() and mine not in _SAID:
+            _SAID.add(mine)
+            what = "config.yaml" if group == "config" else f"{group}={option}"
+            notes.append(f"note: {mine} replaces the packaged {what} (used instead of it, not merged over it)")
+    return notes
+
+
+def unreadable_yaml(exc: Exception, directory: Path) -> str:
+    """One line for a config file that is not YAML, or not UTF-8 text: file, line, column."""
+    import yaml
+
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = exc.problem or "invalid YAML"
+        if exc.context:
+            what = f"{exc.context}: {what}"
+        return f"{mark.name}: line {mark.line + 1}, column {mark.column + 1}: invalid YAML ({what})"
+    if isinstance(exc, UnicodeDecodeError):
+        # The decoder does not know which file it read: the first of the user's files that is
+        # not UTF-8 (packaged files are).
+        for path in sorted(directory.rglob("*.yaml")):
+            data = path.read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                line = data.count(b"\n", 0, bad.start) + 1
+                column = bad.start - (data.rfind(b"\n", 0, bad.start) + 1) + 1
+                return (
+                    f"{path}: line {line}, column {column}: not UTF-8 text "
+                    f"(byte 0x{data[bad.start]:02x}); config files are YAML in UTF-8"
+                )
+        return f"config: a file under {directory} is not UTF-8 text ({exc.reason})"
+    return f"config: invalid YAML ({_first_line(str(exc))})"
 
 
 def name_provider(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> None:

@@ -92,14 +92,18 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Cohen's κ of two boolean raters; None when both always give the same single call."""
-    pa, pb = a.mean(), b.mean()
-    observed = float((a == b).mean())
-    chance = float(pa * pb + (1 - pa) * (1 - pb))
-    if chance >= 1.0:
+    """Cohen's κ of two boolean raters; None when both always give the same single call.
+
+    Computed from the integer counts of the 2x2 table (numerator and denominator scaled by n²),
+    so κ is exact where it should be: 0 when one rater always says the same, not -3e-17, which a
+    ``min_kappa: 0`` rule would fail."""
+    n, agree = int(a.size), int(np.sum(a == b))
+    count_a, count_b = int(np.sum(a)), int(np.sum(b))
+    chance = count_a * count_b + (n - count_a) * (n - count_b)
+    if chance >= n * n:
         return None
     # + 0.0 turns a negative zero (no agreement beyond chance) into a plain zero.
-    return (observed - chance) / (1.0 - chance) + 0.0
+    return (n * agree - chance) / (n * n - chance) + 0.0
 
 
 def _kappa_bootstrap(
@@ -108,13 +112,13 @@ def _kappa_bootstrap(
     """Percentile interval of κ over case resamples (a 2x2 table: one multinomial per resample)."""
     cells = np.array([np.sum(a & b), np.sum(a & ~b), np.sum(~a & b), np.sum(~a & ~b)], dtype=np.float64)
     n = int(cells.sum())
-    draws = rng.multinomial(n, cells / n, size=resamples).astype(np.float64) / n
+    # Counts, as in cohen_kappa: integers held exactly in float64, so a zero is a zero.
+    draws = rng.multinomial(n, cells / n, size=resamples).astype(np.float64)
     both, only_a, only_b, neither = draws.T
-    pa, pb = both + only_a, both + only_b
-    chance = pa * pb + (1 - pa) * (1 - pb)
-    observed = both + neither
+    count_a, count_b = both + only_a, both + only_b
+    chance = count_a * count_b + (n - count_a) * (n - count_b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        kappas = (observed - chance) / (1 - chance)
+        kappas = (n * (both + neither) - chance) / (n * n - chance)
     # A resample where chance agreement is total has no κ; it is left out.
     kappas = kappas[np.isfinite(kappas)]
     if kappas.size == 0:

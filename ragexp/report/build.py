@@ -7,7 +7,6 @@ baseline), and says in plain words what the run therefore does not prove.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.config.models import GatesConfig
+from ragexp.escape import html, markdown
 from ragexp.metrics.registry import METRICS, MetricSpec, headline_metrics
 from ragexp.report import plots
 from ragexp.report.text import t
@@ -40,7 +40,8 @@ class Report:
 
 
 class _Doc:
-    """Builds the Markdown and the HTML side by side from the same calls."""
+    """Builds the Markdown and the HTML side by side from the same calls. Every text it is given
+    is plain text (answers, case ids and error bodies among it), escaped here for each side."""
 
     def __init__(self) -> None:
         self.md: list[str] = []
@@ -48,29 +49,26 @@ class _Doc:
         self.svgs: dict[str, str] = {}
 
     def heading(self, text: str, level: int = 2) -> None:
-        self.md.append(f"\n{'#' * level} {text}\n")
-        self.html.append(f"<h{level}>{html.escape(text)}</h{level}>")
+        self.md.append(f"\n{'#' * level} {markdown(text)}\n")
+        self.html.append(f"<h{level}>{html(text)}</h{level}>")
 
     def para(self, text: str) -> None:
-        self.md.append(f"\n{text}\n")
-        self.html.append(f"<p>{html.escape(text)}</p>")
+        self.md.append(f"\n{markdown(text)}\n")
+        self.html.append(f"<p>{html(text)}</p>")
 
     def table(self, headers: list[str], rows: list[list[str]]) -> None:
-        def cell(value: str) -> str:
-            return value.replace("|", "\\|").replace("\n", " ")
-
         self.md.append("")
-        self.md.append("| " + " | ".join(cell(h) for h in headers) + " |")
+        self.md.append("| " + " | ".join(markdown(h) for h in headers) + " |")
         self.md.append("|" + "---|" * len(headers))
-        self.md.extend("| " + " | ".join(cell(c) for c in row) + " |" for row in rows)
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        self.md.extend("| " + " | ".join(markdown(c) for c in row) + " |" for row in rows)
+        head = "".join(f"<th>{html(h)}</th>" for h in headers)
+        body = "".join("<tr>" + "".join(f"<td>{html(c)}</td>" for c in row) + "</tr>" for row in rows)
         self.html.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
     def figure(self, name: str, svg: str, caption: str) -> None:
         self.svgs[name] = svg
-        self.md.append(f"\n![{caption}](plots/{name})\n")
-        self.html.append(f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>")
+        self.md.append(f"\n![{markdown(caption)}](plots/{name})\n")
+        self.html.append(f"<figure>{svg}<figcaption>{html(caption)}</figcaption></figure>")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -433,7 +431,7 @@ b.setAttribute('data-errors',window.__errors.length);b.setAttribute('data-ready'
 
 def _page(doc: _Doc, language: str, run: RunData) -> str:
     lang = "zh-CN" if language == "zh" else "en"
-    title = html.escape(f"{t('title', language)} · {run.run_id}")
+    title = html(f"{t('title', language)} · {run.run_id}")
     body = "\n".join(doc.html)
     return (
         f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>'

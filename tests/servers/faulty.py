@@ -14,6 +14,8 @@ badjson-*   200 with a body that is not JSON
 contract-*  200 with JSON that lacks "answer"
 leak-*      200 with a non-JSON body that echoes the request's Authorization header
 echo-*      200, a valid answer that quotes the request's token ("invalid token ...")
+echoq-*     200, a valid answer with the token URL-encoded by urllib's quote ("/" kept) in a link
+hostile-*   200 with a non-JSON body of terminal escapes, Markdown links and images, HTML
 trickle-*   sends its headers, then one byte a second (never a whole reply in time)
 hang-*      reads the request and never answers
 huge-*      200 with a 3 MB JSON reply
@@ -36,6 +38,7 @@ import json
 import os
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -43,6 +46,11 @@ ATTEMPTS: dict[str, list[float]] = {}
 LOCK = threading.Lock()
 DELAY = 0.0
 GATE_FILE: str | None = None
+HOSTILE_BODY = (
+    "\x1b[2J\x1b[31mred\x1b[0m \x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\ \u202eevil\u202c "
+    "[x](javascript:alert(1)) ![i](http://evil.example/p.png) <script>alert(1)</script> `tick` a|b ]]> over\rwrite"
+)
+"""What a broken service's error page could hold: every destination must show it as text."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -109,6 +117,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(400, b'{"error": "bad request"}')
         if kind == "badjson":
             return self.reply(200, b"<html>not json</html>")
+        if kind == "hostile":
+            return self.reply(200, HOSTILE_BODY.encode())
         if kind == "leak":
             return self.reply(200, f"oops {self.headers.get('Authorization')}".encode())
         number = case_id.split("-", 1)[-1]
@@ -126,6 +136,9 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "echo":
             token = str(self.headers.get("Authorization", "")).removeprefix("Bearer ")
             payload["answer"] = f"invalid token {token}, fact {number}. [1]"
+        if kind == "echoq":
+            token = str(self.headers.get("Authorization", "")).removeprefix("Bearer ")
+            payload["answer"] = f"see https://svc.example/cb?t={urllib.parse.quote(token)} fact {number}. [1]"
         self.reply(200, json.dumps(payload).encode())
 
     def reply(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:

@@ -1,0 +1,106 @@
+"""Text that leaves the process, escaped for where it lands: one function per destination.
+
+Case ids, answers, error bodies, run names and tag values come from users' datasets and
+services. Wherever such text is shown it must stay text: never move the terminal's cursor, clear
+its screen or open a hyperlink (:func:`terminal`), never become a link, an image or HTML in a
+pull-request summary or ``report.md`` (:func:`markdown`), never break a JUnit file
+(:func:`xml`) or a page (:func:`html`).
+
+Characters that are invisible or that change how the text around them is shown (C0 and C1
+controls, DEL, bidirectional overrides and isolates, line and paragraph separators) are made
+visible the way Python writes them (``\\x1b``, ``\\u202e``) in every destination, so what a
+reader sees is what the data holds.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+
+_INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]"
+)
+"""Controls, bidi marks, overrides and isolates, separators, BOM, non-characters, lone surrogates."""
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<!|~$&@#]|_+|:(?=//)|(?<![\w.])www\.")
+"""What can start Markdown or HTML inside a line: a link, an image or a footnote (``[ ] !``), an
+autolink (``<``, the ``:`` of ``http://``, ``www.``, the ``@`` of an address), code, emphasis,
+strikethrough, a table cell, an entity, math, an issue reference. CommonMark lets a backslash make
+any ASCII punctuation literal; what cannot start anything without one of these stays as it is, for
+readability: ``( ) . , - + = > /``, other colons, and ``_`` inside a word (``recall_at_k``),
+which is never emphasis."""
+_MARKDOWN_LINE_START = re.compile(r"^(?:[>+=]|-(?=\s|$|-)|\d{1,9}(?=[.)](?:\s|$)))")
+"""What starts a block at the beginning of a line: a quote, a list item, a rule, a heading underline."""
+
+
+def _visible(text: str, keep: str = "") -> str:
+    def one(match: re.Match[str]) -> str:
+        ch = match.group(0)
+        if ch in keep:
+            return ch
+        if ch in _NAMED:
+            return _NAMED[ch]
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _INVISIBLE.sub(one, text)
+
+
+def terminal(text: object) -> str:
+    """One value for a terminal line: every control character shown as an escape, so an ESC
+    sequence, an OSC-8 hyperlink, a carriage return or a newline in it cannot rewrite the
+    screen or forge a line."""
+    return _visible(str(text))
+
+
+def markdown(text: object, *, code: bool = False) -> str:
+    """One value for GitHub-flavoured Markdown (a summary's line or table cell, ``report.md``).
+
+    White space runs become one space (a cell is one line). Plain (default): every character
+    that could start Markdown or HTML is backslash-escaped, so the value renders as the text it is.
+    ``code=True``: the value as a code span, whose fence is longer than any run of backticks in
+    it (inside a code span nothing is a link, an image or HTML); ``|`` is escaped there too,
+    as GitHub's tables split cells on it even inside code.
+    """
+    flat = " ".join(_visible(str(text), keep="\t\n\r").split())
+    if not code:
+        escaped = _MARKDOWN_SYNTAX.sub(_markdown_escape, flat)
+        # "1. x" is escaped after the number ("1\. x"), the others before their character.
+        return _MARKDOWN_LINE_START.sub(
+            lambda m: m.group(0) + "\\" if m.group(0).isdigit() else "\\" + m.group(0), escaped
+        )
+    if not flat:
+        return "` `"
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def _markdown_escape(match: re.Match[str]) -> str:
+    found, text = match.group(0), match.string
+    if found.endswith("."):
+        return "www\\."
+    if found.startswith("_"):
+        before = text[match.start() - 1] if match.start() > 0 else " "
+        after = text[match.end()] if match.end() < len(text) else " "
+        if before.isalnum() and after.isalnum():
+            return found
+        return "\\_" * len(found)
+    return "\\" + found
+
+
+def xml(text: object) -> str:
+    """A value for an XML attribute or text (the JUnit report; the serializer escapes ``<&>"``).
+
+    XML 1.0 cannot hold most control characters even as references; they are shown as escapes
+    like in every other destination. Tabs and newlines stay (a failure's details have lines)."""
+    return _visible(str(text), keep="\t\n")
+
+
+def html(text: object) -> str:
+    """A value for HTML text or a quoted attribute: markup characters as entities, invisible
+    characters as escapes."""
+    return _html.escape(_visible(str(text), keep="\t\n"), quote=True)
