@@ -161,7 +161,12 @@ def gate_summary(
     cannot_tell = [(r, r.cannot_tell(language)) for r in result.rules]
     if any(line for _, line in cannot_tell):
         lines += ["", f"**⚠️ {t('underpowered', language)}**", ""]
-        lines += [f"- `{r.metric}` `{r.rule}` {threshold(r.threshold)}: {line}" for r, line in cannot_tell if line]
+        lines += [
+            f"- {markdown(r.metric, code=True)} {markdown(r.rule, code=True)} {markdown(threshold(r.threshold))}: "
+            f"{markdown(line)}"
+            for r, line in cannot_tell
+            if line
+        ]
     if result.failures:
         lines += ["", f"### {t('failed_rules', language)}", ""]
         lines += _table(
