@@ -37,7 +37,8 @@ class Provider(ABC):
         self.settings = settings
 
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
-        """Output fields this provider gives for every case of ``dataset``."""
+        """Output fields this provider gives for every case of ``dataset`` (a metric reading
+        another one is refused before the run)."""
         return frozenset(OUTPUT_FIELDS)
 
     def preflight(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default

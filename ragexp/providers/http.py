@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from ragexp import secrets
+from ragexp.config.models import HttpSystemConfig
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider
@@ -43,6 +44,7 @@ class ContractError(Exception):
 
 class HttpProvider(Provider):
     remote = True
+    config: HttpSystemConfig
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
