@@ -535,3 +535,56 @@ def test_a_stalled_stream_is_a_timeout(
     rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
     assert rows["c2"]["error"] == "timed out after 1 s after 1 attempt"
     assert rows["c1"]["output"]["answer"] == "fact 1 is documented."
+
+
+# --- init templates and the probe ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("system", ["http", "dify", "ragflow", "openai_chat", "python"])
+def test_init_writes_the_template_of_each_system(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
+) -> None:
+    result = ragexp("init", str(tmp_path), "--system", system)
+    assert result.code == 0, result.stderr
+    text = (tmp_path / "conf/system/my_service.yaml").read_text(encoding="utf-8")
+    assert "CHANGE ME" in text
+    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(tmp_path / "conf"))
+    mine = compose(["system=my_service"]).provider.system
+    if system == "python":
+        assert mine.kind == "python" and mine.target == "my_package.rag:answer"
+    elif system != "http":
+        # Every key of the preset, to fill in: the same system as the packaged one.
+        assert mine == compose([f"system={system}"]).provider.system
+
+
+def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
+    result = ragexp("init", str(tmp_path), "--system", "haystack")
+    assert result.code == 1
+    assert result.stderr.strip() == (
+        "ragexp: error: --system: unknown system 'haystack' (known: http, dify, ragflow, openai_chat, python)"
+    )
+    assert not (tmp_path / "conf").exists()
+
+
+def test_probe_shows_the_raw_reply_and_what_each_expression_read(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
+    good = write_jsonl(tmp_path / "good.jsonl", numbered("what about 5?"))
+    bad = write_jsonl(tmp_path / "bad.jsonl", numbered("forbidden 6?"))
+    with serve(SERVERS / "ragflow.py") as url:
+        args = ["validate", "system=ragflow", f"provider.system.url={url}/api/v1/chats/standin/completions"]
+        probed = ragexp(*args, f"dataset.path={good}", "--probe", "--json")
+        text = ragexp(*args, f"dataset.path={good}", "--probe")
+        refused = ragexp(*args, f"dataset.path={bad}", "--probe", "--json")
+        attempts = stats(url)
+    assert probed.code == 0, probed.stderr
+    report = probed.json()["probe"]
+    assert report["status"] == 200 and report["body"] == {"question": "what about 5?", "stream": True}
+    assert report["raw"].startswith('data:{"code": 0, "message": "", "data": {"answer": "fact "')
+    assert report["extracted"]["ranked_ids ('data.reference.chunks[].id')"] == ["seg-5", "seg-5-x"]
+    assert report["extracted"]["answer (stream.delta 'data.answer', over 6 events)"] == "fact 5 is documented [ID:0]."
+    assert report["output"]["citations"] == [1] and report["error"] is None
+    assert '  ranked_ids (\'data.reference.chunks[].id\') -> ["seg-5", "seg-5-x"]' in text.stdout
+    assert refused.code == 1 and refused.json()["probe"]["error"] == "service error: You don't own the dialog."
+    assert len(attempts["what about 5?"]) == 2  # one request per probe, no retries
