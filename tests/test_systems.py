@@ -537,6 +537,25 @@ def test_a_stalled_stream_is_a_timeout(
     assert rows["c1"]["output"]["answer"] == "fact 1 is documented."
 
 
+def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?"))
+    with serve(SERVERS / "dify.py") as url:
+        result = ragexp(
+            "run",
+            "system=dify",
+            f"provider.system.url={url}/v1/chat-messages",
+            f"dataset.path={data}",
+            SOME,
+            "provider.system.max_response_bytes=600",
+            "--json",
+        )
+    assert result.code == 1  # every case errored
+    assert "stream is larger than max_response_bytes (600 bytes)" in result.stderr
+
+
 # --- init templates and the probe ----------------------------------------------------------------
 
 
@@ -588,3 +607,8 @@ def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     assert '  ranked_ids (\'data.reference.chunks[].id\') -> ["seg-5", "seg-5-x"]' in text.stdout
     assert refused.code == 1 and refused.json()["probe"]["error"] == "service error: You don't own the dialog."
     assert len(attempts["what about 5?"]) == 2  # one request per probe, no retries
+    local = ragexp("validate", "system=fake", f"dataset.path={good}", "--probe")
+    assert local.code == 1
+    assert local.stderr.strip().splitlines()[-1] == (
+        "ragexp: error: --probe: provider kind fake calls no live system; nothing to probe"
+    )
