@@ -418,7 +418,7 @@ def test_a_get_api_with_its_own_field_names(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    rows = numbered("what about 3?", "broken 4?", "badtype 5?")
+    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
     for row in rows:
         row["metadata"] = {"lang": "en"}
     data = write_jsonl(tmp_path / "cases.jsonl", rows)
@@ -442,6 +442,8 @@ def test_a_get_api_with_its_own_field_names(
     assert got["c1"]["metrics"]["citation_precision"] == 1.0
     assert got["c2"]["error"] == "service error: index is rebuilding"
     assert got["c3"]["error"] == "contract: answer: 'result.text' gave a list, not a string"
+    assert got["c4"]["output"]["answer"] == "invalid key ***"  # a key echoed back is masked
+    assert "inhouse-standin" not in json.dumps(got)
 
 
 def test_an_unknown_placeholder_is_refused_before_the_run(
@@ -612,3 +614,22 @@ def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     assert local.stderr.strip().splitlines()[-1] == (
         "ragexp: error: --probe: provider kind fake calls no live system; nothing to probe"
     )
+
+
+def test_a_streamed_service_behind_a_private_ca(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.tls import make_ca_and_server_cert
+
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?"))
+    with serve(SERVERS / "dify.py", "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+        assert url.startswith("https://")
+        args = ["run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME]
+        trusted = ragexp(*args, f"provider.system.ca_file={ca}", "--json")
+        untrusted = ragexp(*args)
+    assert trusted.code == 0, trusted.stderr
+    rows = rows_of(store_uri, trusted.json()["run_id"], tmp_path)
+    assert rows["c1"]["output"]["ranked_ids"] == ["seg-1", "seg-1-x"]
+    assert untrusted.code == 1 and "TLS certificate of 127.0.0.1" in untrusted.stderr

@@ -1,4 +1,9 @@
-"""``provider=http``: a live RAG service, called concurrently with bounded retries.
+"""``kind: http``: a live RAG service, called concurrently with bounded retries.
+
+The request is ragexp's own ``{"question", "k", "case_id"}`` or a template (``request``, sent as
+the JSON body or the query string); the reply is read by ragexp's own contract or by a response
+mapping (:mod:`ragexp.providers.mapping`), from one JSON body or from a stream of events (SSE or
+NDJSON). Every shape goes through the one call policy of :mod:`ragexp.transport`.
 
 Each of ``concurrency`` workers owns one keep-alive connection (its own ``httpx.AsyncClient``)
 and pulls cases from a shared queue: connections are reused and there is no shared pool to scan,
@@ -81,8 +86,6 @@ class HttpProvider(Provider):
             response = NATIVE
         # Compiled here, so a bad expression is refused while the run is planned, before any call.
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
-        if self.stream is not None and self.stream.delta is not None:
-            compile_expression(self.stream.delta, "provider.system.stream.delta")
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None
 
     def request_template(self) -> Any:

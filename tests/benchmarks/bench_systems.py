@@ -6,8 +6,10 @@ Each row is a 2,000-case `ragexp run` against a loopback service whose every rep
 at concurrency 32: ragexp's own contract (native), the same service behind a request template and
 JMESPath response mapping (mapped), and the mapped reply streamed as server-sent events over the
 50 ms (sse). Each is timed by the `evaluation_seconds` metric the run logs (every call, retry and
-checkpoint; not start-up or logging) and compared with the ideal cases x delay / concurrency.
-Target: every row within 1.1x of its ideal.
+checkpoint; not start-up or logging), the fastest of `--repeat` alternating rounds, and compared
+with the ideal cases x delay / concurrency. Target: every row within 1.1x of its ideal. The
+table also shows each row against the native row of the same run and the CPU seconds of its
+process, which a loaded machine disturbs less than wall time.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--delay-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=2, help="rounds over every row; each row keeps its fastest")
     args = parser.parse_args()
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests/servers/bench_service.py"), "--port", "0", "--delay-ms", str(args.delay_ms)],
@@ -145,12 +148,25 @@ def main() -> None:
                 )
             )
             env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns/mlflow.db"}
+            # The first run into a new store pays MLflow's import and schema set-up: not any row's.
+            warm = Path(tmp, "warm.jsonl")
+            warm.write_text(data.read_text().split("\n", 1)[0] + "\n")
+            evaluate(Setup(1, args.delay_ms, 1, url, warm, env), ["system=http", f"provider.system.url={url}/query"])
             setup = Setup(args.cases, args.delay_ms, args.concurrency, url, data, env)
-            for row in ROWS:
-                rows.append(row(setup))
+            # Rounds alternate the rows, so a burst of load from elsewhere does not land on one row.
+            for _ in range(args.repeat):
+                for index, row in enumerate(ROWS):
+                    measured = row(setup)
+                    if index == len(rows):
+                        rows.append(measured)
+                    elif measured.seconds < rows[index].seconds:
+                        rows[index] = measured
     finally:
         server.terminate()
-    print(f"{args.cases} cases, every reply {args.delay_ms:g} ms, concurrency {args.concurrency}")
+    print(
+        f"{args.cases} cases, every reply {args.delay_ms:g} ms, concurrency {args.concurrency}, "
+        f"fastest of {args.repeat} alternating rounds"
+    )
     # The last column isolates what a row adds over the native path measured in the same run
     # (on a loaded machine every row, native included, is further from its ideal).
     print(f"load average before and after: {load[0]:.1f}, {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
