@@ -224,6 +224,54 @@ def test_a_bad_mapping_is_one_config_error(keys: dict[str, Any], message: str) -
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
+EXPRESSIONS = [
+    "a",
+    "a.b",
+    "a[0]",
+    "a[-1].b",
+    "a[5]",
+    "a.b[0].c",
+    "a[]",
+    "a[].b",
+    "a.b[].c.d",
+    "a[].b[0]",
+    "choices[0].delta.content",
+    "a[].b[].c",  # not a common shape: left to JMESPath's interpreter
+    "contains(['x', 'y'], a) && b || null",
+]
+VALUES: list[Any] = [
+    None,
+    "text",
+    7,
+    [1, 2],
+    {"a": None},
+    {"a": "x", "b": "B"},
+    {"a": {"b": [{"c": {"d": 1}}, {"c": {"e": 2}}, "s", [{"c": {"d": 3}}]]}},
+    {"a": [{"b": 1}, {"b": None}, [{"b": 2}, {"c": 3}], 4, [[{"b": 5}]]]},
+    {"a": [[1, 2], 3, [4, [5]]]},
+    {"a": [{"b": [9, 8]}, {"b": "no"}, {"b": []}]},
+    {"choices": [{"delta": {"content": "piece"}}], "a": {"b": []}},
+    {"choices": [], "a": [{"b": [{"c": 1}, {"c": 2}]}, {"b": [{"c": 3}]}]},
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_compiled_expressions_find_what_jmespath_finds(expression: str) -> None:
+    import jmespath
+
+    from ragexp.providers.mapping import compile_expression
+
+    compiled = compile_expression(expression, "r")
+    for value in VALUES:
+        try:
+            expected = jmespath.search(expression, value)
+        except jmespath.exceptions.JMESPathError:  # contains() of null: a type error either way
+            with pytest.raises(jmespath.exceptions.JMESPathError):
+                compiled.search(value)
+            continue
+        assert compiled.search(value) == expected, (expression, value)
+
+
 # --- plain data --------------------------------------------------------------------------------
 
 
