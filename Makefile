@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,9 @@ bench-demo: setup
 # on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
+
+bench-systems: setup
+	$(BIN)/python tests/benchmarks/bench_systems.py
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -73,7 +73,9 @@ def test_config_hash_is_stable_under_override_order() -> None:
 def test_config_hash_ignores_runtime_only_keys() -> None:
     base = hash_of([])
     assert hash_of(["concurrency=64", "tracking.uri=sqlite:///elsewhere.db", "progress=true"]) == base
-    assert hash_of(["provider.system.timeout_s=5", "provider.system.max_retries=0"]) == base
+    http = config_hash(compose(["system=http"]), "dataset")
+    tuned = compose(["system=http", "provider.system.timeout_s=5", "provider.system.max_retries=0"])
+    assert config_hash(tuned, "dataset") == http
 
 
 def test_config_hash_changes_with_what_is_measured(tmp_path: Path) -> None:
@@ -97,13 +99,13 @@ def test_config_hash_changes_with_what_is_measured(tmp_path: Path) -> None:
 
 
 def test_identity_view_and_params_hold_no_runtime_keys_or_url_credentials() -> None:
-    cfg = compose(["provider.system.url=https://user:s3cret@example.test/query"])
+    cfg = compose(["system=http", "provider.system.url=https://user:s3cret@example.test/query"])
     view = identity_view(cfg)
     assert "concurrency" not in view and "path" not in view["dataset"]
     params = flatten(resolved_config(cfg))
     assert params["provider.system.url"] == "https://***@example.test/query"
     assert "s3cret" not in str(params)
-    assert config_hash(cfg, "x") != config_hash(compose([]), "x")
+    assert config_hash(cfg, "x") != config_hash(compose(["system=http"]), "x")
 
 
 def test_relative_dataset_path_falls_back_to_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ragexp.config.models import RagexpConfig
+from ragexp.config.models import SYSTEM_KINDS, RagexpConfig
 from ragexp.errors import ConfigError
 from ragexp.paths import package_conf, user_conf_dir
 
@@ -214,14 +214,34 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        location = ".".join(str(part) for part in first["loc"]) or "config"
+        location, kind = _location(first["loc"])
         message = first["msg"]
         if first["type"] == "extra_forbidden":
-            message = "unknown key"
+            message = f"unknown key for kind '{kind}'" if kind else "unknown key"
+        elif first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            context = first.get("ctx", {})
+            location += "." + str(context.get("discriminator", "kind")).strip("'")
+            known = ", ".join(sorted(SYSTEM_KINDS))
+            message = (
+                f"unknown provider '{context.get('tag')}' (known: {known})"
+                if first["type"] == "union_tag_invalid"
+                else f"required (one of {known})"
+            )
         elif "input" in first and not isinstance(first["input"], dict | list):
             message += f" (got {first['input']!r})"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigError(f"config: {location}: {message}{more}") from None
+
+
+def _location(loc: Sequence[int | str]) -> tuple[str, str | None]:
+    """The dotted key path of a validation error, and the system kind it was checked against:
+    pydantic puts the discriminator's tag into the path of a union member (``provider.system.fake.url``),
+    which is no key of the config."""
+    parts = [str(part) for part in loc]
+    kind = None
+    if len(parts) > 2 and parts[:2] == ["provider", "system"] and parts[2] in SYSTEM_KINDS:
+        kind = parts.pop(2)
+    return ".".join(parts) or "config", kind
 
 
 def prepare_overrides(overrides: Sequence[str]) -> list[str]:
@@ -265,6 +285,9 @@ def is_typed_leaf(path: Sequence[str], model: type[BaseModel] = RagexpConfig) ->
     annotation: Any = model
     for index, part in enumerate(path):
         annotation = _unwrap(annotation)
+        members = _model_union(annotation)
+        if members:  # a discriminated union (the system kinds): a key of any member
+            return any(is_typed_leaf(path[index:], member) for member in members)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             field = annotation.model_fields.get(part)
             if field is None:
@@ -278,6 +301,18 @@ def is_typed_leaf(path: Sequence[str], model: type[BaseModel] = RagexpConfig) ->
             inner = _unwrap(annotation)
             return not (isinstance(inner, type) and issubclass(inner, BaseModel))
     return False
+
+
+def _model_union(annotation: Any) -> list[type[BaseModel]]:
+    """The members of a union of several models (``Annotated`` metadata dropped), else []."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return []
+    members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if len(members) < 2 or not all(isinstance(arg, type) and issubclass(arg, BaseModel) for arg in members):
+        return []
+    return members
 
 
 def _unwrap(annotation: Any) -> Any:

@@ -28,9 +28,11 @@ def identity_view(model: BaseModel) -> dict[str, Any]:
         extra = info.json_schema_extra
         value = getattr(model, name)
         if isinstance(extra, dict) and (
-            extra.get("runtime_only") or (extra.get("identity_omit_null") and value is None)
+            extra.get("runtime_only")
+            or (extra.get("identity_omit_null") and value is None)
+            or (extra.get("identity_omit_default") and value == info.default)
         ):
-            continue  # an unset optional block leaves the hashes of configs without it unchanged
+            continue  # an unset optional key leaves the hashes of configs without it unchanged
         out[name] = _plain(value)
     return out
 

@@ -6,7 +6,7 @@ left out of the config hash (see :mod:`ragexp.config.identity`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,17 +72,87 @@ class SampleConfig(Model):
     """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
 
 
-class SystemConfig(Model):
-    kind: str = Field(min_length=1)
-    """Which provider answers the questions: ``sample``, ``fake``, ``replay`` or ``http``."""
+class ResponseMapping(Model):
+    """Where each output field is in a system's decoded reply: JMESPath expressions, null when
+    the system does not give that field (a metric needing it is then refused before the run)."""
+
+    answer: str | None = None
+    """JMESPath of the answer text (a string)."""
+    ranked_ids: str | None = None
+    """JMESPath of the retrieved chunk ids, best first (a list of strings; numbers are taken as
+    their decimal text)."""
+    contexts: str | None = None
+    """JMESPath of the retrieved texts, aligned with ``ranked_ids`` (a list of strings)."""
+    citations: str | None = None
+    """JMESPath of what the answer cites: positions in ``ranked_ids`` or ids (``citations_as``)."""
+    timings: str | None = None
+    """JMESPath of per-stage seconds (an object of non-negative numbers)."""
+    error: str | None = None
+    """JMESPath that yields the error message on an error envelope (e.g.
+    ``code != `0` && message``): a truthy result makes the reply an error for that case."""
+    citations_as: Literal["index", "id"] = "index"
+    """``index``: citations are positions in ``ranked_ids``; ``id``: they are chunk ids."""
+    citation_base: Literal[0, 1] = 1
+    """Whether index citations count from 1 (the first retrieved chunk is 1) or from 0."""
+    citation_pattern: str | None = None
+    """Regular expression with one group, read over the answer text for citation markers
+    (``\\[ID:(\\d+)\\]``, ``\\[(\\d+)\\]``); the group is an index or an id, as ``citations_as``."""
+
+
+class StreamConfig(Model):
+    """How a streamed reply is read: events, each decoded as JSON and mapped like a whole reply."""
+
+    format: Literal["none", "sse", "ndjson"] = "none"
+    """``none``: one JSON body; ``sse``: server-sent events (``data:`` lines); ``ndjson``: one
+    JSON object per line."""
+    delta: str | None = None
+    """JMESPath of each event's piece of answer text; the pieces are joined into the answer.
+    Null: the ``response.answer`` expression is read from the events instead."""
+    cumulative: bool = False
+    """Each event repeats the whole answer so far: the last non-empty one is the answer."""
+
+
+class FakeSystemConfig(Model):
+    kind: Literal["fake"]
+    """``fake``: outputs built from the labels; proves the chain end to end, not the semantics."""
+
+
+class ReplaySystemConfig(Model):
+    kind: Literal["replay"]
+    """``replay``: the outputs recorded in the dataset, with their recorded latency."""
+
+
+class SampleSystemConfig(Model):
+    kind: Literal["sample"]
+    """``sample``: the bundled sample RAG system, in-process."""
+    sample: SampleConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Knobs of the sample system (null: its defaults)."""
+
+
+class HttpSystemConfig(Model):
+    kind: Literal["http"]
+    """``http``: a RAG service under test over HTTP."""
     url: str | None = None
-    """Endpoint of the RAG service under test (``http`` only)."""
+    """Endpoint of the RAG service under test (the full URL, query string included)."""
+    method: Literal["POST", "GET"] = Field("POST", json_schema_extra={"identity_omit_default": True})
+    """``POST``: ``request`` is the JSON body; ``GET``: ``request`` is the query parameters."""
+    request: Any | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """The JSON body (POST) or the query parameters (GET), any structure. Strings may hold
+    ``{question}``, ``{k}``, ``{case_id}`` and the case's ``metadata`` fields; a string that is
+    exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
+    response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Where each output field is in the reply. Null: ragexp's own contract
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings"}``)."""
+    stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)
-    """Deadline in seconds for one whole attempt: connecting, sending and reading the reply."""
+    """Deadline in seconds for one whole attempt: connecting, sending and reading the reply
+    (a stream that stalls runs into it)."""
     max_retries: int = runtime(3, ge=0)
     """HTTP retries after the first attempt, on connect errors, timeouts, 429 and 5xx."""
     max_response_bytes: int = runtime(10_000_000, ge=1)
-    """A larger reply is a case error, and is not read past this size."""
+    """A larger reply (a whole stream, for a streamed one) is a case error, and is not read past
+    this size."""
     headers_env: dict[str, str] = Field(default_factory=dict)
     """Header name -> environment variable holding its value (values never enter config)."""
     ca_file: str | None = runtime(None)
@@ -96,8 +166,34 @@ class SystemConfig(Model):
     abort_after: int = runtime(8, ge=1)
     """Stop the run when this many cases in a row failed at the transport level (refused,
     reset, timed out, 5xx or 429 after every retry) with no answer between them."""
-    sample: SampleConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
-    """Knobs of ``kind: sample`` (null: its defaults); unset for other kinds."""
+
+
+class PythonSystemConfig(Model):
+    kind: Literal["python"]
+    """``python``: a function or object of the team's own Python package, called in-process."""
+    target: str = Field(min_length=1)
+    """``package.module:attr``; ``attr`` may be dotted (``app:engine.query``)."""
+    path: str | None = runtime(None)
+    """A folder put on the import path before the target is imported (a location: the
+    target's package version or file hash is what identifies the system)."""
+    input: Any | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """A request-like template (placeholders as in ``request`` of an HTTP system) passed as one
+    positional argument; null: keyword arguments by parameter name."""
+    response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Where each output field is in the return value (turned into plain data first). Null:
+    ragexp's own contract field names."""
+    timeout_s: float = runtime(30.0, gt=0)
+    """Deadline in seconds for one call."""
+
+
+SYSTEM_KINDS = ("fake", "replay", "sample", "http", "python")
+"""The ``kind`` tags of :data:`SystemConfig`, in the order of its members."""
+
+SystemConfig = Annotated[
+    FakeSystemConfig | ReplaySystemConfig | SampleSystemConfig | HttpSystemConfig | PythonSystemConfig,
+    Field(discriminator="kind"),
+]
+"""The system under test: one model per ``kind``, each with only its own keys."""
 
 
 class EmbeddingsConfig(Model):

@@ -271,8 +271,10 @@ def _label_columns(lines: list[bytes]) -> list[Case] | None:
         relevant = [row.get("relevant_ids", []) for row in rows]
         facts = [row.get("expected_facts", []) for row in rows]
         references = [row.get("reference") for row in rows]
+        metadata = [row.get("metadata") or {} for row in rows]
         if (
-            not set(map(type, unanswerable)) <= _BOOL
+            not set(map(type, metadata)) <= _DICT
+            or not set(map(type, unanswerable)) <= _BOOL
             or set(map(type, relevant)) != _LIST
             or set(map(type, facts)) != _LIST
             or not _fine_column(list(chain.from_iterable(relevant)), allow_none=True)
@@ -297,6 +299,7 @@ def _label_columns(lines: list[bytes]) -> list[Case] | None:
                 repeat(None, size),
                 repeat(_NO_FIELDS, size),
                 map(dict, repeat((), size)),
+                metadata,
             )
         )
     return cases or None
@@ -355,6 +358,9 @@ def _fast_case(row: dict[str, Any], line: int) -> Case | None:
         )
     ):
         return None
+    metadata = row.get("metadata")
+    if metadata is not None and type(metadata) is not dict:
+        return None
     recorded: SystemOutput | None = None
     fields = _NO_FIELDS
     if not keys <= _LABEL_KEYS:
@@ -363,7 +369,7 @@ def _fast_case(row: dict[str, Any], line: int) -> Case | None:
             return None
         recorded, fields = checked
     # By position, defaults included: half the cost of keywords and default factories.
-    return Case(case_id, question, relevant, facts, reference, unanswerable, line, recorded, fields, {})
+    return Case(case_id, question, relevant, facts, reference, unanswerable, line, recorded, fields, {}, metadata or {})
 
 
 def _fast_output(row: dict[str, Any], present: set[str]) -> tuple[SystemOutput | None, frozenset[str]] | None:
@@ -400,10 +406,10 @@ _NOT_SPACE = re.compile(r"\S")
 _LABEL_KEYS = frozenset(LABEL_FIELDS)
 _OUTPUT_KEYS = frozenset(OUTPUT_FIELDS)
 _QUICK_KEYS = _LABEL_KEYS | _OUTPUT_KEYS | {"metadata"}
-"""Fields the quick check knows (``metadata`` is free-form and never read)."""
+"""Fields the quick check knows (``metadata`` is a free-form object)."""
 _NO_FIELDS: frozenset[str] = frozenset()
 _COLUMN_KEYS = _LABEL_KEYS | {"metadata"}
-"""Fields of the rows the column check takes: labels, and ``metadata`` (never read)."""
+"""Fields of the rows the column check takes: labels, and ``metadata`` (a free-form object)."""
 _DICT, _LIST, _STR, _BOOL = {dict}, {list}, {str}, {bool}
 
 
@@ -434,6 +440,9 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
     reference = _text(row, "reference", line, problems, required=False)
     recorded, recorded_fields = _recorded(row, line, problems)
     human = _human(row.get("human"), line, problems)
+    metadata = row.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        problems.add(line, "metadata", f"expected an object, got {_type_name(metadata)}")
     if len(problems.errors) != before:
         return None
     return Case(
@@ -447,6 +456,7 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
         recorded=recorded,
         recorded_fields=recorded_fields,
         human=human,
+        metadata=metadata or {},
     )
 
 

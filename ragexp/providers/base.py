@@ -6,10 +6,11 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ragexp.config.models import DatasetConfig, SystemConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
-from ragexp.errors import ConfigError
+from ragexp.errors import ConfigError, ProviderError
 from ragexp.records import Case, CaseResult
 
 OnResult = Callable[[int, CaseResult], None]
@@ -37,7 +38,8 @@ class Provider(ABC):
         self.settings = settings
 
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
-        """Output fields this provider gives for every case of ``dataset``."""
+        """Output fields this provider gives for every case of ``dataset`` (a metric reading
+        another one is refused before the run)."""
         return frozenset(OUTPUT_FIELDS)
 
     def preflight(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default
@@ -47,6 +49,11 @@ class Provider(ABC):
         """What defines the system beyond its config (e.g. its knowledge base's content hash);
         enters the config hash. Called after :meth:`preflight`."""
         return None
+
+    def probe(self, case: Case) -> dict[str, Any]:
+        """Ask the system about ``case`` once and say what came back and what was read from it
+        (``ragexp validate --probe``). Called after :meth:`preflight`."""
+        raise ProviderError(f"--probe: provider kind {self.config.kind} calls no live system; nothing to probe")
 
     @abstractmethod
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:

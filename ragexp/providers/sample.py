@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
-from ragexp.config.models import SampleConfig
+from ragexp.config.models import SampleConfig, SampleSystemConfig
 from ragexp.datasets.loader import Dataset, resolve_path
 from ragexp.errors import ProviderError
 from ragexp.paths import data_roots
@@ -22,6 +22,8 @@ from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
 
 
 class SampleProvider(Provider):
+    config: SampleSystemConfig
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.knobs = self.config.sample or SampleConfig.model_validate({})

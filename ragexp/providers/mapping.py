@@ -1,0 +1,475 @@
+"""The mapping layer shared by configured systems (HTTP, Python): request templates in, output
+fields out.
+
+A template is any JSON-like structure whose strings may hold ``{question}``, ``{k}``,
+``{case_id}`` and the case's metadata fields; a response mapping is one JMESPath expression per
+output field, compiled once before the run. Both are pure: no I/O, no provider state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+import jmespath
+import jmespath.exceptions
+from pydantic import BaseModel
+
+from ragexp.config.models import ResponseMapping
+from ragexp.errors import ConfigError
+from ragexp.records import Case, SystemOutput
+
+BUILTIN_PLACEHOLDERS = ("question", "k", "case_id")
+"""Placeholders every case fills; any other name is a field of the case's ``metadata``."""
+
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""``{name}`` is a placeholder; ``{{`` and ``}}`` are literal braces (as in ``str.format``);
+any other brace is text."""
+
+OUTPUT_OF = {
+    "answer": "response",
+    "ranked_ids": "retrieved_ids",
+    "contexts": "retrieved_contexts",
+    "citations": "citations",
+}
+"""Mapping key -> the output field metrics ask for (``ragexp.metrics.registry``' names)."""
+
+MAX_CITATION = 2**31 - 1
+
+
+class ReplyError(Exception):
+    """A system answered, but the reply cannot be scored: an error for that case."""
+
+
+class SystemReplyError(ReplyError):
+    """The reply is the system's own error envelope (the ``error`` expression matched)."""
+
+
+class MappingError(ReplyError):
+    """A mapped value has the wrong type; the message names the output field and expression."""
+
+
+# -- request templates ----------------------------------------------------------------------
+
+
+def placeholders(template: Any) -> set[str]:
+    """Every placeholder name used in the strings of ``template``."""
+    found: set[str] = set()
+    for text in _strings(template):
+        found.update(match.group(1) for match in _PLACEHOLDER.finditer(text) if match.group(1))
+    return found
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def check_template(template: Any, where: str, cases: Sequence[Case] = (), source: str = "line") -> None:
+    """Refuse, before any run, a placeholder no case can fill: a name that is neither a built-in
+    (``question``, ``k``, ``case_id``) nor a ``metadata`` field of every case in ``cases``
+    (``source``: the cases' file, named in the message with the case's line)."""
+    names = sorted(placeholders(template) - set(BUILTIN_PLACEHOLDERS))
+    for name in names:
+        for case in cases:
+            if name not in case.metadata:
+                at = f"line {case.line}" if source == "line" else f"{source}:{case.line}"
+                raise ConfigError(
+                    f"{where}: unknown placeholder {{{name}}}: not one of {', '.join(BUILTIN_PLACEHOLDERS)} "
+                    f"and not a metadata field of case '{case.id}' ({at})"
+                )
+        if not cases:
+            raise ConfigError(
+                f"{where}: unknown placeholder {{{name}}}: not one of {', '.join(BUILTIN_PLACEHOLDERS)} "
+                "(metadata fields are checked against the dataset)"
+            )
+
+
+def render(template: Any, case: Case, k: int) -> Any:
+    """``template`` with every placeholder filled for ``case``. A string that is exactly one
+    placeholder takes the value's own type (``"{k}"`` is the number k; a metadata field keeps its
+    JSON type); placeholders inside longer text are replaced by the value's text."""
+    values: dict[str, Any] = dict(case.metadata)
+    values.update(question=case.question, k=k, case_id=case.id)
+    return _fill(template, values)
+
+
+def _fill(value: Any, values: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return _fill_text(value, values)
+    if isinstance(value, Mapping):
+        return {key: _fill(item, values) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_fill(item, values) for item in value]
+    return value
+
+
+def _fill_text(text: str, values: dict[str, Any]) -> Any:
+    if "{" not in text and "}" not in text:
+        return text
+    whole = _PLACEHOLDER.fullmatch(text)
+    if whole is not None and whole.group(1):
+        return _value(whole.group(1), values)
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not name:
+            return match.group(0)[0]
+        value = _value(name, values)
+        return value if isinstance(value, str) else _text_of(value)
+
+    return _PLACEHOLDER.sub(replace, text)
+
+
+def _value(name: str, values: dict[str, Any]) -> Any:
+    if name not in values:
+        raise ConfigError(f"unknown placeholder {{{name}}}")
+    return values[name]
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- response mappings ----------------------------------------------------------------------
+
+_EXPRESSION_KEYS = ("error", "answer", "ranked_ids", "contexts", "citations", "timings")
+
+
+@dataclass(frozen=True)
+class CompiledMapping:
+    """A :class:`ResponseMapping` with its expressions parsed, ready to apply to many replies."""
+
+    mapping: ResponseMapping
+    expressions: dict[str, Expression]
+    """Mapping key -> parsed JMESPath, for the keys that are set."""
+    pattern: re.Pattern[str] | None
+
+    def fields(self) -> frozenset[str]:
+        """The output fields (metric names: ``response``, ``retrieved_ids``, ...) this mapping
+        can supply; latency is measured, so always present."""
+        given = {OUTPUT_OF[key] for key in OUTPUT_OF if key in self.expressions}
+        if self.pattern is not None:
+            given.add("citations")
+        return frozenset({*given, "latency_seconds"})
+
+    def search(self, key: str, data: Any) -> Any:
+        """What the expression of ``key`` finds in ``data`` (None when it is unset)."""
+        expression = self.expressions.get(key)
+        if expression is None:
+            return None
+        try:
+            return expression.search(data)
+        except jmespath.exceptions.JMESPathError as exc:  # e.g. sort_by over values of mixed types
+            raise MappingError(f"{key}: {self._expr(key)} failed on the reply: {' '.join(str(exc).split())}") from None
+
+    def reply_error(self, data: Any) -> str | None:
+        """The error message when ``data`` is an error envelope, else None."""
+        found = self.search("error", data)
+        if not _truthy(found):
+            return None
+        return found if isinstance(found, str) else _text_of(to_plain(found))
+
+    def extract(self, data: Any, latency: float | None) -> SystemOutput:
+        """The output fields of one decoded reply. Raises :class:`SystemReplyError` on an error
+        envelope and :class:`MappingError` when a field has the wrong type."""
+        message = self.reply_error(data)
+        if message is not None:
+            raise SystemReplyError(message)
+        found = {key: self.search(key, data) for key in self.expressions if key != "error"}
+        return self.build(found, latency)
+
+    def build(self, found: Mapping[str, Any], latency: float | None) -> SystemOutput:
+        """A :class:`SystemOutput` from the raw values the expressions found (a streamed reply
+        gathers them over its events), checked and converted."""
+        answer = self._answer(found)
+        ranked = self._strings("ranked_ids", found.get("ranked_ids"))
+        contexts = self._strings("contexts", found.get("contexts"))
+        if ranked and contexts and len(ranked) != len(contexts):
+            raise MappingError(
+                f"contexts ({self._expr('contexts')}) has {len(contexts)} items but ranked_ids "
+                f"({self._expr('ranked_ids')}) has {len(ranked)}"
+            )
+        citations = self._citations(found.get("citations"), answer, ranked)
+        timings = self._timings(found.get("timings"))
+        return SystemOutput(ranked, contexts, answer, citations, latency, timings)
+
+    def _expr(self, key: str) -> str:
+        return repr(getattr(self.mapping, key))
+
+    def _answer(self, found: Mapping[str, Any]) -> str:
+        if "answer" not in found:
+            return ""
+        value = found.get("answer")
+        if value is None:
+            raise MappingError(f"answer: {self._expr('answer')} found nothing in the reply")
+        if not isinstance(value, str):
+            raise MappingError(f"answer: {self._expr('answer')} gave {_kind(value)}, not a string")
+        return value
+
+    def _strings(self, key: str, value: Any) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise MappingError(f"{key}: {self._expr(key)} gave {_kind(value)}, not a list of strings")
+        out: list[str] = []
+        for item in value:
+            if isinstance(item, str):
+                out.append(item)
+            elif key == "ranked_ids" and isinstance(item, int) and not isinstance(item, bool):
+                out.append(str(item))
+            else:
+                raise MappingError(f"{key}: {self._expr(key)} gave a list holding {_kind(item)}, not strings")
+        return out
+
+    def _citations(self, value: Any, answer: str, ranked: list[str]) -> list[int]:
+        raw: list[Any] = []
+        if value is not None:
+            if not isinstance(value, list):
+                raise MappingError(f"citations: {self._expr('citations')} gave {_kind(value)}, not a list")
+            raw.extend(value)
+        if self.pattern is not None:
+            raw.extend(match.group(1) for match in self.pattern.finditer(answer))
+        out: list[int] = []
+        for item in raw:
+            number = self._citation(item, ranked)
+            if number not in out:
+                out.append(number)
+        return out
+
+    def _citation(self, item: Any, ranked: list[str]) -> int:
+        mapping = self.mapping
+        if mapping.citations_as == "id":
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                raise MappingError(f"citations: {_kind(item)} is not a chunk id")
+            text = str(item)
+            # An id that was not retrieved cites nothing the reader saw: past the end, where the
+            # citation metrics count it as unsupported.
+            return ranked.index(text) + 1 if text in ranked else len(ranked) + 1
+        number: int | None = None
+        if isinstance(item, int) and not isinstance(item, bool):
+            number = item
+        elif isinstance(item, str) and item.strip().isdigit():
+            number = int(item)
+        if number is None:
+            raise MappingError(f"citations: {_kind(item)} is not a position in ranked_ids")
+        position = number - mapping.citation_base + 1
+        if not 1 <= position <= MAX_CITATION:
+            raise MappingError(f"citations: {number} is not a {mapping.citation_base}-based position")
+        return position
+
+    def _timings(self, value: Any) -> dict[str, float] | None:
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            for v in value.values()
+        ):
+            raise MappingError(f"timings: {self._expr('timings')} must give an object of finite, non-negative seconds")
+        return {str(name): float(seconds) for name, seconds in value.items()}
+
+
+def compile_mapping(mapping: ResponseMapping, where: str) -> CompiledMapping:
+    """Parse every expression of ``mapping`` (and its citation pattern) up front; ``where`` is
+    the config path of the mapping (``provider.system.response``)."""
+    expressions: dict[str, Expression] = {}
+    for key in _EXPRESSION_KEYS:
+        text = getattr(mapping, key)
+        if text is not None:
+            expressions[key] = compile_expression(text, f"{where}.{key}")
+    pattern = None
+    if mapping.citation_pattern is not None:
+        try:
+            pattern = re.compile(mapping.citation_pattern)
+        except re.error as exc:
+            raise ConfigError(f"{where}.citation_pattern: not a regular expression: {exc}") from None
+        if pattern.groups != 1:
+            raise ConfigError(
+                f"{where}.citation_pattern: needs exactly one group (the cited number or id), has {pattern.groups}"
+            )
+    return CompiledMapping(mapping, expressions, pattern)
+
+
+class Expression(Protocol):
+    """A compiled JMESPath expression."""
+
+    def search(self, value: Any) -> Any: ...
+
+
+def compile_expression(text: str, where: str) -> Expression:
+    """One JMESPath expression, or a ConfigError naming ``where`` and the parser's reason."""
+    if not text.strip():
+        raise ConfigError(f"{where}: empty JMESPath expression")
+    try:
+        parsed = jmespath.compile(text)
+    except jmespath.exceptions.JMESPathError as exc:
+        reason = " ".join(str(exc).split())
+        raise ConfigError(f"{where}: not a JMESPath expression: {reason}") from None
+    path = _path(parsed.parsed)
+    return _Path(path) if path is not None else parsed
+
+
+Step = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class _Path:
+    """The common shapes (``a.b``, ``a[0].b``, ``a.b[].c``) evaluated directly, with JMESPath's
+    semantics: they run on every event of a streamed reply, where the general interpreter's
+    per-call set-up is most of the cost of reading a case."""
+
+    step: Step
+
+    def search(self, value: Any) -> Any:
+        return self.step(value)
+
+
+def _path(node: dict[str, Any]) -> Step | None:
+    kind = node["type"]
+    if kind == "field":
+        name = node["value"]
+        return lambda value: value.get(name) if type(value) is dict else None
+    if kind == "index":
+        index = node["value"]
+
+        def at(value: Any) -> Any:
+            if type(value) is not list:
+                return None
+            try:
+                return value[index]
+            except IndexError:
+                return None
+
+        return at
+    if kind in ("subexpression", "index_expression"):
+        steps = [_path(child) for child in node["children"]]
+        if any(step is None for step in steps):
+            return None
+        chain = [step for step in steps if step is not None]
+
+        def then(value: Any) -> Any:
+            for step in chain:
+                value = step(value)
+            return value
+
+        return then
+    if kind == "projection" and node["children"][0]["type"] == "flatten":
+        base = _path(node["children"][0]["children"][0])
+        rhs = node["children"][1]
+        each = (lambda value: value) if rhs["type"] == "identity" else _path(rhs)
+        if base is None or each is None:
+            return None
+        return partial(_project, base, each)
+    return None
+
+
+def _project(base: Step, each: Step, value: Any) -> Any:
+    items = base(value)
+    if type(items) is not list:
+        return None
+    out = []
+    for item in items:
+        # Flattening merges nested lists one level, then the projection drops nulls.
+        for element in item if type(item) is list else (item,):
+            found = each(element)
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _truthy(value: Any) -> bool:
+    # JMESPath's notion of false: null, false, empty string, list or object.
+    return value not in (None, False, "", [], {})
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+# -- plain data -----------------------------------------------------------------------------
+
+_MAX_DEPTH = 64
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` as JSON-like data (dicts with string keys, lists, strings, numbers, booleans,
+    null): mappings, sequences, dataclasses, pydantic models and objects with public attributes
+    are taken apart field by field (a LangChain ``Document`` keeps ``id``, ``page_content`` and
+    ``metadata``; a LlamaIndex ``NodeWithScore`` its ``node`` and ``score``)."""
+    return _plain(value, 0, set())
+
+
+def _plain(value: Any, depth: int, active: set[int]) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if depth > _MAX_DEPTH or id(value) in active:
+        return repr(value)  # a cycle or a runaway structure: its text, not a hang
+    if isinstance(value, enum.Enum):
+        return _plain(value.value, depth + 1, active)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    active.add(id(value))
+    try:
+        return _container(value, depth + 1, active)
+    finally:
+        active.discard(id(value))
+
+
+def _container(value: Any, depth: int, active: set[int]) -> Any:
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item, depth, active) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(item, depth, active) for item in value]
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        data = {name: getattr(value, name, None) for name in fields}
+        return {name: _plain(item, depth, active) for name, item in data.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name), depth, active) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v1-style or look-alikes
+        try:
+            return _plain(value.model_dump(), depth, active)
+        except Exception:  # a failing dump falls back to the attributes
+            pass
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict):
+        return {
+            str(name): _plain(item, depth, active)
+            for name, item in attributes.items()
+            if not str(name).startswith("_") and not callable(item)
+        }
+    if hasattr(value, "__iter__") and not hasattr(value, "__dict__"):
+        try:
+            return [_plain(item, depth, active) for item in value]
+        except TypeError:
+            pass
+    return str(value)
