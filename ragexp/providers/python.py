@@ -1,0 +1,529 @@
+"""``system=python``: the team's own pipeline, imported and called in-process.
+
+``provider.system.target`` names ``package.module:attr`` (``attr`` may be dotted): a plain or
+async function, or an object with ``invoke``/``ainvoke`` (a LangChain Runnable; ``ainvoke``
+wins). Its return value is turned into plain data and read with the ``response`` mapping, as an
+HTTP system's reply is.
+
+Sync targets run in ``concurrency`` daemon threads, async ones on one event loop in a daemon
+thread, with at most ``concurrency`` calls in flight. The calling thread only collects results
+and watches the deadlines: a call past ``timeout_s`` is an error for its case and is abandoned
+(a Python call cannot be stopped from outside), its slot goes to a fresh worker, and since every
+worker is a daemon thread a call that never returns keeps neither the run nor the process alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import importlib
+import importlib.metadata
+import inspect
+import os
+import queue
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from time import monotonic, perf_counter
+from types import ModuleType
+from typing import Any, cast
+
+from ragexp import secrets
+from ragexp.config.models import PythonSystemConfig, ResponseMapping
+from ragexp.datasets.loader import Dataset
+from ragexp.errors import ProviderError
+from ragexp.providers.base import OnResult, Provider
+from ragexp.providers.mapping import CompiledMapping, ReplyError, check_template, compile_mapping, render, to_plain
+from ragexp.records import Case, CaseResult, SystemOutput
+
+WHERE = "provider.system"
+MISSING = "???"
+"""What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
+CALL_KEYWORDS = ("question", "k", "case_id", "metadata")
+"""Parameter names a target receives by keyword, each with the case's value."""
+CONTRACT = ResponseMapping(
+    answer="answer", ranked_ids="ranked_ids", contexts="contexts", citations="citations", timings="timings"
+)
+"""The mapping of a target that returns ragexp's own contract (no ``response`` configured)."""
+BLOCKED_GRACE_S = 5.0
+"""How long past its deadline an async call may stay unresolved before the event loop is taken
+to be blocked (a coroutine calling ``time.sleep``): its own timer could not fire."""
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target and how each case calls it."""
+
+    function: Callable[..., Any]
+    """What is called: the function itself, or the object's ``invoke``/``ainvoke``."""
+    is_async: bool
+    """Called on the event loop (a coroutine function, or ``ainvoke``)."""
+    keywords: tuple[str, ...]
+    """Names of :data:`CALL_KEYWORDS` passed by keyword."""
+    positional: bool
+    """One positional argument: the rendered ``input`` template, or else the question."""
+    module: ModuleType
+    """The module named before the colon (its version or file identifies the system)."""
+
+
+def load_target(spec: str, path: str | None = None, *, has_input: bool = False) -> Target:
+    """Import ``package.module:attr`` and work out how to call it; a ProviderError naming the key
+    otherwise. The working directory and ``path`` go first on the import path."""
+    if spec == MISSING:
+        raise ProviderError(f"{WHERE}.target: required: the function or object to call, as package.module:attr")
+    module_name, colon, attr = spec.partition(":")
+    names = [*module_name.split("."), *attr.split(".")]
+    if not colon or not all(name.isidentifier() for name in names):
+        raise ProviderError(f"{WHERE}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
+    _on_import_path(path)
+    module = _import(module_name)
+    obj: Any = module
+    for depth, name in enumerate(attr.split(".")):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            owner = ".".join([module_name, *attr.split(".")[:depth]])
+            raise ProviderError(f"{WHERE}.target: '{owner}' has no attribute '{name}'") from None
+        except Exception as exc:  # a property that raises is the target's bug, reported as such
+            raise ProviderError(secrets.scrub(f"{WHERE}.target: reading '{spec}' raised {_describe(exc)}")) from None
+    if not inspect.isroutine(obj) and not inspect.isclass(obj):
+        for method, is_async in (("ainvoke", True), ("invoke", False)):
+            function = getattr(obj, method, None)
+            if callable(function):
+                return Target(function, is_async, (), True, module)
+    if not callable(obj):
+        raise ProviderError(
+            f"{WHERE}.target: '{spec}' is {type(obj).__name__}, not a function or an object with invoke/ainvoke"
+        )
+    keywords, positional = _calling(obj, spec, has_input)
+    return Target(obj, _is_coroutine_function(obj), keywords, positional, module)
+
+
+def _on_import_path(path: str | None) -> None:
+    folders = [os.getcwd()]
+    if path is not None:
+        folder = Path(path).expanduser().resolve()
+        if not folder.is_dir():
+            raise ProviderError(f"{WHERE}.path: no such folder: {path}")
+        folders.insert(0, str(folder))
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise ProviderError(
+                f"{WHERE}.target: no module named '{exc.name}' in the working directory, "
+                f"{WHERE}.path or the installed packages"
+            ) from None
+        raise ProviderError(secrets.scrub(f"{WHERE}.target: importing '{name}' failed: {_describe(exc)}")) from None
+    except (Exception, SystemExit) as exc:
+        raise ProviderError(secrets.scrub(f"{WHERE}.target: importing '{name}' failed: {_describe(exc)}")) from None
+
+
+def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[tuple[str, ...], bool]:
+    """(keyword names, whether one positional argument is passed) for a plain callable."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        raise ProviderError(f"{WHERE}.target: cannot read the signature of '{spec}' to call it") from None
+    positional = [p for p in parameters if p.kind in _POSITIONAL]
+    takes_one = bool(positional) or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    required = [p for p in parameters if p.default is inspect.Parameter.empty and p.kind not in _VARIADIC]
+    signature = f"'{spec}{inspect.signature(function)}'"
+    if has_input:
+        # The rendered template is the one argument, exactly as a Runnable's invoke takes it.
+        if not takes_one or len(required) > 1 or (required and required[0] is not positional[0]):
+            raise ProviderError(
+                f"{WHERE}.input: is passed as one positional argument, and {signature} cannot be called with one"
+            )
+        return (), True
+    keywords = tuple(p.name for p in parameters if p.name in CALL_KEYWORDS and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+    others = [p for p in required if p.name not in keywords]
+    if not others:
+        if keywords:
+            return keywords, False
+        if takes_one:
+            return (), True
+    elif len(others) == 1 and positional and others[0] is positional[0] and "question" not in keywords:
+        return keywords, True
+    unknown = ", ".join(f"'{p.name}'" for p in others) or "no parameter"
+    raise ProviderError(
+        f"{WHERE}.target: cannot call {signature}: it takes {unknown} and ragexp passes "
+        f"{', '.join(CALL_KEYWORDS)} by name (one other positional parameter gets the question), "
+        f"or the {WHERE}.input template as the one argument"
+    )
+
+
+def _is_coroutine_function(function: Any) -> bool:
+    if inspect.iscoroutinefunction(function):
+        return True
+    call = getattr(function, "__call__", None)  # noqa: B004 - an instance whose __call__ is async
+    return not inspect.isroutine(function) and inspect.iscoroutinefunction(call)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def source_identity(module: ModuleType) -> str:
+    """What identifies the code behind a target: ``dist==version`` for a module installed from a
+    distribution, else the sha256 of the module's source file (the team's code, edited in place
+    or installed editable, whose version does not move with each change)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return f"module:{module.__name__}"
+    where = Path(file)
+    if {"site-packages", "dist-packages"} & set(where.parts):
+        top = module.__name__.partition(".")[0]
+        for name in importlib.metadata.packages_distributions().get(top, []):
+            return f"{name}=={importlib.metadata.version(name)}"
+    try:
+        digest = hashlib.sha256(where.read_bytes()).hexdigest()
+    except OSError:
+        return f"module:{module.__name__}"
+    return f"sha256:{digest}"
+
+
+class PythonProvider(Provider):
+    remote = True
+    """A pipeline may be slow or cost money per call (an LLM): results are checkpointed and a
+    resumed run keeps them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.system = cast(PythonSystemConfig, self.config)
+        self.mapping: CompiledMapping = compile_mapping(self.system.response or CONTRACT, f"{WHERE}.response")
+        self._target: Target | None = None
+
+    def output_fields(self, dataset: Dataset) -> frozenset[str]:
+        return self.mapping.fields()
+
+    def preflight(self, dataset: Dataset) -> None:
+        system = self.system
+        if system.input is not None:
+            check_template(system.input, f"{WHERE}.input", dataset.cases)
+        self._target = load_target(system.target, system.path, has_input=system.input is not None)
+
+    def identity(self) -> str | None:
+        if self._target is None:
+            return None
+        return f"python:{source_identity(self._target.module)}"
+
+    def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
+        target = self._target
+        if target is None:  # run() before preflight() is a programming error, not bad input
+            raise RuntimeError("PythonProvider.run called before preflight")
+        if not cases:
+            return
+        workers = min(self.settings.concurrency, len(cases))
+        calls = _Calls(target, self.system, self.mapping, cases, self.settings.k)
+        driver: _Driver = (_Loop if target.is_async else _Threads)(calls, workers, self.system.timeout_s)
+        driver.start()
+        try:
+            for _ in range(len(cases)):
+                index, result = driver.next_result()
+                on_result(index, result)
+        finally:
+            driver.stop()
+
+
+class _Calls:
+    """One case -> one call -> one CaseResult; never raises for what the target does."""
+
+    def __init__(
+        self, target: Target, system: PythonSystemConfig, mapping: CompiledMapping, cases: Sequence[Case], k: int
+    ) -> None:
+        self.target = target
+        self.mapping = mapping
+        self.cases = cases
+        self.k = k
+        self.input = system.input
+        self.timeout_s = system.timeout_s
+
+    def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        target = self.target
+        values = {"question": case.question, "k": self.k, "case_id": case.id, "metadata": case.metadata}
+        kwargs = {name: values[name] for name in target.keywords}
+        if not target.positional:
+            return (), kwargs
+        first = case.question if self.input is None else render(self.input, case, self.k)
+        return (first,), kwargs
+
+    def call(self, index: int) -> CaseResult:
+        case = self.cases[index]
+        try:
+            args, kwargs = self.arguments(case)
+        except Exception as exc:  # a placeholder this case cannot fill
+            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {_describe(exc)}"))
+        started = perf_counter()
+        try:
+            value = self.target.function(*args, **kwargs)
+        except (Exception, SystemExit) as exc:
+            return self.failed(case, exc)
+        return self.finish(case, value, perf_counter() - started)
+
+    async def call_async(self, index: int) -> CaseResult:
+        case = self.cases[index]
+        try:
+            args, kwargs = self.arguments(case)
+        except Exception as exc:
+            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {_describe(exc)}"))
+        started = perf_counter()
+        try:
+            value = await cast(Awaitable[Any], self.target.function(*args, **kwargs))
+        except (Exception, SystemExit) as exc:
+            return self.failed(case, exc)
+        return self.finish(case, value, perf_counter() - started)
+
+    def failed(self, case: Case, exc: BaseException) -> CaseResult:
+        return CaseResult(case.id, None, secrets.scrub(_describe(exc)))
+
+    def finish(self, case: Case, value: Any, latency: float) -> CaseResult:
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: close it, or Python warns at exit
+            return CaseResult(case.id, None, "the target returned an awaitable from a sync call: make it async def")
+        try:
+            output = self.mapping.extract(to_plain(value), latency)
+        except ReplyError as exc:
+            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.response: {exc}"))
+        except Exception as exc:  # an attribute that raises while the value is taken apart
+            return CaseResult(case.id, None, secrets.scrub(f"reading the return value: {_describe(exc)}"))
+        return CaseResult(case.id, _scrubbed(output))
+
+    def timed_out(self, index: int) -> CaseResult:
+        # Retryable: a stalled call says nothing about the case, and --resume asks it again.
+        reason = f"timed out after {self.timeout_s:g} s ({WHERE}.timeout_s)"
+        return CaseResult(self.cases[index].id, None, reason, retryable=True)
+
+
+def _scrubbed(output: SystemOutput) -> SystemOutput:
+    """A pipeline may echo a registered secret (a judge key it shares) into what it returns."""
+    output.answer = secrets.scrub(output.answer)
+    output.contexts = [secrets.scrub(text) for text in output.contexts]
+    output.ranked_ids = [secrets.scrub(item) for item in output.ranked_ids]
+    return output
+
+
+class _Driver:
+    """Runs the calls in worker threads; the caller's thread takes results and enforces deadlines.
+
+    Each of ``workers`` slots holds at most one call in flight: ``current[slot]`` is its case
+    index and start time. A result is queued under ``lock`` only while its slot still owns the
+    call, so a case reported as timed out is never reported again.
+    """
+
+    def __init__(self, calls: _Calls, workers: int, timeout_s: float) -> None:
+        self.calls = calls
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.total = len(calls.cases)
+        self.lock = threading.Lock()
+        self.results: queue.SimpleQueue[tuple[int, CaseResult]] = queue.SimpleQueue()
+        self.pending: list[tuple[int, CaseResult]] = []
+        self.next_index = 0
+        self.current: list[tuple[int, float] | None] = [None] * workers
+        self.stopped = False
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def take(self, slot: int) -> int | None:
+        """The next case for ``slot`` (None: no more), recorded as in flight."""
+        with self.lock:
+            if self.stopped or self.next_index >= self.total:
+                self.current[slot] = None
+                return None
+            index = self.next_index
+            self.next_index += 1
+            self.current[slot] = (index, monotonic())
+            return index
+
+    def next_result(self) -> tuple[int, CaseResult]:
+        while not self.pending:
+            try:
+                return self.results.get(timeout=self._wait())
+            except queue.Empty:
+                self.pending.extend(self.overdue(monotonic()))
+        return self.pending.pop()
+
+    def _wait(self) -> float:
+        started = [entry[1] for entry in self.current if entry is not None]
+        if not started:
+            return 1.0
+        return max(0.0, min(started) + self.timeout_s - monotonic()) + 0.001
+
+    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+
+class _Threads(_Driver):
+    """A sync target: one daemon thread per slot; a timed-out slot gets a new thread."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.generation = [0] * self.workers
+
+    def start(self) -> None:
+        for slot in range(self.workers):
+            self._spawn(slot)
+
+    def _spawn(self, slot: int) -> None:
+        thread = threading.Thread(
+            target=self._work, args=(slot, self.generation[slot]), name=f"ragexp-python-{slot}", daemon=True
+        )
+        thread.start()
+
+    def _work(self, slot: int, generation: int) -> None:
+        call, results = self.calls.call, self.results
+        while True:
+            index = self.take(slot)
+            if index is None:
+                return
+            result = call(index)
+            with self.lock:
+                if self.generation[slot] != generation:
+                    return  # timed out and reported; the slot has a new worker
+                self.current[slot] = None
+                results.put((index, result))
+
+    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
+        late: list[tuple[int, CaseResult]] = []
+        respawn: list[int] = []
+        with self.lock:
+            for slot, entry in enumerate(self.current):
+                if entry is not None and now - entry[1] >= self.timeout_s:
+                    self.generation[slot] += 1
+                    self.current[slot] = None
+                    late.append((entry[0], self.calls.timed_out(entry[0])))
+                    respawn.append(slot)
+        for slot in respawn:
+            self._spawn(slot)
+        return late
+
+
+class _Loop(_Driver):
+    """An async target: one event loop in a daemon thread, ``workers`` coroutines pulling cases.
+
+    A call past its deadline is cancelled and left behind, so a coroutine that ignores the
+    cancellation holds nothing. Sync work the target hands to the loop's default executor (a
+    Runnable's sync steps under ``ainvoke``) runs in daemon threads too.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.blocked = False
+        self.abandoned = 0
+
+    def start(self) -> None:
+        threading.Thread(target=self._main, name="ragexp-python-loop", daemon=True).start()
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(DaemonExecutor(self.workers))
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(self._drive())
+        if self.abandoned:
+            loop.run_forever()  # abandoned calls may still need the loop; the thread dies with the process
+        else:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _drive(self) -> None:
+        await asyncio.gather(*(self._worker(slot) for slot in range(self.workers)))
+
+    async def _worker(self, slot: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            index = self.take(slot)
+            if index is None:
+                return
+            task = loop.create_task(self.calls.call_async(index))
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+            if done:
+                result = task.result()
+            else:
+                task.cancel()
+                self.abandoned += 1
+                result = self.calls.timed_out(index)
+            with self.lock:
+                if self.blocked:
+                    return
+                self.current[slot] = None
+                self.results.put((index, result))
+
+    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
+        with self.lock:
+            stuck = [entry for entry in self.current if entry is not None]
+            if not any(now - started >= self.timeout_s + BLOCKED_GRACE_S for _, started in stuck):
+                return []
+            # The loop's own timers did not fire: a coroutine holds it without awaiting. Nothing
+            # else can run on it, so every case still open is reported here.
+            self.blocked = True
+            first = min(stuck, key=lambda entry: entry[1])[0]
+            late = [(index, self.calls.timed_out(index)) for index, _ in stuck]
+            case_id = self.calls.cases[first].id
+            reason = (
+                f"not evaluated: the call for case '{case_id}' blocked the event loop "
+                "(an async target that does not await, e.g. time.sleep)"
+            )
+            for index in range(self.next_index, self.total):
+                late.append((index, CaseResult(self.calls.cases[index].id, None, reason, retryable=True)))
+            self.next_index = self.total
+            self.current = [None] * self.workers
+            return late
+
+
+class DaemonExecutor(concurrent.futures.Executor):
+    """An executor whose threads are daemons: ``ThreadPoolExecutor`` joins its threads at exit,
+    so one call that never returns would keep the process alive after the run."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.queue.put((future, lambda: fn(*args, **kwargs)))
+        with self.lock:
+            if len(self.threads) < self.workers:
+                thread = threading.Thread(target=self._work, name="ragexp-python-executor", daemon=True)
+                thread.start()
+                self.threads.append(thread)
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            future, work = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(work())
+            except BaseException as exc:  # handed to the awaiting coroutine, as ThreadPoolExecutor does
+                future.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        for _ in self.threads:
+            self.queue.put(None)
