@@ -139,7 +139,8 @@ def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[
     positional = [p for p in parameters if p.kind in _POSITIONAL]
     takes_one = bool(positional) or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
     required = [p for p in parameters if p.default is inspect.Parameter.empty and p.kind not in _VARIADIC]
-    signature = f"'{spec}{inspect.signature(function)}'"
+    shown = ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in parameters)
+    signature = f"'{spec}({shown})'"
     if has_input:
         # The rendered template is the one argument, exactly as a Runnable's invoke takes it.
         if not takes_one or len(required) > 1 or (required and required[0] is not positional[0]):
@@ -147,7 +148,9 @@ def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[
                 f"{WHERE}.input: is passed as one positional argument, and {signature} cannot be called with one"
             )
         return (), True
-    keywords = tuple(p.name for p in parameters if p.name in CALL_KEYWORDS and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+    keywords = tuple(
+        p.name for p in parameters if p.name in CALL_KEYWORDS and p.kind is not inspect.Parameter.POSITIONAL_ONLY
+    )
     others = [p for p in required if p.name not in keywords]
     if not others:
         if keywords:
@@ -335,6 +338,7 @@ class _Driver:
         self.next_index = 0
         self.current: list[tuple[int, float] | None] = [None] * workers
         self.stopped = False
+        self.failure: BaseException | None = None
 
     def start(self) -> None:
         raise NotImplementedError
@@ -353,10 +357,22 @@ class _Driver:
     def next_result(self) -> tuple[int, CaseResult]:
         while not self.pending:
             try:
-                return self.results.get(timeout=self._wait())
+                index, result = self.results.get(timeout=self._wait())
             except queue.Empty:
                 self.pending.extend(self.overdue(monotonic()))
+                continue
+            if index < 0:  # a worker died: a ragexp bug, which must not leave the run waiting
+                raise RuntimeError("a python-system worker failed") from self.failure
+            return index, result
         return self.pending.pop()
+
+    def guarded(self, work: Callable[..., None], *args: Any) -> None:
+        """Run a worker's loop; if it dies, the collecting thread is told instead of waiting."""
+        try:
+            work(*args)
+        except BaseException as exc:
+            self.failure = exc
+            self.results.put((-1, CaseResult("", None, "worker failed")))
 
     def _wait(self) -> float:
         started = [entry[1] for entry in self.current if entry is not None]
@@ -385,7 +401,10 @@ class _Threads(_Driver):
 
     def _spawn(self, slot: int) -> None:
         thread = threading.Thread(
-            target=self._work, args=(slot, self.generation[slot]), name=f"ragexp-python-{slot}", daemon=True
+            target=self.guarded,
+            args=(self._work, slot, self.generation[slot]),
+            name=f"ragexp-python-{slot}",
+            daemon=True,
         )
         thread.start()
 
@@ -431,7 +450,7 @@ class _Loop(_Driver):
         self.abandoned = 0
 
     def start(self) -> None:
-        threading.Thread(target=self._main, name="ragexp-python-loop", daemon=True).start()
+        threading.Thread(target=self.guarded, args=(self._main,), name="ragexp-python-loop", daemon=True).start()
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
@@ -459,6 +478,8 @@ class _Loop(_Driver):
                 result = task.result()
             else:
                 task.cancel()
+                # Left behind on purpose: no "Task was destroyed but it is pending" at exit.
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
                 self.abandoned += 1
                 result = self.calls.timed_out(index)
             with self.lock:
@@ -489,13 +510,15 @@ class _Loop(_Driver):
             return late
 
 
-class DaemonExecutor(concurrent.futures.Executor):
-    """An executor whose threads are daemons: ``ThreadPoolExecutor`` joins its threads at exit,
-    so one call that never returns would keep the process alive after the run."""
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The event loop's default executor, with daemon threads: ``ThreadPoolExecutor`` joins its
+    own threads at exit, so one call that never returns would keep the process alive after the
+    run. (asyncio accepts only a ``ThreadPoolExecutor`` here, hence the subclass.)"""
 
     def __init__(self, workers: int) -> None:
+        super().__init__(max_workers=workers)
         self.workers = workers
-        self.queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
+        self.work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue()
         )
         self.threads: list[threading.Thread] = []
@@ -503,17 +526,17 @@ class DaemonExecutor(concurrent.futures.Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.queue.put((future, lambda: fn(*args, **kwargs)))
+        self.work.put((future, lambda: fn(*args, **kwargs)))
         with self.lock:
             if len(self.threads) < self.workers:
-                thread = threading.Thread(target=self._work, name="ragexp-python-executor", daemon=True)
+                thread = threading.Thread(target=self._serve, name="ragexp-python-executor", daemon=True)
                 thread.start()
                 self.threads.append(thread)
         return future
 
-    def _work(self) -> None:
+    def _serve(self) -> None:
         while True:
-            item = self.queue.get()
+            item = self.work.get()
             if item is None:
                 return
             future, work = item
@@ -526,4 +549,4 @@ class DaemonExecutor(concurrent.futures.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         for _ in self.threads:
-            self.queue.put(None)
+            self.work.put(None)

@@ -20,7 +20,10 @@ class CorpusRetriever(BaseRetriever):
     k: int = 2
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [Document(page_content=DOCS[doc_id], id=doc_id, metadata={"source": "faq"}) for doc_id in retrieve(query, self.k)]
+        return [
+            Document(page_content=DOCS[doc_id], id=doc_id, metadata={"source": "faq"})
+            for doc_id in retrieve(query, self.k)
+        ]
 
 
 def _stuff(inputs: dict[str, Any]) -> str:

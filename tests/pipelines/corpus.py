@@ -12,9 +12,24 @@ DOCS = {
 }
 
 CASES = [
-    {"id": "refund", "question": "when do refunds arrive", "relevant_ids": ["d1"], "expected_facts": ["3 business days"]},
-    {"id": "password", "question": "how are passwords reset", "relevant_ids": ["d3"], "expected_facts": ["account page"]},
-    {"id": "shipping", "question": "how long is overseas shipping", "relevant_ids": ["d2"], "expected_facts": ["5 days"]},
+    {
+        "id": "refund",
+        "question": "when do refunds arrive",
+        "relevant_ids": ["d1"],
+        "expected_facts": ["3 business days"],
+    },
+    {
+        "id": "password",
+        "question": "how are passwords reset",
+        "relevant_ids": ["d3"],
+        "expected_facts": ["account page"],
+    },
+    {
+        "id": "shipping",
+        "question": "how long is overseas shipping",
+        "relevant_ids": ["d2"],
+        "expected_facts": ["5 days"],
+    },
 ]
 """Cases whose relevant document the retriever ranks first (the answer is its text)."""
 

@@ -41,7 +41,9 @@ class QueryEngine:
     def query(self, str_or_query_bundle: str) -> Response:
         ranked = retrieve(str_or_query_bundle, self.top_k)
         nodes = [
-            NodeWithScore(node=TextNode(id_=doc_id, text=DOCS[doc_id], metadata={"file_name": "faq.md"}), score=1.0 / rank)
+            NodeWithScore(
+                node=TextNode(id_=doc_id, text=DOCS[doc_id], metadata={"file_name": "faq.md"}), score=1.0 / rank
+            )
             for rank, doc_id in enumerate(ranked, start=1)
         ]
         return Response(DOCS[ranked[0]], nodes, {doc_id: {} for doc_id in ranked})
