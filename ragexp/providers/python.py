@@ -107,10 +107,10 @@ def load_target(spec: str, path: str | None = None, *, has_input: bool = False) 
 def _on_import_path(path: str | None) -> None:
     folders = [os.getcwd()]
     if path is not None:
-        folder = Path(path).expanduser().resolve()
-        if not folder.is_dir():
+        given = Path(path).expanduser().resolve()
+        if not given.is_dir():
             raise ProviderError(f"{WHERE}.path: no such folder: {path}")
-        folders.insert(0, str(folder))
+        folders.insert(0, str(given))
     for folder in reversed(folders):
         if folder not in sys.path:
             sys.path.insert(0, folder)
