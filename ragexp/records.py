@@ -22,6 +22,8 @@ class SystemOutput:
     """End-to-end latency of the successful call (recorded latency for replay)."""
     timings: dict[str, float] | None = None
     """Per-stage seconds reported by the system (embedding, vector, keyword, rerank, model)."""
+    ttft_seconds: float | None = None
+    """Time to the first non-empty piece of answer of a streamed reply (None: not streamed)."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -32,6 +34,8 @@ class SystemOutput:
         }
         if self.timings is not None:
             data["timings"] = self.timings
+        if self.ttft_seconds is not None:
+            data["ttft_seconds"] = self.ttft_seconds
         return data
 
     @classmethod
@@ -44,6 +48,7 @@ class SystemOutput:
             citations=list(data.get("citations", [])),
             latency_seconds=latency_seconds,
             timings=data.get("timings"),
+            ttft_seconds=data.get("ttft_seconds"),
         )
 
 

@@ -405,6 +405,7 @@ def _score_and_log(
     for stage, figures in timings.items():
         for figure, value in figures.items():
             metrics[f"timing.{stage}.{figure}"] = value
+    metrics.update(ttft_figures(results))
     store.log_metrics(run_id, metrics)
 
     columns = {name: nullable(values) for name, values in scores.items()}
@@ -478,6 +479,18 @@ def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
             "cases": float(array.size),
         }
     return figures
+
+
+def ttft_figures(results: Sequence[CaseResult]) -> dict[str, float]:
+    """p50 and p95 (nearest rank) of the time to first token of the streamed cases that got an
+    answer; nothing for a system that does not stream."""
+    values = [
+        r.output.ttft_seconds for r in results if r.ok and r.output is not None and r.output.ttft_seconds is not None
+    ]
+    if not values:
+        return {}
+    array = np.array(values, dtype=np.float64)
+    return {"ttft_p50_seconds": nearest_rank(array, 50) or 0.0, "ttft_p95_seconds": nearest_rank(array, 95) or 0.0}
 
 
 def _table(

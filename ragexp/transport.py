@@ -12,7 +12,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -72,8 +72,30 @@ class Reply:
     """Seconds taken by the successful attempt."""
 
 
+ReadBody = Callable[[httpx.Response, int, float], Awaitable[Any]]
+"""Reads a 2xx reply into its data: (response, size cap, when the attempt started) -> data.
+Raising :class:`BadReply` fails the call; an ``httpx.TransportError`` (a stream cut in the
+middle) fails the attempt, which is retried like any other transport failure."""
+
+
 async def post_json(client: httpx.AsyncClient, url: str, body: Any, policy: CallPolicy) -> Reply:
     """POST JSON and parse the JSON reply, with retries, a deadline per attempt and a size cap."""
+    return await call_json(client, url, policy, body=body)
+
+
+async def call_json(
+    client: httpx.AsyncClient,
+    url: str,
+    policy: CallPolicy,
+    *,
+    method: str = "POST",
+    body: Any = None,
+    params: Any = None,
+    read: ReadBody | None = None,
+) -> Reply:
+    """One logical call under ``policy``: ``body`` sent as JSON (POST) or ``params`` as the query
+    string (GET); the reply read by ``read`` (default: the whole body as strict JSON), within
+    the deadline and the size cap of every attempt."""
     attempts = policy.max_retries + 1
     last = "no attempt made"
     for attempt in range(attempts):
@@ -81,7 +103,8 @@ async def post_json(client: httpx.AsyncClient, url: str, body: Any, policy: Call
         started = time.perf_counter()
         try:
             async with asyncio.timeout(policy.timeout_s):
-                status, headers, data = await _send(client, url, body, policy.max_response_bytes)
+                request = client.build_request(method, url, json=body, params=params)
+                status, headers, data = await _send(client, request, policy.max_response_bytes, read, started)
         except TimeoutError:
             last = f"timed out after {policy.timeout_s:g} s"
         except httpx.TimeoutException:
@@ -90,7 +113,7 @@ async def post_json(client: httpx.AsyncClient, url: str, body: Any, policy: Call
             last = describe(exc)
         else:
             if status < 300:
-                return Reply(parse_json(data), time.perf_counter() - started)
+                return Reply(data if read is not None else parse_json(data), time.perf_counter() - started)
             last = f"HTTP {status}"
             if status not in RETRY_STATUS:
                 raise CallFailed(f"{last} (not retried)", transport=False)
@@ -101,21 +124,32 @@ async def post_json(client: httpx.AsyncClient, url: str, body: Any, policy: Call
     raise CallFailed(f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}", transport=True)
 
 
-async def _send(client: httpx.AsyncClient, url: str, body: Any, cap: int) -> tuple[int, httpx.Headers, bytes]:
+async def _send(
+    client: httpx.AsyncClient, request: httpx.Request, cap: int, read: ReadBody | None, started: float
+) -> tuple[int, httpx.Headers, Any]:
     """One attempt; an error reply's body is not read (only its status matters)."""
-    async with client.stream("POST", url, json=body) as response:
+    response = await client.send(request, stream=True)
+    try:
         if response.status_code >= 300:
             return response.status_code, response.headers, b""
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
             raise BadReply(f"response of {int(declared):,} bytes is larger than max_response_bytes ({cap:,})")
-        chunks, size = [], 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > cap:
-                raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
-            chunks.append(chunk)
-        return response.status_code, response.headers, b"".join(chunks)
+        if read is not None:
+            return response.status_code, response.headers, await read(response, cap, started)
+        return response.status_code, response.headers, await _read_capped(response, cap)
+    finally:
+        await response.aclose()
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def parse_json(data: bytes) -> Any:

@@ -3,10 +3,15 @@ HTTP services with their own contract (presets and generic mappings), streaming.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow.tracking import MlflowClient
 from pydantic import BaseModel
 
 from ragexp.config.compose import compose
@@ -22,6 +27,8 @@ from ragexp.providers.mapping import (
     to_plain,
 )
 from ragexp.records import Case
+from tests.conftest import ROOT, write_jsonl
+from tests.servers.procs import serve, stats
 
 
 def case(case_id: str = "c1", question: str = "What is RAG?", **metadata: Any) -> Case:
@@ -255,3 +262,276 @@ def test_to_plain_takes_objects_apart_field_by_field() -> None:
     loop: dict[str, Any] = {}
     loop["self"] = loop
     assert isinstance(to_plain(loop)["self"], str)  # a cycle ends, as text
+
+
+# --- services with their own API, end to end ---------------------------------------------------
+
+SERVERS = ROOT / "tests/servers"
+SOME = "metrics.names=[recall_at_k,mrr,answer_accuracy,p95_seconds,error_rate]"
+FAST = ["provider.system.backoff_s=0.01", "provider.system.max_retries=1"]
+
+
+def numbered(*questions: str) -> list[dict[str, Any]]:
+    """Cases the stand-ins answer from their knowledge: "... n?" retrieves seg-n, states fact n."""
+    rows: list[dict[str, Any]] = []
+    for index, question in enumerate(questions, start=1):
+        match = re.search(r"(\d+)\D*$", question)
+        row: dict[str, Any] = {"id": f"c{index}", "question": question}
+        if match:
+            row |= {"relevant_ids": [f"seg-{match.group(1)}"], "expected_facts": [f"fact {match.group(1)}"]}
+        else:
+            row |= {"unanswerable": True}
+        rows.append(row)
+    return rows
+
+
+def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    path = MlflowClient(store_uri).download_artifacts(run_id, "cases.jsonl", str(tmp_path / f"rows-{run_id}"))
+    return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
+
+
+def test_dify_preset_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?", "over quota 3?", "hello there"))
+    with serve(SERVERS / "dify.py") as url:
+        result = ragexp(
+            "run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME, "--json"
+        )
+        attempts = stats(url)
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert (payload["case_count"], payload["error_count"]) == (4, 1)
+    rows = rows_of(store_uri, payload["run_id"], tmp_path)
+    first = rows["c1"]["output"]
+    # What the service streamed, joined: pieces of `message` events, segments of `message_end`.
+    assert first["answer"] == "fact 1 is documented."
+    assert first["ranked_ids"] == ["seg-1", "seg-1-x"] and first["contexts"] == [
+        "fact 1 lives here.",
+        "Unrelated text.",
+    ]
+    assert first["citations"] == [] and 0 < first["ttft_seconds"] <= rows["c1"]["latency_seconds"]
+    assert rows["c1"]["metrics"]["recall_at_k"] == 1.0 and rows["c1"]["metrics"]["answer_accuracy"] == 1.0
+    assert rows["c4"]["output"]["ranked_ids"] == [] and rows["c4"]["metrics"]["answer_accuracy"] == 1.0
+    # An `error` event in the stream is an error for that case, with Dify's message, never a score.
+    assert rows["c3"]["error"] == "service error: Your quota of provider has been exceeded."
+    assert set(rows["c3"]["metrics"].values()) == {None}
+    assert {question: len(times) for question, times in attempts.items()}["over quota 3?"] == 1
+    metrics = MlflowClient(store_uri).get_run(payload["run_id"]).data.metrics
+    assert 0 < metrics["ttft_p95_seconds"] <= metrics["p95_seconds"]
+
+
+def test_a_metric_needing_a_field_the_system_does_not_give_is_refused(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "mine.jsonl", numbered("what about 1?"))
+    result = ragexp(
+        "run", "system=dify", "provider.system.url=http://127.0.0.1:9/v1/chat-messages", f"dataset.path={data}"
+    )
+    assert result.code == 1
+    assert result.stderr.strip().splitlines() == [
+        "ragexp: error: metric 'citation_precision' needs output field 'citations', which provider dify+none "
+        "does not give for every case of mine"
+    ]
+    answer_only = ragexp(
+        "run", "system=openai_chat", f"dataset.path={data}", "metrics.names=[answer_accuracy,recall_at_k]"
+    )
+    assert answer_only.code == 1 and "metric 'recall_at_k' needs output field 'retrieved_ids'" in answer_only.stderr
+
+
+def test_ragflow_preset_end_to_end(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 5?", "forbidden 6?", "nothing"))
+    with serve(SERVERS / "ragflow.py") as url:
+        result = ragexp(
+            "run",
+            "system=ragflow",
+            f"provider.system.url={url}/api/v1/chats/standin/completions",
+            f"dataset.path={data}",
+            "--json",
+        )
+        wrong_chat = ragexp(
+            "run",
+            "system=ragflow",
+            f"provider.system.url={url}/api/v1/chats/nope/completions",
+            f"dataset.path={data}",
+            SOME,
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    output = rows["c1"]["output"]
+    # Each event repeats the answer so far: the last one is the answer, its marker a citation.
+    assert output["answer"] == "fact 5 is documented [ID:0]."
+    assert output["ranked_ids"] == ["seg-5", "seg-5-x"] and output["citations"] == [1]
+    assert rows["c1"]["metrics"]["citation_precision"] == 1.0 and rows["c1"]["metrics"]["recall_at_k"] == 1.0
+    # Business errors come as HTTP 200 {"code": 102, ...}, as plain JSON even when streaming.
+    assert rows["c2"]["error"] == "service error: You don't own the dialog."
+    assert rows["c3"]["output"]["answer"] == "无法回答: the knowledge base has nothing on that."
+    assert wrong_chat.code == 1  # every case errored: nothing to compare
+    assert "You don't own the chat nope" in wrong_chat.stderr
+
+
+def test_openai_chat_preset_end_to_end(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_OPENAI_AUTH", "Bearer sk-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 8?", "a very long 9?"))
+    with serve(SERVERS / "openai_chat.py") as url:
+        result = ragexp(
+            "run",
+            "system=openai_chat",
+            f"provider.system.url={url}/v1/chat/completions",
+            "provider.system.request.model=standin-model",
+            f"dataset.path={data}",
+            "metrics.names=[answer_accuracy,p95_seconds,error_rate]",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert rows["c1"]["output"]["answer"] == "fact 8 is documented." and rows["c1"]["output"]["ranked_ids"] == []
+    assert rows["c1"]["metrics"]["answer_accuracy"] == 1.0
+    assert rows["c2"]["error"] == "HTTP 400 (not retried)"
+
+
+INHOUSE = """\
+# @package provider.system
+kind: http
+method: GET
+url: {url}/search
+headers_env: {{X-Api-Key: INHOUSE_KEY}}
+request: {{q: "{{question}}", top: "{{k}}", lang: "{{lang}}", tag: "case {{case_id}}"}}
+response:
+  answer: result.text
+  ranked_ids: "result.hits[].doc"
+  contexts: "result.hits[].body"
+  citations: result.cites
+  citations_as: id
+  timings: took
+  error: "status == 'error' && reason"
+"""
+
+
+def test_a_get_api_with_its_own_field_names(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
+    rows = numbered("what about 3?", "broken 4?", "badtype 5?")
+    for row in rows:
+        row["metadata"] = {"lang": "en"}
+    data = write_jsonl(tmp_path / "cases.jsonl", rows)
+    conf = tmp_path / "conf"
+    (conf / "system").mkdir(parents=True)
+    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(conf))
+    with serve(SERVERS / "inhouse.py") as url:
+        (conf / "system/inhouse.yaml").write_text(INHOUSE.format(url=url), encoding="utf-8")
+        result = ragexp("run", "system=inhouse", "k=1", f"dataset.path={data}", "--json")
+    assert result.code == 0, result.stderr
+    got = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    output = got["c1"]["output"]
+    # k=1 went out as top=1: one hit; the cited id is its position.
+    assert output == {
+        "answer": "fact 3 is documented.",
+        "ranked_ids": ["seg-3"],
+        "contexts": ["fact 3 lives here."],
+        "citations": [1],
+        "timings": {"search": 0.01, "llm": 0.02},
+    }
+    assert got["c1"]["metrics"]["citation_precision"] == 1.0
+    assert got["c2"]["error"] == "service error: index is rebuilding"
+    assert got["c3"]["error"] == "contract: answer: 'result.text' gave a list, not a string"
+
+
+def test_an_unknown_placeholder_is_refused_before_the_run(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = numbered("what about 3?", "and 4?")
+    rows[0]["metadata"] = {"lang": "en"}
+    data = write_jsonl(tmp_path / "cases.jsonl", rows)
+    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
+    base = ["system=http", "provider.system.url=http://127.0.0.1:9/search", f"dataset.path={data}"]
+    result = ragexp("run", *base, "+provider.system.request={q: '{question}', lang: '{lang}'}")
+    assert result.code == 1
+    assert result.stderr.strip() == (
+        "ragexp: error: provider.system.request: unknown placeholder {lang}: not one of question, k, case_id "
+        f"and not a metadata field of case 'c2' ({data}:2)"
+    )
+    bad = ragexp("run", *base, "provider.system.response.answer='data.[x'")
+    assert bad.code == 1 and bad.stderr.startswith(
+        "ragexp: error: provider.system.response.answer: not a JMESPath expression"
+    )
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert count_runs(store_uri) == 0
+
+
+def count_runs(store_uri: str) -> int:
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp")
+    return 0 if experiment is None else len(client.search_runs([experiment.experiment_id]))
+
+
+NDJSON = [
+    "system=http",
+    "+provider.system.request={q: '{question}'}",
+    "provider.system.stream.format=ndjson",
+    "provider.system.stream.delta=\"type == 'token' && text || null\"",
+    "provider.system.response.ranked_ids='hits[].doc'",
+    "provider.system.response.contexts='hits[].body'",
+    "+provider.system.headers_env={X-Api-Key: INHOUSE_KEY}",
+]
+
+
+def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
+    cut = tmp_path / "cut"
+    cut.write_text("cut")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "cut at 2?", "and 3?"))
+    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
+    with serve(SERVERS / "inhouse.py", env=env) as url:
+        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
+        # A cut stream is a transport failure: retried, then counted toward stopping the run.
+        first = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1")
+        assert first.code == 1
+        assert "the service failed 1 calls in a row since its last answer: connection failed (RemoteProtocolError" in (
+            first.stderr
+        )
+        client = MlflowClient(store_uri)
+        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
+        assert aborted.data.tags["ragexp.status"] == "aborted"
+        run_id = aborted.info.run_id
+        cut.unlink()
+        resumed = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1", "--resume", run_id, "--json")
+        attempts = stats(url)
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.json()["error_count"] == 0
+    rows = rows_of(store_uri, run_id, tmp_path)
+    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
+    assert rows["c2"]["output"]["ranked_ids"] == ["seg-2", "seg-2-x"]
+    # Asked twice while cut (one retry), once more on resume; the answered case was kept.
+    assert len(attempts["cut at 2?"]) == 3 and len(attempts["what about 1?"]) == 1
+
+
+def test_a_stalled_stream_is_a_timeout(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "stall on 2?"))
+    with serve(SERVERS / "dify.py") as url:
+        result = ragexp(
+            "run",
+            "system=dify",
+            f"provider.system.url={url}/v1/chat-messages",
+            f"dataset.path={data}",
+            SOME,
+            "provider.system.timeout_s=1",
+            "provider.system.max_retries=0",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert rows["c2"]["error"] == "timed out after 1 s after 1 attempt"
+    assert rows["c1"]["output"]["answer"] == "fact 1 is documented."

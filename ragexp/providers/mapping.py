@@ -78,16 +78,18 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(item)
 
 
-def check_template(template: Any, where: str, cases: Sequence[Case] = ()) -> None:
+def check_template(template: Any, where: str, cases: Sequence[Case] = (), source: str = "line") -> None:
     """Refuse, before any run, a placeholder no case can fill: a name that is neither a built-in
-    (``question``, ``k``, ``case_id``) nor a ``metadata`` field of every case in ``cases``."""
+    (``question``, ``k``, ``case_id``) nor a ``metadata`` field of every case in ``cases``
+    (``source``: the cases' file, named in the message with the case's line)."""
     names = sorted(placeholders(template) - set(BUILTIN_PLACEHOLDERS))
     for name in names:
         for case in cases:
             if name not in case.metadata:
+                at = f"line {case.line}" if source == "line" else f"{source}:{case.line}"
                 raise ConfigError(
                     f"{where}: unknown placeholder {{{name}}}: not one of {', '.join(BUILTIN_PLACEHOLDERS)} "
-                    f"and not a metadata field of case '{case.id}' (line {case.line})"
+                    f"and not a metadata field of case '{case.id}' ({at})"
                 )
         if not cases:
             raise ConfigError(
@@ -171,7 +173,12 @@ class CompiledMapping:
     def search(self, key: str, data: Any) -> Any:
         """What the expression of ``key`` finds in ``data`` (None when it is unset)."""
         expression = self.expressions.get(key)
-        return None if expression is None else expression.search(data)
+        if expression is None:
+            return None
+        try:
+            return expression.search(data)
+        except jmespath.exceptions.JMESPathError as exc:  # e.g. sort_by over values of mixed types
+            raise MappingError(f"{key}: {self._expr(key)} failed on the reply: {' '.join(str(exc).split())}") from None
 
     def reply_error(self, data: Any) -> str | None:
         """The error message when ``data`` is an error envelope, else None."""
@@ -208,7 +215,7 @@ class CompiledMapping:
         return repr(getattr(self.mapping, key))
 
     def _answer(self, found: Mapping[str, Any]) -> str:
-        if "answer" not in self.expressions:
+        if "answer" not in found:
             return ""
         value = found.get("answer")
         if value is None:

@@ -1,0 +1,106 @@
+"""What the product stand-ins (dify.py, ragflow.py, openai_chat.py, inhouse.py) share: an
+HTTP/1.1 handler that streams chunked bodies (and can cut one short or stall), the attempts seen
+per question, and the knowledge every stand-in answers from.
+
+Knowledge: a question ending in a number n ("what about 7?") retrieves chunk ``seg-n`` (text
+"fact n lives here.") then ``seg-n-x`` (unrelated), and is answered "fact n is documented.".
+A question without a number retrieves nothing and is answered with a refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ATTEMPTS: dict[str, list[float]] = {}
+LOCK = threading.Lock()
+REFUSAL = "无法回答: the knowledge base has nothing on that."
+
+
+def knowledge(question: str) -> tuple[str, list[tuple[str, str]]]:
+    """(answer, [(chunk id, chunk text), ...]) for a question."""
+    match = re.search(r"(\d+)\D*$", question)
+    if match is None:
+        return REFUSAL, []
+    n = match.group(1)
+    return f"fact {n} is documented.", [(f"seg-{n}", f"fact {n} lives here."), (f"seg-{n}-x", "Unrelated text.")]
+
+
+def pieces(text: str) -> list[str]:
+    """The answer as a model streams it: a word at a time, spaces kept."""
+    return re.findall(r"\S+\s*", text)
+
+
+def cut_enabled() -> bool:
+    """``cut`` questions are cut short while the file named by STANDIN_CUT_FILE exists."""
+    path = os.environ.get("STANDIN_CUT_FILE")
+    return bool(path) and os.path.exists(path)
+
+
+class StreamingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def record(self, question: str) -> int:
+        with LOCK:
+            ATTEMPTS.setdefault(question, []).append(time.time())
+            return len(ATTEMPTS[question])
+
+    def body(self) -> Any:
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
+    def reply_json(self, status: int, data: Any) -> None:
+        payload = json.dumps(data, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def stats(self) -> None:
+        with LOCK:
+            self.reply_json(200, ATTEMPTS)
+
+    def start_stream(self, content_type: str = "text/event-stream") -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", f"{content_type}; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def cut(self, data: bytes = b'data: {"par') -> None:
+        """Send part of an event, then drop the connection without ending the body."""
+        self.chunk(data)
+        self.close_connection = True
+        self.connection.shutdown(2)
+        self.connection.close()
+
+    def stall(self) -> None:
+        time.sleep(60)
+
+
+def main(handler: type[StreamingHandler]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    server.daemon_threads = True
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
