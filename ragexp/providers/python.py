@@ -32,22 +32,27 @@ from types import ModuleType
 from typing import Any, cast
 
 from ragexp import secrets
-from ragexp.config.models import PythonSystemConfig, ResponseMapping
+from ragexp.config.models import PythonSystemConfig
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider
-from ragexp.providers.mapping import CompiledMapping, ReplyError, check_template, compile_mapping, render, to_plain
+from ragexp.providers.mapping import (
+    CONTRACT,
+    CompiledMapping,
+    ReplyError,
+    check_template,
+    compile_mapping,
+    render,
+    to_plain,
+)
 from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.transport import collecting_garbage
 
 WHERE = "provider.system"
 MISSING = "???"
 """What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
 CALL_KEYWORDS = ("question", "k", "case_id", "metadata")
 """Parameter names a target receives by keyword, each with the case's value."""
-CONTRACT = ResponseMapping(
-    answer="answer", ranked_ids="ranked_ids", contexts="contexts", citations="citations", timings="timings"
-)
-"""The mapping of a target that returns ragexp's own contract (no ``response`` configured)."""
 BLOCKED_GRACE_S = 5.0
 """How long past its deadline an async call may stay unresolved before the event loop is taken
 to be blocked (a coroutine calling ``time.sleep``): its own timer could not fire."""
@@ -199,13 +204,14 @@ def source_identity(module: ModuleType) -> str:
 
 
 class PythonProvider(Provider):
+    config: PythonSystemConfig
     remote = True
     """A pipeline may be slow or cost money per call (an LLM): results are checkpointed and a
     resumed run keeps them."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.system = cast(PythonSystemConfig, self.config)
+        self.system = self.config
         self.mapping: CompiledMapping = compile_mapping(self.system.response or CONTRACT, f"{WHERE}.response")
         self._target: Target | None = None
 
@@ -215,7 +221,7 @@ class PythonProvider(Provider):
     def preflight(self, dataset: Dataset) -> None:
         system = self.system
         if system.input is not None:
-            check_template(system.input, f"{WHERE}.input", dataset.cases)
+            check_template(system.input, f"{WHERE}.input", dataset.cases, str(dataset.path))
         self._target = load_target(system.target, system.path, has_input=system.input is not None)
 
     def identity(self) -> str | None:
@@ -231,14 +237,13 @@ class PythonProvider(Provider):
             return
         workers = min(self.settings.concurrency, len(cases))
         calls = _Calls(target, self.system, self.mapping, cases, self.settings.k)
-        driver: _Driver = (_Loop if target.is_async else _Threads)(calls, workers, self.system.timeout_s)
-        driver.start()
-        try:
-            for _ in range(len(cases)):
-                index, result = driver.next_result()
-                on_result(index, result)
-        finally:
-            driver.stop()
+        driver: _Driver = (_Loop if target.is_async else _Threads)(calls, workers, self.system.timeout_s, on_result)
+        with collecting_garbage():  # a pipeline's own cycles (callbacks, futures) must not pile up
+            driver.start()
+            try:
+                driver.wait()
+            finally:
+                driver.stop()
 
 
 class _Calls:
@@ -320,28 +325,50 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
 
 
 class _Driver:
-    """Runs the calls in worker threads; the caller's thread takes results and enforces deadlines.
+    """Runs the calls in worker threads, which report each result themselves; the caller's
+    thread only waits, enforces the deadlines and re-raises what a report raised.
 
     Each of ``workers`` slots holds at most one call in flight: ``current[slot]`` is its case
-    index and start time. A result is queued under ``lock`` only while its slot still owns the
-    call, so a case reported as timed out is never reported again.
+    index and start time. A slot gives up its call under ``lock`` before reporting it, and a
+    call past its deadline is taken from its slot under the same lock, so a case reported as
+    timed out is never reported again. Reports are serialised by ``report_lock`` (the runner's
+    callback writes the checkpoint), and none is made once :meth:`stop` returned.
     """
 
-    def __init__(self, calls: _Calls, workers: int, timeout_s: float) -> None:
+    def __init__(self, calls: _Calls, workers: int, timeout_s: float, on_result: OnResult) -> None:
         self.calls = calls
         self.workers = workers
         self.timeout_s = timeout_s
+        self.on_result = on_result
         self.total = len(calls.cases)
         self.lock = threading.Lock()
-        self.results: queue.SimpleQueue[tuple[int, CaseResult]] = queue.SimpleQueue()
-        self.pending: list[tuple[int, CaseResult]] = []
+        self.report_lock = threading.Lock()
+        self.done = threading.Event()
+        self.reported = 0
         self.next_index = 0
         self.current: list[tuple[int, float] | None] = [None] * workers
+        self.generation = [0] * workers
+        """Bumped when a slot's call is taken from it: the worker holding it then stops."""
         self.stopped = False
         self.failure: BaseException | None = None
 
     def start(self) -> None:
         raise NotImplementedError
+
+    def overdue(self, now: float) -> None:
+        """Report the calls past their deadline (from the caller's thread)."""
+        raise NotImplementedError
+
+    def next_wake(self) -> float | None:
+        """Another moment the caller's thread must look (beside the calls' deadlines)."""
+        return None
+
+    def wait(self) -> None:
+        """Until every case is reported; re-raises what a report or a worker raised."""
+        while not self.done.wait(self._until_deadline()):
+            self.overdue(monotonic())
+        if self.failure is not None:
+            raise self.failure
 
     def take(self, slot: int) -> int | None:
         """The next case for ``slot`` (None: no more), recorded as in flight."""
@@ -354,46 +381,67 @@ class _Driver:
             self.current[slot] = (index, monotonic())
             return index
 
-    def next_result(self) -> tuple[int, CaseResult]:
-        while not self.pending:
+    def release(self, slot: int, generation: int) -> bool:
+        """Give up the slot's call to report it; False when it was reported as timed out."""
+        with self.lock:
+            if self.generation[slot] != generation:
+                return False
+            self.current[slot] = None
+            return True
+
+    def late(self, now: float) -> list[tuple[int, int]]:
+        """(slot, case index) of every call past its deadline, each taken from its slot."""
+        found: list[tuple[int, int]] = []
+        with self.lock:
+            for slot, entry in enumerate(self.current):
+                if entry is not None and now - entry[1] >= self.timeout_s:
+                    self.generation[slot] += 1
+                    self.current[slot] = None
+                    found.append((slot, entry[0]))
+        return found
+
+    def report(self, index: int, result: CaseResult) -> None:
+        with self.report_lock:
+            if self.stopped:
+                return
             try:
-                index, result = self.results.get(timeout=self._wait())
-            except queue.Empty:
-                self.pending.extend(self.overdue(monotonic()))
-                continue
-            if index < 0:  # a worker died: a ragexp bug, which must not leave the run waiting
-                raise RuntimeError("a python-system worker failed") from self.failure
-            return index, result
-        return self.pending.pop()
+                self.on_result(index, result)
+            except BaseException as exc:  # e.g. the disk is full: the run stops with that error
+                self.fail(exc)
+                return
+            self.reported += 1
+            if self.reported == self.total:
+                self.done.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        with self.lock:
+            self.stopped = True
+        self.done.set()
 
     def guarded(self, work: Callable[..., None], *args: Any) -> None:
-        """Run a worker's loop; if it dies, the collecting thread is told instead of waiting."""
+        """Run a worker's loop; if it dies (a ragexp bug), the run stops instead of waiting."""
         try:
             work(*args)
         except BaseException as exc:
-            self.failure = exc
-            self.results.put((-1, CaseResult("", None, "worker failed")))
+            self.fail(RuntimeError(f"a python-system worker failed: {_describe(exc)}"))
 
-    def _wait(self) -> float:
-        started = [entry[1] for entry in self.current if entry is not None]
-        if not started:
+    def _until_deadline(self) -> float:
+        wakes = [entry[1] + self.timeout_s for entry in self.current if entry is not None]
+        extra = self.next_wake()
+        if extra is not None:
+            wakes.append(extra)
+        if not wakes:
             return 1.0
-        return max(0.0, min(started) + self.timeout_s - monotonic()) + 0.001
-
-    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
-        raise NotImplementedError
+        return max(0.0, min(wakes) - monotonic()) + 0.001
 
     def stop(self) -> None:
-        with self.lock:
+        with self.report_lock, self.lock:
             self.stopped = True
 
 
 class _Threads(_Driver):
     """A sync target: one daemon thread per slot; a timed-out slot gets a new thread."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.generation = [0] * self.workers
 
     def start(self) -> None:
         for slot in range(self.workers):
@@ -409,105 +457,113 @@ class _Threads(_Driver):
         thread.start()
 
     def _work(self, slot: int, generation: int) -> None:
-        call, results = self.calls.call, self.results
+        call = self.calls.call
         while True:
             index = self.take(slot)
             if index is None:
                 return
             result = call(index)
-            with self.lock:
-                if self.generation[slot] != generation:
-                    return  # timed out and reported; the slot has a new worker
-                self.current[slot] = None
-                results.put((index, result))
+            if not self.release(slot, generation):
+                return  # timed out and reported; the slot has a new worker
+            self.report(index, result)
 
-    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
-        late: list[tuple[int, CaseResult]] = []
-        respawn: list[int] = []
-        with self.lock:
-            for slot, entry in enumerate(self.current):
-                if entry is not None and now - entry[1] >= self.timeout_s:
-                    self.generation[slot] += 1
-                    self.current[slot] = None
-                    late.append((entry[0], self.calls.timed_out(entry[0])))
-                    respawn.append(slot)
-        for slot in respawn:
+    def overdue(self, now: float) -> None:
+        for slot, index in self.late(now):
             self._spawn(slot)
-        return late
+            self.report(index, self.calls.timed_out(index))
 
 
 class _Loop(_Driver):
-    """An async target: one event loop in a daemon thread, ``workers`` coroutines pulling cases.
+    """An async target: one event loop in a daemon thread, one worker coroutine per slot.
 
-    A call past its deadline is cancelled and left behind, so a coroutine that ignores the
-    cancellation holds nothing. Sync work the target hands to the loop's default executor (a
-    Runnable's sync steps under ``ainvoke``) runs in daemon threads too.
+    A call past its deadline is reported from the caller's thread, and the loop is asked to
+    cancel its worker and start a fresh one for the slot: a coroutine that swallows the
+    cancellation is left behind holding nothing. If the loop does not get to that request, a
+    coroutine is holding it without awaiting (``time.sleep`` in ``async def``): no other case can
+    run on it, so the cases not started are reported as not evaluated. Sync work the target hands
+    to the loop's default executor (a Runnable's sync steps under ``ainvoke``) runs in daemon
+    threads too.
     """
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.blocked = False
+        self.tasks: list[asyncio.Task[None] | None] = [None] * self.workers
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.asked: float | None = None
+        """When the caller's thread asked the loop to replace a worker, until the loop does."""
         self.abandoned = 0
 
     def start(self) -> None:
-        threading.Thread(target=self.guarded, args=(self._main,), name="ragexp-python-loop", daemon=True).start()
+        started = threading.Event()
+        thread = threading.Thread(
+            target=self.guarded, args=(self._main, started), name="ragexp-python-loop", daemon=True
+        )
+        thread.start()
+        started.wait()
 
-    def _main(self) -> None:
+    def _main(self, started: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         loop.set_default_executor(DaemonExecutor(self.workers))
         asyncio.set_event_loop(loop)
-        loop.run_until_complete(self._drive())
-        if self.abandoned:
-            loop.run_forever()  # abandoned calls may still need the loop; the thread dies with the process
-        else:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+        self.loop = loop
+        for slot in range(self.workers):
+            self._spawn(loop, slot)
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
-    async def _drive(self) -> None:
-        await asyncio.gather(*(self._worker(slot) for slot in range(self.workers)))
+    def _spawn(self, loop: asyncio.AbstractEventLoop, slot: int) -> None:
+        self.tasks[slot] = loop.create_task(self._worker(slot, self.generation[slot]))
 
-    async def _worker(self, slot: int) -> None:
-        loop = asyncio.get_running_loop()
+    async def _worker(self, slot: int, generation: int) -> None:
+        call = self.calls.call_async
         while True:
             index = self.take(slot)
             if index is None:
                 return
-            task = loop.create_task(self.calls.call_async(index))
-            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
-            if done:
-                result = task.result()
-            else:
-                task.cancel()
-                # Left behind on purpose: no "Task was destroyed but it is pending" at exit.
-                task._log_destroy_pending = False  # type: ignore[attr-defined]
-                self.abandoned += 1
-                result = self.calls.timed_out(index)
-            with self.lock:
-                if self.blocked:
-                    return
-                self.current[slot] = None
-                self.results.put((index, result))
+            result = await call(index)
+            if not self.release(slot, generation):
+                return  # timed out and reported; the slot has a new worker
+            self.report(index, result)
 
-    def overdue(self, now: float) -> list[tuple[int, CaseResult]]:
+    def _replace(self, loop: asyncio.AbstractEventLoop, slot: int) -> None:
         with self.lock:
-            stuck = [entry for entry in self.current if entry is not None]
-            if not any(now - started >= self.timeout_s + BLOCKED_GRACE_S for _, started in stuck):
-                return []
-            # The loop's own timers did not fire: a coroutine holds it without awaiting. Nothing
-            # else can run on it, so every case still open is reported here.
-            self.blocked = True
-            first = min(stuck, key=lambda entry: entry[1])[0]
-            late = [(index, self.calls.timed_out(index)) for index, _ in stuck]
-            case_id = self.calls.cases[first].id
-            reason = (
-                f"not evaluated: the call for case '{case_id}' blocked the event loop "
-                "(an async target that does not await, e.g. time.sleep)"
-            )
-            for index in range(self.next_index, self.total):
-                late.append((index, CaseResult(self.calls.cases[index].id, None, reason, retryable=True)))
-            self.next_index = self.total
-            self.current = [None] * self.workers
-            return late
+            self.asked = None
+        old = self.tasks[slot]
+        if old is not None and not old.done():
+            old.cancel()
+            # Left behind on purpose: no "Task was destroyed but it is pending" at exit.
+            old._log_destroy_pending = False  # type: ignore[attr-defined]
+        self._spawn(loop, slot)
+
+    def overdue(self, now: float) -> None:
+        late = self.late(now)
+        with self.lock:
+            if late and self.asked is None:
+                self.asked = now
+            blocked = self.asked is not None and now - self.asked >= BLOCKED_GRACE_S
+            unstarted = range(self.next_index, self.total) if blocked else range(0)
+            if blocked:
+                self.next_index = self.total
+        loop = self.loop
+        for slot, index in late:
+            self.abandoned += 1
+            self.report(index, self.calls.timed_out(index))
+            if loop is not None:
+                loop.call_soon_threadsafe(self._replace, loop, slot)
+        reason = "not evaluated: a call blocked the event loop (an async target that does not await, e.g. time.sleep)"
+        for index in unstarted:
+            self.report(index, CaseResult(self.calls.cases[index].id, None, reason, retryable=True))
+
+    def next_wake(self) -> float | None:
+        return None if self.asked is None else self.asked + BLOCKED_GRACE_S
+
+    def stop(self) -> None:
+        super().stop()
+        loop = self.loop
+        if loop is not None and not self.abandoned:
+            loop.call_soon_threadsafe(loop.stop)  # with calls left behind, the loop runs on as a daemon
 
 
 class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):

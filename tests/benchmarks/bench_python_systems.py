@@ -7,7 +7,8 @@ Three rows, each from fresh ``ragexp run`` processes on a generated JSONL set:
 - a sync function that sleeps 10 ms, at concurrency 8, and an async one that awaits 10 ms, at
   concurrency 32: the evaluation phase (the ``evaluation_seconds`` metric every run logs) against
   the ideal cases x 10 ms / concurrency. Target: within 1.15x.
-- a function that returns at once: ragexp's cost per case (CPU time, user + system, of the whole
+- a function that returns at once (a perfect answer, as the fake provider's in bench_run.py, so
+  no case is traced past ``tracking.traces_max_cases``): ragexp's cost per case (CPU time, user + system, of the whole
   run at ``--instant`` cases less that of a 10-case run) against a plain loop over the same
   file that calls the function, builds each output and scores it with ragexp's offline kernels
   (``build_inputs`` + ``score_cases``), its cost per case taken the same way. Target: within 2x.
@@ -39,14 +40,14 @@ import asyncio, time
 
 def sleepy(question, case_id):
     time.sleep(0.01)
-    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"]}
+    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"], "citations": [1]}
 
 async def sleepy_async(question, case_id):
     await asyncio.sleep(0.01)
-    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"]}
+    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"], "citations": [1]}
 
 def instant(question, case_id):
-    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"]}
+    return {"answer": "fact " + case_id, "ranked_ids": ["d0", "d1"], "contexts": ["a", "b"], "citations": [1]}
 '''
 
 LOOP = r"""
@@ -64,7 +65,7 @@ dataset = load_dataset(Path(sys.argv[1]), "jsonl")
 results = []
 for case in dataset.cases:
     reply = instant(case.question, case.id)
-    output = SystemOutput(reply["ranked_ids"], reply["contexts"], reply["answer"], [], 0.0, None)
+    output = SystemOutput(reply["ranked_ids"], reply["contexts"], reply["answer"], reply["citations"], 0.0, None)
     results.append(CaseResult(case.id, output))
 inputs = build_inputs(dataset.cases, results, 2, [])
 names = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy", "p95_seconds", "error_rate"]
