@@ -235,8 +235,15 @@ def test_a_slow_call_times_out_and_the_run_goes_on(ragexp: Any, store_uri: str, 
     assert MlflowClient(store_uri).get_run(run_id).data.metrics["evaluation_seconds"] < 2.5
 
 
-@pytest.mark.parametrize("target", ["forever", "forever_async"])
-def test_a_call_that_never_returns_lets_the_process_exit(tmp_path: Path, cases: Path, target: str) -> None:
+@pytest.mark.parametrize(
+    ("system", "target"),
+    [
+        ("python", "tests.pipelines.plain:forever"),
+        ("python", "tests.pipelines.plain:forever_async"),
+        ("langchain", "tests.pipelines.chains:hanging"),
+    ],
+)
+def test_a_call_that_never_returns_lets_the_process_exit(tmp_path: Path, cases: Path, system: str, target: str) -> None:
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns/mlflow.db"}
     started = time.monotonic()
     done = subprocess.run(
@@ -245,8 +252,8 @@ def test_a_call_that_never_returns_lets_the_process_exit(tmp_path: Path, cases: 
             "-m",
             "ragexp.cli.app",
             "run",
-            "system=python",
-            f"provider.system.target=tests.pipelines.plain:{target}",
+            f"system={system}",
+            f"provider.system.target={target}",
             "provider.system.timeout_s=0.5",
             f"dataset.path={cases}",
             "k=2",
@@ -267,6 +274,27 @@ def test_a_call_that_never_returns_lets_the_process_exit(tmp_path: Path, cases: 
     assert elapsed < 60  # start-up and logging; a hang would run into the 120 s timeout
     recorded = rows_of(env["MLFLOW_TRACKING_URI"], payload["run_id"], tmp_path)
     assert recorded["password"]["error"] == "timed out after 0.5 s (provider.system.timeout_s)"
+
+
+def test_an_async_target_that_blocks_its_loop_ends_the_run(
+    ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
+) -> None:
+    result = run(
+        ragexp,
+        cases,
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:blocking_async",
+        "provider.system.timeout_s=0.3",
+        "concurrency=1",
+        RETRIEVAL,
+    )
+    assert result.code == 0, result.stderr
+    recorded = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert recorded["refund"]["error"] is None
+    assert recorded["password"]["error"] == "timed out after 0.3 s (provider.system.timeout_s)"
+    assert recorded["shipping"]["error"] == (
+        "not evaluated: a call blocked the event loop (an async target that does not await, e.g. time.sleep)"
+    )
 
 
 # --- bad targets are refused before any run ---------------------------------------------------

@@ -11,7 +11,8 @@ Three rows, each from fresh ``ragexp run`` processes on a generated JSONL set:
   no case is traced past ``tracking.traces_max_cases``): ragexp's cost per case (CPU time, user + system, of the whole
   run at ``--instant`` cases less that of a 10-case run) against a plain loop over the same
   file that calls the function, builds each output and scores it with ragexp's offline kernels
-  (``build_inputs`` + ``score_cases``), its cost per case taken the same way. Target: within 2x.
+  (``build_inputs`` + ``score_cases``), its cost per case taken the same way, as written (the
+  cyclic collector on, like bench_run.py's loop) and with the collector off. Target: within 2x.
 
 :func:`rows` returns the figures (for ``make bench-systems`` to print beside the HTTP rows);
 running the file prints them with a verdict each.
@@ -174,6 +175,12 @@ def rows(cases: int = 2000, instant: int = 100_000) -> list[dict[str, Any]]:
         loop_big, _ = cpu_of([sys.executable, "-c", LOOP, str(big), str(code)], env)
         ours = (ours_big - ours_small) / (instant - SMALL)
         loop = (loop_big - loop_small) / (instant - SMALL)
+        # The same loop with the cyclic collector off (as ragexp's CLI runs): what is left is
+        # the work itself, without the collector's rescans of the growing result list.
+        strict = "import gc\ngc.disable()\n" + LOOP
+        strict_small, _ = cpu_of([sys.executable, "-c", strict, str(small), str(code)], env)
+        strict_big, _ = cpu_of([sys.executable, "-c", strict, str(big), str(code)], env)
+        loop_no_gc = (strict_big - strict_small) / (instant - SMALL)
         out.append(
             {
                 "name": f"python instant x {instant}: CPU per case (run wall {wall:.1f} s)",
@@ -182,6 +189,7 @@ def rows(cases: int = 2000, instant: int = 100_000) -> list[dict[str, Any]]:
                 "reference_name": "plain loop + offline kernels",
                 "ratio": ours / loop,
                 "target": 2.0,
+                "loop_no_gc": loop_no_gc,
             }
         )
     return out

@@ -4,6 +4,7 @@ helper lives in langchain-classic, which is not installed)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -38,4 +39,15 @@ chain = (
     )
     .assign(answer=RunnableLambda(_stuff))
     .with_config(run_name="retrieval_chain")
+)
+
+
+def _stuck_on_passwords(inputs: dict[str, Any]) -> str:
+    if "passwords" in inputs["input"]:
+        threading.Event().wait()  # a sync step that never returns, run by ainvoke in an executor thread
+    return _stuff(inputs)
+
+
+hanging = RunnablePassthrough.assign(context=RunnableLambda(lambda x: x["input"]) | CorpusRetriever()).assign(
+    answer=RunnableLambda(_stuck_on_passwords)
 )

@@ -103,3 +103,9 @@ def two_required(question: str, top_n: int, mode: str) -> dict[str, Any]:
 
 
 NOT_CALLABLE = {"answer": "a dict, not a function"}
+
+
+async def blocking_async(question: str, case_id: str) -> dict[str, Any]:
+    if case_id == "password":
+        time.sleep(8)  # blocks the event loop: nothing else can run on it meanwhile
+    return contract(question, 2, case_id, {})
