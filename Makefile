@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces lock
+.PHONY: setup browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,9 @@ bench-demo: setup
 # on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
+
+bench-systems: setup
+	$(BIN)/python tests/benchmarks/bench_systems.py
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: setup

@@ -224,6 +224,54 @@ def test_a_bad_mapping_is_one_config_error(keys: dict[str, Any], message: str) -
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
+EXPRESSIONS = [
+    "a",
+    "a.b",
+    "a[0]",
+    "a[-1].b",
+    "a[5]",
+    "a.b[0].c",
+    "a[]",
+    "a[].b",
+    "a.b[].c.d",
+    "a[].b[0]",
+    "choices[0].delta.content",
+    "a[].b[].c",  # not a common shape: left to JMESPath's interpreter
+    "contains(['x', 'y'], a) && b || null",
+]
+VALUES: list[Any] = [
+    None,
+    "text",
+    7,
+    [1, 2],
+    {"a": None},
+    {"a": "x", "b": "B"},
+    {"a": {"b": [{"c": {"d": 1}}, {"c": {"e": 2}}, "s", [{"c": {"d": 3}}]]}},
+    {"a": [{"b": 1}, {"b": None}, [{"b": 2}, {"c": 3}], 4, [[{"b": 5}]]]},
+    {"a": [[1, 2], 3, [4, [5]]]},
+    {"a": [{"b": [9, 8]}, {"b": "no"}, {"b": []}]},
+    {"choices": [{"delta": {"content": "piece"}}], "a": {"b": []}},
+    {"choices": [], "a": [{"b": [{"c": 1}, {"c": 2}]}, {"b": [{"c": 3}]}]},
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_compiled_expressions_find_what_jmespath_finds(expression: str) -> None:
+    import jmespath
+
+    from ragexp.providers.mapping import compile_expression
+
+    compiled = compile_expression(expression, "r")
+    for value in VALUES:
+        try:
+            expected = jmespath.search(expression, value)
+        except jmespath.exceptions.JMESPathError:  # contains() of null: a type error either way
+            with pytest.raises(jmespath.exceptions.JMESPathError):
+                compiled.search(value)
+            continue
+        assert compiled.search(value) == expected, (expression, value)
+
+
 # --- plain data --------------------------------------------------------------------------------
 
 
@@ -418,7 +466,7 @@ def test_a_get_api_with_its_own_field_names(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    rows = numbered("what about 3?", "broken 4?", "badtype 5?")
+    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
     for row in rows:
         row["metadata"] = {"lang": "en"}
     data = write_jsonl(tmp_path / "cases.jsonl", rows)
@@ -442,6 +490,8 @@ def test_a_get_api_with_its_own_field_names(
     assert got["c1"]["metrics"]["citation_precision"] == 1.0
     assert got["c2"]["error"] == "service error: index is rebuilding"
     assert got["c3"]["error"] == "contract: answer: 'result.text' gave a list, not a string"
+    assert got["c4"]["output"]["answer"] == "invalid key ***"  # a key echoed back is masked
+    assert "inhouse-standin" not in json.dumps(got)
 
 
 def test_an_unknown_placeholder_is_refused_before_the_run(
@@ -535,3 +585,99 @@ def test_a_stalled_stream_is_a_timeout(
     rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
     assert rows["c2"]["error"] == "timed out after 1 s after 1 attempt"
     assert rows["c1"]["output"]["answer"] == "fact 1 is documented."
+
+
+def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?"))
+    with serve(SERVERS / "dify.py") as url:
+        result = ragexp(
+            "run",
+            "system=dify",
+            f"provider.system.url={url}/v1/chat-messages",
+            f"dataset.path={data}",
+            SOME,
+            "provider.system.max_response_bytes=600",
+            "--json",
+        )
+    assert result.code == 1  # every case errored
+    assert "stream is larger than max_response_bytes (600 bytes)" in result.stderr
+
+
+# --- init templates and the probe ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("system", ["http", "dify", "ragflow", "openai_chat", "python"])
+def test_init_writes_the_template_of_each_system(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
+) -> None:
+    result = ragexp("init", str(tmp_path), "--system", system)
+    assert result.code == 0, result.stderr
+    text = (tmp_path / "conf/system/my_service.yaml").read_text(encoding="utf-8")
+    assert "CHANGE ME" in text
+    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(tmp_path / "conf"))
+    mine = compose(["system=my_service"]).provider.system
+    if system == "python":
+        assert mine.kind == "python" and mine.target == "my_package.rag:answer"
+    elif system != "http":
+        # Every key of the preset, to fill in: the same system as the packaged one.
+        assert mine == compose([f"system={system}"]).provider.system
+
+
+def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
+    result = ragexp("init", str(tmp_path), "--system", "haystack")
+    assert result.code == 1
+    assert result.stderr.strip() == (
+        "ragexp: error: --system: unknown system 'haystack' (known: http, dify, ragflow, openai_chat, python)"
+    )
+    assert not (tmp_path / "conf").exists()
+
+
+def test_probe_shows_the_raw_reply_and_what_each_expression_read(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
+    good = write_jsonl(tmp_path / "good.jsonl", numbered("what about 5?"))
+    bad = write_jsonl(tmp_path / "bad.jsonl", numbered("forbidden 6?"))
+    with serve(SERVERS / "ragflow.py") as url:
+        args = ["validate", "system=ragflow", f"provider.system.url={url}/api/v1/chats/standin/completions"]
+        probed = ragexp(*args, f"dataset.path={good}", "--probe", "--json")
+        text = ragexp(*args, f"dataset.path={good}", "--probe")
+        refused = ragexp(*args, f"dataset.path={bad}", "--probe", "--json")
+        attempts = stats(url)
+    assert probed.code == 0, probed.stderr
+    report = probed.json()["probe"]
+    assert report["status"] == 200 and report["body"] == {"question": "what about 5?", "stream": True}
+    assert report["raw"].startswith('data:{"code": 0, "message": "", "data": {"answer": "fact "')
+    assert report["extracted"]["ranked_ids ('data.reference.chunks[].id')"] == ["seg-5", "seg-5-x"]
+    assert report["extracted"]["answer (stream.delta 'data.answer', over 6 events)"] == "fact 5 is documented [ID:0]."
+    assert report["output"]["citations"] == [1] and report["error"] is None
+    assert '  ranked_ids (\'data.reference.chunks[].id\') -> ["seg-5", "seg-5-x"]' in text.stdout
+    assert refused.code == 1 and refused.json()["probe"]["error"] == "service error: You don't own the dialog."
+    assert len(attempts["what about 5?"]) == 2  # one request per probe, no retries
+    local = ragexp("validate", "system=fake", f"dataset.path={good}", "--probe")
+    assert local.code == 1
+    assert local.stderr.strip().splitlines()[-1] == (
+        "ragexp: error: --probe: provider kind fake calls no live system; nothing to probe"
+    )
+
+
+def test_a_streamed_service_behind_a_private_ca(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.tls import make_ca_and_server_cert
+
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?"))
+    with serve(SERVERS / "dify.py", "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+        assert url.startswith("https://")
+        args = ["run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME]
+        trusted = ragexp(*args, f"provider.system.ca_file={ca}", "--json")
+        untrusted = ragexp(*args)
+    assert trusted.code == 0, trusted.stderr
+    rows = rows_of(store_uri, trusted.json()["run_id"], tmp_path)
+    assert rows["c1"]["output"]["ranked_ids"] == ["seg-1", "seg-1-x"]
+    assert untrusted.code == 1 and "TLS certificate of 127.0.0.1" in untrusted.stderr

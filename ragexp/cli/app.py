@@ -82,6 +82,14 @@ def _options(config_dir: ConfigDir = None) -> None:
 def init(
     directory: Annotated[str, typer.Argument(help="Folder to set up (created if missing).")] = ".",
     force: Annotated[bool, typer.Option("--force", help="Overwrite starter files that already exist.")] = False,
+    system: Annotated[
+        str,
+        typer.Option(
+            "--system",
+            help="Template of conf/system/my_service.yaml: http (ragexp's contract), dify, ragflow, openai_chat, "
+            "python.",
+        ),
+    ] = "http",
 ) -> None:
     """Write a starter conf/ (your dataset, your service, your gate), a two-case dataset and a .gitignore."""
     from pathlib import Path
@@ -89,7 +97,7 @@ def init(
     from ragexp.cli.init import init_project, next_commands
 
     folder = Path(directory)
-    for path in init_project(folder, force=force):
+    for path in init_project(folder, force=force, system=system):
         info(f"wrote {path}")
     typer.echo("Next:")
     for line in next_commands(folder):
@@ -259,17 +267,27 @@ def validate(
         ),
     ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the label audit finds anything.")] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Ask the configured system about the first case, once: show the raw reply and what each "
+            "response expression read from it.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check a dataset without running anything; with a corpus, audit its labels too."""
+    """Check a dataset without running anything; with a corpus, audit its labels too; with
+    --probe, ask the system under test about the first case."""
     _use_config_dir(config_dir)
     from ragexp.config.compose import compose
     from ragexp.datasets.audit import audit, load_corpus, shares_ids
     from ragexp.datasets.loader import load_dataset, resolve_path
-    from ragexp.errors import DatasetErrors
+    from ragexp.errors import ConfigError, DatasetErrors
     from ragexp.paths import data_roots
 
     file_format: str = fmt_
+    config = None
     if path is None:
         config = compose(overrides or [])
         file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
@@ -310,6 +328,10 @@ def validate(
     if findings is not None:
         summary["corpus"] = str(corpus_file)
         summary["findings"] = [finding.to_json() for finding in findings]
+    if probe:
+        if config is None:
+            raise ConfigError("--probe asks the configured system: it does not go with --path")
+        summary["probe"] = _probe(config, dataset)
     if as_json:
         emit_json(summary)
     else:
@@ -326,8 +348,41 @@ def validate(
             print(f"label audit against {corpus_file}: {len(findings)} finding(s)")
             for finding in findings:
                 print(f"  warning: {finding}")
+        if probe:
+            _print_probe(summary["probe"])
     if findings and strict:
         raise typer.Exit(1)
+    if probe and summary["probe"].get("error"):
+        raise typer.Exit(1)
+
+
+def _probe(config: Any, dataset: Any) -> dict[str, Any]:
+    """One real request for the dataset's first case (``validate --probe``)."""
+    from ragexp.providers.base import RunSettings, build_provider
+
+    settings = RunSettings(k=config.k, concurrency=1, dataset=config.dataset)
+    provider = build_provider(config.provider.system, settings)
+    provider.preflight(dataset)
+    return provider.probe(dataset.cases[0])
+
+
+def _print_probe(report: dict[str, Any]) -> None:
+    sent = report.get("params" if report.get("method") == "GET" else "body")
+    print(f"probe: case {report['case_id']}: {report['method']} {report['url']}")
+    print(f"  sent: {json.dumps(sent, ensure_ascii=False)}")
+    if "status" in report:
+        print(
+            f"  reply: HTTP {report['status']} in {report['seconds']:g} s, {report['bytes']:,} bytes "
+            f"({report['content_type'] or 'no content type'})"
+        )
+        for line in str(report["raw"]).splitlines() or [""]:
+            print(f"  | {line}")
+    for key, value in report.get("extracted", {}).items():
+        print(f"  {key} -> {json.dumps(value, ensure_ascii=False)}")
+    if report.get("error"):
+        print(f"  error: {report['error']}")
+    elif report.get("output") is not None:
+        print(f"  output: {json.dumps(report['output'], ensure_ascii=False)}")
 
 
 def _human_counts(cases: list[Any]) -> dict[str, int]:

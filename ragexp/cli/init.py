@@ -7,6 +7,7 @@ else comes from the packaged defaults, which ragexp composes under ``conf/``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ragexp.errors import ConfigError
@@ -53,7 +54,8 @@ SYSTEM = """\
 # @package provider.system
 # Your RAG service: `ragexp run system=my_service`. ragexp POSTs {"question", "k", "case_id"} as
 # JSON to `url` and expects {"ranked_ids", "contexts", "answer", "citations"} back
-# (+ optional "timings"); see docs/config.md for every key and its default.
+# (+ optional "timings"). A service with its own API: set `request`, `response` and `stream`
+# (docs/systems.md), or start from a preset: ragexp init --system dify|ragflow|openai_chat.
 kind: http
 url: http://127.0.0.1:8000/query   # CHANGE ME: your service's query endpoint
 # timeout_s: 30                    # deadline of one attempt, in seconds
@@ -61,11 +63,51 @@ url: http://127.0.0.1:8000/query   # CHANGE ME: your service's query endpoint
 # ca_file: /path/to/private-ca.pem
 """
 
+PYTHON_SYSTEM = """\
+# @package provider.system
+# Your Python pipeline, called in-process: `ragexp run system=my_service` (docs/systems.md).
+kind: python
+target: my_package.rag:answer   # CHANGE ME: package.module:attr; attr may be dotted (app:chain.invoke)
+# path: src                     # a folder put on the import path before the target is imported
+# input: {input: "{question}"}  # one positional argument, filled like an HTTP request template;
+#                               # default: keyword arguments among question, k, case_id, metadata
+# response:                     # JMESPath of each output in the return value (default: ragexp's names)
+#   answer: answer
+#   ranked_ids: "context[].id"
+#   contexts: "context[].page_content"
+# timeout_s: 30                 # deadline of one call, in seconds
+"""
+
+
+def _preset_template(name: str) -> str:
+    """A packaged HTTP preset as the user's own file: every key kept, the URL to fill in."""
+    text = (package_conf() / "system" / f"{name}.yaml").read_text(encoding="utf-8")
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("url:"):
+            line += "   # CHANGE ME: your endpoint"
+        lines.append(line)
+    header = f"# Your {name} service: `ragexp run system=my_service` (written from the packaged `{name}` preset).\n"
+    return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
+
+
+SYSTEM_TEMPLATES: dict[str, Callable[[], str]] = {
+    "http": lambda: SYSTEM,
+    "dify": lambda: _preset_template("dify"),
+    "ragflow": lambda: _preset_template("ragflow"),
+    "openai_chat": lambda: _preset_template("openai_chat"),
+    "python": lambda: PYTHON_SYSTEM,
+}
+"""``ragexp init --system NAME`` -> the content of ``conf/system/my_service.yaml``."""
+
 GITIGNORE_LINES = ["mlruns/"]
 
 
-def starter_files() -> dict[str, str]:
+def starter_files(system: str = "http") -> dict[str, str]:
     """Relative path -> content of every file ``ragexp init`` writes (``.gitignore`` apart)."""
+    template = SYSTEM_TEMPLATES.get(system)
+    if template is None:
+        raise ConfigError(f"--system: unknown system '{system}' (known: {', '.join(SYSTEM_TEMPLATES)})")
     release = (package_conf() / "gates" / "release.yaml").read_text(encoding="utf-8")
     body = "\n".join(line for line in release.splitlines() if not line.startswith("#"))
     gates = (
@@ -78,15 +120,16 @@ def starter_files() -> dict[str, str]:
     cases = "".join(json.dumps(case, ensure_ascii=False) + "\n" for case in STARTER_CASES)
     return {
         "conf/dataset/my_set.yaml": DATASET,
-        "conf/system/my_service.yaml": SYSTEM,
+        "conf/system/my_service.yaml": template(),
         "conf/gates/my_release.yaml": gates,
         "data/my_set.jsonl": cases,
     }
 
 
-def init_project(directory: Path, force: bool = False) -> list[Path]:
-    """Write the starter files under ``directory``; refuse to overwrite unless ``force``."""
-    files = starter_files()
+def init_project(directory: Path, force: bool = False, system: str = "http") -> list[Path]:
+    """Write the starter files under ``directory`` (``conf/system/my_service.yaml`` from the
+    ``system`` template); refuse to overwrite unless ``force``."""
+    files = starter_files(system)
     existing = [directory / name for name in files if (directory / name).exists()]
     if existing and not force:
         raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")

@@ -6,10 +6,11 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ragexp.config.models import DatasetConfig, SystemConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
-from ragexp.errors import ConfigError
+from ragexp.errors import ConfigError, ProviderError
 from ragexp.records import Case, CaseResult
 
 OnResult = Callable[[int, CaseResult], None]
@@ -48,6 +49,11 @@ class Provider(ABC):
         """What defines the system beyond its config (e.g. its knowledge base's content hash);
         enters the config hash. Called after :meth:`preflight`."""
         return None
+
+    def probe(self, case: Case) -> dict[str, Any]:
+        """Ask the system about ``case`` once and say what came back and what was read from it
+        (``ragexp validate --probe``). Called after :meth:`preflight`."""
+        raise ProviderError(f"--probe: provider kind {self.config.kind} calls no live system; nothing to probe")
 
     @abstractmethod
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:

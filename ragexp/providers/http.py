@@ -1,4 +1,9 @@
-"""``provider=http``: a live RAG service, called concurrently with bounded retries.
+"""``kind: http``: a live RAG service, called concurrently with bounded retries.
+
+The request is ragexp's own ``{"question", "k", "case_id"}`` or a template (``request``, sent as
+the JSON body or the query string); the reply is read by ragexp's own contract or by a response
+mapping (:mod:`ragexp.providers.mapping`), from one JSON body or from a stream of events (SSE or
+NDJSON). Every shape goes through the one call policy of :mod:`ragexp.transport`.
 
 Each of ``concurrency`` workers owns one keep-alive connection (its own ``httpx.AsyncClient``)
 and pulls cases from a shared queue: connections are reused and there is no shared pool to scan,
@@ -47,12 +52,15 @@ from ragexp.transport import (
     call_json,
     check_reachable,
     collecting_garbage,
+    describe,
     parse_json,
     run_interruptibly,
     ssl_context,
 )
 
 MAX_CITATION = 2**31 - 1
+PROBE_TEXT = 4000
+"""Characters of a probed reply shown by ``ragexp validate --probe``."""
 
 
 class ContractError(ReplyError):
@@ -78,8 +86,6 @@ class HttpProvider(Provider):
             response = NATIVE
         # Compiled here, so a bad expression is refused while the run is planned, before any call.
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
-        if self.stream is not None and self.stream.delta is not None:
-            compile_expression(self.stream.delta, "provider.system.stream.delta")
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None
 
     def request_template(self) -> Any:
@@ -186,6 +192,91 @@ class HttpProvider(Provider):
         if self.mapping is None:
             return _parse(reply.data, reply.latency)
         return self.mapping.extract(reply.data, reply.latency)
+
+    def probe(self, case: Case) -> dict[str, Any]:
+        with collecting_garbage():
+            return run_interruptibly(self._probe(case))
+
+    async def _probe(self, case: Case) -> dict[str, Any]:
+        cfg = self.config
+        payload = (
+            {"question": case.question, "k": self.settings.k, "case_id": case.id}
+            if cfg.request is None and cfg.method == "POST"
+            else render(self.request_template(), case, self.settings.k)
+        )
+        url = self.target_url()
+        report: dict[str, Any] = {"case_id": case.id, "method": cfg.method, "url": secrets.mask_url(url)}
+        report["params" if cfg.method == "GET" else "body"] = payload
+        async with self.client(self._ssl_context()) as client:
+            if cfg.method == "GET":
+                request = client.build_request("GET", url, params=query_params(payload))
+            else:
+                request = client.build_request("POST", url, json=payload)
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(cfg.timeout_s):
+                    response = await client.send(request, stream=True)
+                    try:
+                        raw = await read_body(response, cfg.max_response_bytes)
+                    finally:
+                        await response.aclose()
+            except (TimeoutError, httpx.TimeoutException):
+                report["error"] = f"timed out after {cfg.timeout_s:g} s"
+                return report
+            except httpx.TransportError as exc:
+                report["error"] = describe(exc)
+                return report
+            except BadReply as exc:
+                report["error"] = str(exc)
+                return report
+        latency = time.perf_counter() - started
+        text = raw.decode("utf-8", "replace")
+        report |= {
+            "status": response.status_code,
+            "content_type": response.headers.get("content-type", ""),
+            "seconds": round(latency, 3),
+            "bytes": len(raw),
+            "raw": secrets.scrub(text[:PROBE_TEXT]) + ("..." if len(text) > PROBE_TEXT else ""),
+        }
+        if response.status_code >= 300:
+            report["error"] = f"HTTP {response.status_code}"
+            return report
+        report["extracted"], report["output"], report["error"] = await self._read_probe(raw, response, latency)
+        return report
+
+    async def _read_probe(
+        self, raw: bytes, response: httpx.Response, latency: float
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
+        """What each expression found in a probe's reply, the output built from it, or why not."""
+        extracted: dict[str, Any] = {}
+        try:
+            if self.reader is not None:
+                replay = httpx.Response(200, headers=response.headers, content=raw)
+                streamed = await self.reader.read(replay, len(raw) + 1, time.perf_counter())
+                extracted = {f"{key} ({self.mapping_text(key)})": streamed.found.get(key) for key in self.reader.keys}
+                text = self.reader.answer(streamed.pieces)
+                extracted[f"answer ({self.stream_text()}, over {streamed.events} events)"] = text
+                output = streamed.output(latency)
+                output.ttft_seconds = None  # read back from memory: the replay's timing means nothing
+            else:
+                data = parse_json(raw)
+                if self.mapping is not None:
+                    for key in self.mapping.expressions:
+                        extracted[f"{key} ({self.mapping_text(key)})"] = self.mapping.search(key, data)
+                output = self.output(Reply(data, latency))
+        except (ReplyError, CallFailed) as exc:
+            kind = "service error" if isinstance(exc, SystemReplyError) else "contract"
+            return extracted, None, secrets.scrub(f"{kind}: {exc}")
+        return extracted, output.to_json(), None
+
+    def mapping_text(self, key: str) -> str:
+        mapping = self.mapping.mapping if self.mapping is not None else NATIVE
+        return repr(getattr(mapping, key))
+
+    def stream_text(self) -> str:
+        if self.stream is not None and self.stream.delta is not None:
+            return f"stream.delta {self.stream.delta!r}"
+        return f"response.answer {self.mapping_text('answer')}"
 
     async def _worker(
         self,

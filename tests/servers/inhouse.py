@@ -6,7 +6,8 @@ GET /search?q=...&top=N&lang=...  (X-Api-Key: $INHOUSE_STANDIN_KEY, default inho
   401 otherwise) -> 200 {"status": "ok", "result": {"text", "hits": [{"doc", "body"}], "cites":
   ["doc id", ...]}, "took": {"search": s, "llm": s}}, at most ``top`` hits; lang must be given.
   Business errors are HTTP 200 {"status": "error", "reason": ...}: a question containing
-  "broken". A question containing "badtype" gets "text" as a list of words.
+  "broken". A question containing "badtype" gets "text" as a list of words; "echo" gets the
+  request's key back in "text".
 POST /ask/stream  {"q", "top"}: NDJSON, {"type": "token", "text"} lines, ": " comment-free,
   then {"type": "done", "hits": [...]}; "cut" questions are cut short while $STANDIN_CUT_FILE
   exists.
@@ -53,6 +54,8 @@ class Handler(StreamingHandler):
         result: dict[str, Any] = {"text": answer, "hits": hits, "cites": cites}
         if "badtype" in question:
             result["text"] = answer.split()
+        if "echo" in question:
+            result["text"] = f"invalid key {self.headers.get('X-Api-Key')}"
         return self.reply_json(200, {"status": "ok", "result": result, "took": {"search": 0.01, "llm": 0.02}})
 
     def do_POST(self) -> None:

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -99,8 +100,16 @@ class StreamingHandler(BaseHTTPRequestHandler):
 def main(handler: type[StreamingHandler]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (and --tls-key)")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     server.daemon_threads = True
-    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    scheme = "http"
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
