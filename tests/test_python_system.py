@@ -389,3 +389,38 @@ def test_an_installed_package_is_identified_by_its_version() -> None:
 
     target = load_target("langchain_core.runnables:RunnableLambda")
     assert source_identity(target.module) == f"langchain-core=={importlib.metadata.version('langchain-core')}"
+
+
+# --- validate --probe -------------------------------------------------------------------------
+
+
+def test_probe_shows_the_return_value_and_what_each_expression_read(ragexp: Any, cases: Path) -> None:
+    result = ragexp(
+        "validate",
+        f"dataset.path={cases}",
+        "system=langchain",
+        "provider.system.target=tests.pipelines.chains:chain",
+        RETRIEVAL,
+        "--probe",
+    )
+    assert result.code == 0, result.stderr
+    out = result.stdout
+    assert "probe: case refund: call tests.pipelines.chains:chain" in out
+    assert '  sent: {"args": [{"input": "when do refunds arrive"}], "kwargs": {}}' in out
+    assert '  |    "page_content": "Refunds arrive within 3 business days.",' in out
+    assert """  ranked_ids ('context[].[id || metadata.id][]') -> ["d1", "d2"]""" in out
+    want = expected_output(CASES[0]["question"])
+    assert f"  output: {json.dumps({**want, 'citations': []}, ensure_ascii=False)}" in out
+
+
+def test_probe_of_a_failing_target_exits_1_with_its_error(ragexp: Any, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "first.jsonl", [CASES[1]])
+    result = ragexp(
+        "validate",
+        f"dataset.path={data}",
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:failing",
+        "--probe",
+    )
+    assert result.code == 1
+    assert "  error: PermissionError: upstream refused token" in result.stdout

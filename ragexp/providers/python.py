@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import queue
 import sys
@@ -53,6 +54,8 @@ MISSING = "???"
 """What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
 CALL_KEYWORDS = ("question", "k", "case_id", "metadata")
 """Parameter names a target receives by keyword, each with the case's value."""
+PROBE_TEXT = 4000
+"""Characters of the return value ``validate --probe`` shows."""
 BLOCKED_GRACE_S = 5.0
 """How long past its deadline an async call may stay unresolved before the event loop is taken
 to be blocked (a coroutine calling ``time.sleep``): its own timer could not fire."""
@@ -229,6 +232,43 @@ class PythonProvider(Provider):
             return None
         return f"python:{source_identity(self._target.module)}"
 
+    def probe(self, case: Case) -> dict[str, Any]:
+        target = self._target
+        if target is None:
+            raise RuntimeError("PythonProvider.probe called before preflight")
+        calls = _Calls(target, self.system, self.mapping, [case], self.settings.k)
+        args, kwargs = calls.arguments(case)
+        report: dict[str, Any] = {
+            "case_id": case.id,
+            "method": "call",
+            "url": self.system.target,
+            "body": to_plain({"args": list(args), "kwargs": kwargs}),
+        }
+        outcome = _call_once(target, args, kwargs, self.system.timeout_s)
+        if isinstance(outcome, BaseException):
+            report["error"] = calls.failed(case, outcome).error
+            return report
+        if outcome is None:
+            report["error"] = calls.timed_out(0).error
+            return report
+        value, latency = outcome.value, outcome.seconds
+        plain = to_plain(value)
+        text = json.dumps(plain, ensure_ascii=False, indent=1, default=str)
+        report["seconds"] = round(latency, 3)
+        report["raw"] = secrets.scrub(text[:PROBE_TEXT]) + ("..." if len(text) > PROBE_TEXT else "")
+        mapping = self.mapping
+        extracted: dict[str, Any] = {}
+        for key in mapping.expressions:
+            try:
+                extracted[f"{key} ({getattr(mapping.mapping, key)!r})"] = mapping.search(key, plain)
+            except ReplyError as exc:
+                extracted[f"{key} ({getattr(mapping.mapping, key)!r})"] = f"failed: {exc}"
+        report["extracted"] = extracted
+        result = calls.finish(case, value, latency)
+        report["output"] = result.output.to_json() if result.output is not None else None
+        report["error"] = result.error
+        return report
+
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         target = self._target
         if target is None:  # run() before preflight() is a programming error, not bad input
@@ -244,6 +284,39 @@ class PythonProvider(Provider):
                 driver.wait()
             finally:
                 driver.stop()
+
+
+@dataclass(frozen=True)
+class _Returned:
+    value: Any
+    seconds: float
+
+
+def _call_once(
+    target: Target, args: tuple[Any, ...], kwargs: dict[str, Any], timeout_s: float
+) -> _Returned | BaseException | None:
+    """One call in a daemon thread (on an event loop of its own for an async target): what it
+    returned and how long it took, what it raised, or None when it ran past ``timeout_s``."""
+    box: list[_Returned | BaseException] = []
+
+    def work() -> None:
+        started = perf_counter()
+        try:
+            if target.is_async:
+                loop = asyncio.new_event_loop()
+                loop.set_default_executor(DaemonExecutor(1))
+                value = loop.run_until_complete(cast(Awaitable[Any], target.function(*args, **kwargs)))
+            else:
+                value = target.function(*args, **kwargs)
+        except BaseException as exc:  # the target's own failure, reported as the probe's error
+            box.append(exc)
+            return
+        box.append(_Returned(value, perf_counter() - started))
+
+    thread = threading.Thread(target=work, name="ragexp-python-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return box[0] if box else None
 
 
 class _Calls:
