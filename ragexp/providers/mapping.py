@@ -448,7 +448,7 @@ def _is_json(value: Any, depth: int) -> bool:
     if depth >= _JSON_CHECK_DEPTH:
         return False
     if kind is list:
-        for item in value:
+        for item in value:  # noqa: SIM110 - all() over a generator costs several times this loop
             if type(item) is not str and not _is_json(item, depth + 1):
                 return False
         return True
