@@ -312,6 +312,11 @@ def test_an_async_target_that_blocks_its_loop_ends_the_run(
         ),
         ("tests.pipelines.plain:NOT_CALLABLE", "'tests.pipelines.plain:NOT_CALLABLE' is dict, not a function"),
         (
+            "tests.pipelines.llama:engine",
+            "'tests.pipelines.llama:engine' is QueryEngine, not a function or an object with invoke/ainvoke "
+            "(its query method: tests.pipelines.llama:engine.query)",
+        ),
+        (
             "tests.pipelines.plain:two_required",
             "provider.system.target: cannot call 'tests.pipelines.plain:two_required(question, top_n, mode)': "
             "it takes 'top_n', 'mode'",

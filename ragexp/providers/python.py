@@ -105,8 +105,10 @@ def load_target(spec: str, path: str | None = None, *, has_input: bool = False) 
             if callable(function):
                 return Target(function, is_async, (), True, module)
     if not callable(obj):
+        query = next((name for name in ("query", "aquery") if callable(getattr(obj, name, None))), None)
+        hint = f" (its {query} method: {spec}.{query})" if query else ""
         raise ProviderError(
-            f"{WHERE}.target: '{spec}' is {type(obj).__name__}, not a function or an object with invoke/ainvoke"
+            f"{WHERE}.target: '{spec}' is {type(obj).__name__}, not a function or an object with invoke/ainvoke{hint}"
         )
     keywords, positional = _calling(obj, spec, has_input)
     return Target(obj, _is_coroutine_function(obj), keywords, positional, module)
@@ -635,7 +637,7 @@ class _Loop(_Driver):
     def stop(self) -> None:
         super().stop()
         loop = self.loop
-        if loop is not None and not self.abandoned:
+        if loop is not None and not self.abandoned and not loop.is_closed():
             loop.call_soon_threadsafe(loop.stop)  # with calls left behind, the loop runs on as a daemon
 
 
