@@ -209,6 +209,9 @@ def main() -> None:
             if "floor" in row
             else ""
         )
+        if "loop_no_gc" in row:
+            no_gc = row["loop_no_gc"]
+            floor = f"; the loop with gc off: {no_gc * 1e6:.2f} us, {row['measured'] / no_gc:.2f}x"
         print(
             f"{row['name']}: {row['measured'] * scale:.2f} {unit} vs {row['reference_name']} "
             f"{row['reference'] * scale:.2f} {unit}: {row['ratio']:.2f}x "
