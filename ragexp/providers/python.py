@@ -6,8 +6,9 @@ wins). Its return value is turned into plain data and read with the ``response``
 HTTP system's reply is.
 
 Sync targets run in ``concurrency`` daemon threads, async ones on one event loop in a daemon
-thread, with at most ``concurrency`` calls in flight. The calling thread only collects results
-and watches the deadlines: a call past ``timeout_s`` is an error for its case and is abandoned
+thread, with at most ``concurrency`` calls in flight; workers report their own results. The
+calling thread only watches the deadlines: a call past ``timeout_s`` is an error for its case and
+is abandoned
 (a Python call cannot be stopped from outside), its slot goes to a fresh worker, and since every
 worker is a daemon thread a call that never returns keeps neither the run nor the process alive.
 """
@@ -153,7 +154,7 @@ def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[
     signature = f"'{spec}({shown})'"
     if has_input:
         # The rendered template is the one argument, exactly as a Runnable's invoke takes it.
-        if not takes_one or len(required) > 1 or (required and required[0] is not positional[0]):
+        if not takes_one or len(required) > 1 or (required and required[0] not in positional[:1]):
             raise ProviderError(
                 f"{WHERE}.input: is passed as one positional argument, and {signature} cannot be called with one"
             )
