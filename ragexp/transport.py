@@ -137,12 +137,13 @@ async def _send(
             raise BadReply(f"response of {int(declared):,} bytes is larger than max_response_bytes ({cap:,})")
         if read is not None:
             return response.status_code, response.headers, await read(response, cap, started)
-        return response.status_code, response.headers, await _read_capped(response, cap)
+        return response.status_code, response.headers, await read_capped(response, cap)
     finally:
         await response.aclose()
 
 
-async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+async def read_capped(response: httpx.Response, cap: int) -> bytes:
+    """The whole body, refused past ``cap`` bytes without reading further."""
     chunks, size = [], 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)

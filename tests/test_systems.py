@@ -681,3 +681,62 @@ def test_a_streamed_service_behind_a_private_ca(
     rows = rows_of(store_uri, trusted.json()["run_id"], tmp_path)
     assert rows["c1"]["output"]["ranked_ids"] == ["seg-1", "seg-1-x"]
     assert untrusted.code == 1 and "TLS certificate of 127.0.0.1" in untrusted.stderr
+
+
+# --- reading streams ---------------------------------------------------------------------------
+
+
+def read_stream(body: bytes, stream: dict[str, Any], content_type: str = "text/event-stream", **keys: Any) -> Any:
+    import asyncio
+
+    import httpx
+
+    from ragexp.config.models import StreamConfig
+    from ragexp.providers.http import StreamReader
+
+    reader = StreamReader(compile_mapping(mapping(**keys), "r"), StreamConfig.model_validate(stream))
+    response = httpx.Response(200, headers={"content-type": content_type}, content=body)
+    return asyncio.run(reader.read(response, 10_000, 0.0)).output(1.0)
+
+
+def test_sse_events_skip_comments_keepalives_and_done_in_any_line_ending() -> None:
+    body = (
+        b": a comment from a proxy\r\n\r\n"
+        b"event: ping\r\n\r\n"
+        b'id: 1\r\nretry: 3000\r\ndata:{"t": "Hel"}\r\n\r\n'
+        b'data: {"t": "lo",\ndata:  "ids": ["a"]}\n\n'  # one event over two data lines
+        b'data: {"t": ""}\r\r'
+        b"data: [DONE]\n\n"
+    )
+    output = read_stream(body, {"format": "sse", "delta": "t"}, ranked_ids="ids")
+    assert (output.answer, output.ranked_ids) == ("Hello", ["a"])
+    assert output.ttft_seconds is not None and output.ttft_seconds > 0
+
+
+def test_a_stream_ending_inside_an_event_is_a_transport_failure() -> None:
+    import httpx
+
+    with pytest.raises(httpx.RemoteProtocolError, match="ended in the middle of an event"):
+        read_stream(b'data: {"t": "a"}\n\ndata: {"t": "b"}', {"format": "sse", "delta": "t"})
+    with pytest.raises(httpx.RemoteProtocolError):
+        read_stream(b'data: {"t": "a"}\n\ndata: {"t": "b"}\n', {"format": "sse", "delta": "t"})
+
+
+def test_ndjson_cumulative_and_a_json_body_instead_of_a_stream() -> None:
+    body = b'{"a": "I"}\n\n{"a": "I am"}\n{"a": "I am here", "ids": [3]}'  # last line unterminated
+    output = read_stream(
+        body, {"format": "ndjson", "cumulative": True}, "application/x-ndjson", answer="a", ranked_ids="ids"
+    )
+    assert (output.answer, output.ranked_ids) == ("I am here", ["3"])
+    # An error envelope sent as one JSON body while a stream was asked for is read as one event.
+    with pytest.raises(SystemReplyError, match=r"^quota$"):
+        read_stream(
+            b'{"code": 7, "message": "quota"}',
+            {"format": "sse", "delta": "t"},
+            "application/json",
+            error="code != `0` && message",
+        )
+    from ragexp.transport import BadReply
+
+    with pytest.raises(BadReply, match=r"stream event 1 is not JSON \(hello\)"):
+        read_stream(b"data: hello\n\n", {"format": "sse", "delta": "t"})

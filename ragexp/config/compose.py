@@ -158,7 +158,7 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
             message = f"unknown key for kind '{kind}'" if kind else "unknown key"
         elif first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             context = first.get("ctx", {})
-            location += f".{context.get('discriminator', 'kind').strip(chr(39))}"
+            location += "." + str(context.get("discriminator", "kind")).strip("'")
             known = ", ".join(sorted(SYSTEM_KINDS))
             message = (
                 f"unknown provider '{context.get('tag')}' (known: {known})"

@@ -54,6 +54,7 @@ from ragexp.transport import (
     collecting_garbage,
     describe,
     parse_json,
+    read_capped,
     run_interruptibly,
     ssl_context,
 )
@@ -217,7 +218,7 @@ class HttpProvider(Provider):
                 async with asyncio.timeout(cfg.timeout_s):
                     response = await client.send(request, stream=True)
                     try:
-                        raw = await read_body(response, cfg.max_response_bytes)
+                        raw = await read_capped(response, cfg.max_response_bytes)
                     finally:
                         await response.aclose()
             except (TimeoutError, httpx.TimeoutException):
@@ -388,7 +389,7 @@ class StreamReader:
         state = Streamed(self, {}, [], None, 0)
         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind in ("application/json", "text/json"):
-            self.event(parse_json(await read_body(response, cap)), state, started)
+            self.event(parse_json(await read_capped(response, cap)), state, started)
             return state
         events = sse_events if self.stream.format == "sse" else ndjson_events
         async for data in events(response, cap):
@@ -426,16 +427,6 @@ def _search(expression: Any, data: Any, key: str) -> Any:
         return expression.search(data)
     except jmespath.exceptions.JMESPathError as exc:
         raise MappingError(f"{key}: {' '.join(str(exc).split())}") from None
-
-
-async def read_body(response: httpx.Response, cap: int) -> bytes:
-    chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > cap:
-            raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _lines(response: httpx.Response, cap: int) -> AsyncIterator[tuple[bytes, bool]]:
