@@ -429,3 +429,60 @@ def test_probe_of_a_failing_target_exits_1_with_its_error(ragexp: Any, tmp_path:
     )
     assert result.code == 1
     assert "  error: PermissionError: upstream refused token" in result.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
+def test_on_the_tracking_server(ragexp: Any, cases: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """PostgreSQL enforces the column lengths SQLite ignores: a long error and a long template."""
+    server = os.environ["RAGEXP_TEST_MLFLOW_SERVER"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    experiment = f"ragexp-test-python-{os.getpid()}-{tmp_path.name}"
+    secrets.register("sk-live-0123456789")
+    result = run(
+        ragexp,
+        cases,
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:failing",
+        f"provider.system.input={{query: '{{question}}', note: '{'x' * 7000}'}}",
+        f"experiment={experiment}",
+        RETRIEVAL,
+    )
+    assert result.code == 1 and "provider.system.input: is passed as one positional argument" in result.stderr
+    result = run(
+        ragexp,
+        cases,
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:templated",
+        f"provider.system.input={{query: '{{question}}', case: '{{case_id}}', n: '{{k}}', note: '{'x' * 7000}'}}",
+        "provider.system.response={answer: result.text, ranked_ids: 'result.sources[].id'}",
+        f"experiment={experiment}",
+        RETRIEVAL,
+    )
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["summary"]["recall_at_k"] == 1.0
+    recorded = rows_of(server, payload["run_id"], tmp_path)
+    assert recorded["refund"]["output"]["ranked_ids"] == retrieve(CASES[0]["question"], 2)
+    failed = run(
+        ragexp,
+        cases,
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:failing",
+        f"experiment={experiment}",
+        RETRIEVAL,
+    )
+    assert failed.code == 0, failed.stderr
+    rows = rows_of(server, failed.json()["run_id"], tmp_path)
+    assert rows["password"]["error"] == "PermissionError: upstream refused token *** for how are passwords reset"
+    long = run(
+        ragexp,
+        cases,
+        "system=python",
+        "provider.system.target=tests.pipelines.plain:long_failure",
+        f"experiment={experiment}",
+        RETRIEVAL,
+    )
+    assert long.code == 0, long.stderr
+    rows = rows_of(server, long.json()["run_id"], tmp_path)
+    assert rows["password"]["error"].startswith("ValueError: upstream said: yyy")
+    assert rows["refund"]["error"] is None

@@ -109,3 +109,9 @@ async def blocking_async(question: str, case_id: str) -> dict[str, Any]:
     if case_id == "password":
         time.sleep(8)  # blocks the event loop: nothing else can run on it meanwhile
     return contract(question, 2, case_id, {})
+
+
+def long_failure(question: str, case_id: str) -> dict[str, Any]:
+    if case_id == "password":
+        raise ValueError("upstream said: " + "y" * 20_000)
+    return contract(question, 2, case_id, {})
