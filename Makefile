@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench-runs: setup
 
 bench-http: setup
 	$(BIN)/python tests/benchmarks/bench_http.py
+
+# system=python: 10 ms sync at 8 and async at 32 vs ideal; an instant function's per-case cost vs a plain loop.
+bench-python-systems: setup
+	$(BIN)/python tests/benchmarks/bench_python_systems.py
 
 bench-judge: setup
 	$(BIN)/python tests/benchmarks/bench_judge.py

@@ -21,6 +21,8 @@ from tests.servers.procs import SAMPLE, serve
 
 PACKAGED = package_conf()
 JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
+PRESET_KINDS = {"langchain": "python", "llamaindex": "python"}
+"""System presets named after a product rather than their kind."""
 OPTIONS = sorted((group, path.stem) for group in GROUPS for path in (PACKAGED / group).glob("*.yaml"))
 
 
@@ -55,6 +57,9 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ("system", "fake"): [],
         ("system", "replay"): ["dataset=scifacts_zh"],
         ("system", "http"): urls["system"],
+        ("system", "python"): ["provider.system.target=tests.pipelines.plain:contract"],
+        ("system", "langchain"): ["provider.system.target=tests.pipelines.chains:chain", "metrics=retrieval"],
+        ("system", "llamaindex"): ["provider.system.target=tests.pipelines.llama:engine.query", "metrics=retrieval"],
         ("judge", "none"): [],
         ("judge", "openai"): ["system=replay", *judged],
         ("judge", "mindie"): ["system=replay", *judged],
@@ -89,7 +94,7 @@ def test_every_config_file_composes_and_plans(
         chosen = {"dataset": config.dataset.name, "metrics": config.metrics.set, "gates": config.gates.name}
         assert chosen[group] == option
     if group == "system":
-        assert config.provider.system.kind == option
+        assert config.provider.system.kind == PRESET_KINDS.get(option, option)
     if group == "judge":
         assert (config.provider.judge.kind if config.provider.judge else "none") == option
     if group == "provider":

@@ -394,6 +394,9 @@ def _print_probe(report: dict[str, Any]) -> None:
             f"  reply: HTTP {report['status']} in {report['seconds']:g} s, {report['bytes']:,} bytes "
             f"({report['content_type'] or 'no content type'})"
         )
+    elif "raw" in report:
+        print(f"  returned in {report['seconds']:g} s, as plain data:")
+    if "raw" in report:
         for line in str(report["raw"]).splitlines() or [""]:
             print(f"  | {terminal(line)}")
     for key, value in report.get("extracted", {}).items():

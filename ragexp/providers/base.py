@@ -65,6 +65,7 @@ PROVIDERS: dict[str, str] = {
     "fake": "ragexp.providers.fake:FakeProvider",
     "replay": "ragexp.providers.replay:ReplayProvider",
     "http": "ragexp.providers.http:HttpProvider",
+    "python": "ragexp.providers.python:PythonProvider",
 }
 """Kind -> ``module:Class``; modules are imported only when their kind is used."""
 

@@ -43,6 +43,11 @@ OUTPUT_OF = {
 
 MAX_CITATION = 2**31 - 1
 
+CONTRACT = ResponseMapping(
+    answer="answer", ranked_ids="ranked_ids", contexts="contexts", citations="citations", timings="timings"
+)
+"""ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
+
 
 class ReplyError(Exception):
     """A system answered, but the reply cannot be scored: an error for that case."""
@@ -424,8 +429,35 @@ def to_plain(value: Any) -> Any:
     """``value`` as JSON-like data (dicts with string keys, lists, strings, numbers, booleans,
     null): mappings, sequences, dataclasses, pydantic models and objects with public attributes
     are taken apart field by field (a LangChain ``Document`` keeps ``id``, ``page_content`` and
-    ``metadata``; a LlamaIndex ``NodeWithScore`` its ``node`` and ``score``)."""
+    ``metadata``; a LlamaIndex ``NodeWithScore`` its ``node`` and ``score``). Data that is
+    JSON-like already (exact types) is returned as it is, not copied."""
+    if _is_json(value, 0):
+        return value
     return _plain(value, 0, set())
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+_JSON_CHECK_DEPTH = 16
+"""Deeper data is copied by :func:`_plain`, which also breaks cycles."""
+
+
+def _is_json(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return True
+    if depth >= _JSON_CHECK_DEPTH:
+        return False
+    if kind is list:
+        for item in value:  # noqa: SIM110 - all() over a generator costs several times this loop
+            if type(item) is not str and not _is_json(item, depth + 1):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) is not str and not _is_json(item, depth + 1)):
+                return False
+        return True
+    return False
 
 
 def _plain(value: Any, depth: int, active: set[int]) -> Any:

@@ -115,9 +115,9 @@ ROWS: list[Callable[[Setup], Row]] = [
     native,
     mapped,
     sse,
-    # --- Python systems (issue 21, system=python): their rows are added here. ---
 ]
-"""Every row of the table, run in this order against one service and one dataset."""
+"""Every HTTP row of the table, run in this order against one service and one dataset; the Python
+systems' rows (bench_python_systems.py) follow in the same run."""
 
 
 def main() -> None:
@@ -126,6 +126,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=50.0)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=2, help="rounds over every row; each row keeps its fastest")
+    parser.add_argument("--no-python", dest="python", action="store_false", help="leave out the Python rows")
     args = parser.parse_args()
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests/servers/bench_service.py"), "--port", "0", "--delay-ms", str(args.delay_ms)],
@@ -179,6 +180,12 @@ def main() -> None:
             f"{row.name:<22}{row.seconds:>9.2f}{row.ideal:>9.2f}{ratio:>7.2f}x  <= {row.target:g}x {verdict:<7}"
             f"{versus:>8.2f}x{row.cpu:>8.2f}"
         )
+    if args.python:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_python_systems import print_rows
+
+        print("python systems (system=python):")
+        print_rows(args.cases)
 
 
 if __name__ == "__main__":
