@@ -21,7 +21,7 @@ from tests.servers.procs import SAMPLE, serve
 
 PACKAGED = package_conf()
 JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
-PRESET_KINDS = {"langchain": "python", "llamaindex": "python"}
+PRESET_KINDS = {"langchain": "python", "llamaindex": "python", "dify": "http", "ragflow": "http", "openai_chat": "http"}
 """System presets named after a product rather than their kind."""
 OPTIONS = sorted((group, path.stem) for group in GROUPS for path in (PACKAGED / group).glob("*.yaml"))
 
@@ -57,6 +57,9 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ("system", "fake"): [],
         ("system", "replay"): ["dataset=scifacts_zh"],
         ("system", "http"): urls["system"],
+        ("system", "dify"): [*urls["system"], "metrics=retrieval"],
+        ("system", "ragflow"): urls["system"],
+        ("system", "openai_chat"): [*urls["system"], "metrics.names=[answer_accuracy,p95_seconds,error_rate]"],
         ("system", "python"): ["provider.system.target=tests.pipelines.plain:contract"],
         ("system", "langchain"): ["provider.system.target=tests.pipelines.chains:chain", "metrics=retrieval"],
         ("system", "llamaindex"): ["provider.system.target=tests.pipelines.llama:engine.query", "metrics=retrieval"],
@@ -86,6 +89,8 @@ def test_every_config_file_composes_and_plans(
     group: str, option: str, services: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAGEXP_JUDGE_API_KEY", "test-key")
+    for variable in ("RAGEXP_DIFY_AUTH", "RAGEXP_RAGFLOW_AUTH", "RAGEXP_OPENAI_AUTH"):
+        monkeypatch.setenv(variable, "Bearer test-key")  # the presets' headers_env
     monkeypatch.chdir(tmp_path)  # nothing found through the working directory
     config = compose(context(group, option, services))
     plan = plan_run(config, tmp_path / "state")
