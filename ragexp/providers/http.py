@@ -28,11 +28,12 @@ import jmespath.exceptions
 import orjson
 
 from ragexp import secrets
-from ragexp.config.models import HttpSystemConfig, ResponseMapping, StreamConfig
+from ragexp.config.models import HttpSystemConfig, StreamConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.providers.base import OnResult, Provider, RunSettings
 from ragexp.providers.mapping import (
+    CONTRACT,
     CompiledMapping,
     MappingError,
     ReplyError,
@@ -68,12 +69,6 @@ class ContractError(ReplyError):
     """The service answered, but not in the shape the contract asks for."""
 
 
-NATIVE = ResponseMapping(
-    answer="answer", ranked_ids="ranked_ids", contexts="contexts", citations="citations", timings="timings"
-)
-"""ragexp's own contract as a mapping: what a streamed reply without ``response`` is read with."""
-
-
 class HttpProvider(Provider):
     remote = True
     config: HttpSystemConfig
@@ -84,7 +79,7 @@ class HttpProvider(Provider):
         self.stream = config.stream if config.stream is not None and config.stream.format != "none" else None
         response = config.response
         if response is None and self.stream is not None:
-            response = NATIVE
+            response = CONTRACT
         # Compiled here, so a bad expression is refused while the run is planned, before any call.
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None
@@ -271,7 +266,7 @@ class HttpProvider(Provider):
         return extracted, output.to_json(), None
 
     def mapping_text(self, key: str) -> str:
-        mapping = self.mapping.mapping if self.mapping is not None else NATIVE
+        mapping = self.mapping.mapping if self.mapping is not None else CONTRACT
         return repr(getattr(mapping, key))
 
     def stream_text(self) -> str:
