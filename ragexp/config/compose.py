@@ -124,6 +124,10 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         raw = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as exc:
         message = _first_line(str(exc))
+        unknown = re.fullmatch(r"Could not override '([^']+)'\.", message)
+        if unknown:
+            # Hydra's struct mode refuses a key no config file sets; its wording names no cause.
+            message = f"{unknown.group(1)}: no such key"
         if "LexerNoViableAlt" in message or "mismatched input" in message:
             message += " (quote a value with spaces or other special characters: key='value')"
         raise ConfigError(f"config: {message}") from None
