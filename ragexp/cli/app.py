@@ -600,6 +600,8 @@ def gate(
     if tag and not result.passed:
         info(f"not promoted: the gate failed, so tag {tag} stays where it is")
     if promotion is not None:
+        for warning in promotion.warnings:
+            info(f"warning: {warning}")
         if not promotion.promoted:
             info(f"ragexp: error: {promotion.message}")
             raise typer.Exit(1)
