@@ -37,6 +37,9 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 DEFAULT_TIMEOUT_S = 60.0
+CREATION_TAG = TAG_PREFIX + "creation_id"
+"""A nonce set when a run is created on a tracking server, to find the duplicates of a retried
+creation."""
 _HTTP_SETTINGS = (
     "MLFLOW_HTTP_REQUEST_TIMEOUT",
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
@@ -265,11 +268,23 @@ class Store:
             created = direct.create_run(experiment_id, run_name, tags, params)
             if created is not None:
                 return created
+        remote = urlsplit(self.uri).scheme in ("http", "https")
+        creation = {CREATION_TAG: uuid.uuid4().hex} if remote else {}
         with self._calling(f"creating a run in experiment '{experiment}'"):
-            run = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
+            run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, **creation})
             run_id: str = run.info.run_id
+            if remote:
+                self._drop_duplicates(experiment_id, run_id, creation[CREATION_TAG])
             self._log_params(run_id, params)
             return run_id
+
+    def _drop_duplicates(self, experiment_id: str, run_id: str, creation: str) -> None:
+        """Delete the runs a lost reply to ``runs/create`` made: MLflow's client sends the request
+        again when the connection closes before the answer, and the server creates a second run."""
+        found = self.client.search_runs([experiment_id], filter_string=tag_filter(CREATION_TAG, creation))
+        for run in found:
+            if run.info.run_id != run_id:
+                self.client.delete_run(run.info.run_id)
 
     def _log_params(self, run_id: str, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -800,6 +815,24 @@ _CONNECTION_LOST = re.compile(
     r"Max retries exceeded|Connection(Error| refused| reset| aborted)|timed out|Timeout", re.IGNORECASE
 )
 """What MLflow's REST client says when the server is gone, as opposed to an answer it gave."""
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a failure means the store did not answer at all (refused, reset, timed out), as
+    opposed to an answer it gave: any further call would wait for its own timeout too."""
+    if isinstance(exc, StoreUnreachable):
+        return True
+    if isinstance(exc, TrackingError | StorageError):
+        return False
+    import httpx  # only on a failure: reading a store needs no HTTP client
+
+    if isinstance(exc, httpx.TransportError):
+        return True
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, OSError):  # requests' errors are OSErrors; a full disk is not a lost store
+        return exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+    return "failed with exception" in str(exc) and _CONNECTION_LOST.search(str(exc)) is not None
 
 
 def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | StorageError:
