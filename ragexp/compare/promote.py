@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
 
+PROMOTION_READS = 3
+"""How often ``gate --promote`` reads its baseline and the tag's holders again when another
+pipeline moved the tag between the two reads, before that race is an error."""
+
 
 @dataclass(frozen=True)
 class PromotionTag:

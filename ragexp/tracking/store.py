@@ -394,34 +394,56 @@ class Store:
 
     @contextmanager
     def run_lock(self, run_id: str) -> Iterator[None]:
-        """Held while a process evaluates a run, so a second ``--resume`` of it is refused."""
+        """Held while a process evaluates a run, so a second ``--resume`` of it is refused. The
+        lock file is removed when the run ends (while still locked; a process that opened it in
+        that moment finds it gone and locks the file that replaces it)."""
         import fcntl
 
         path = self.state_dir() / "checkpoints" / f"{run_id}.lock"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a")
-        except OSError as exc:
-            raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
-        with handle:
+        while True:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = path.open("a")
+            except OSError as exc:
+                raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                handle.close()
                 raise RunLockedError(
                     f"run {run_id} is being evaluated by another process on this machine; "
                     "wait for it to end (or stop it) before resuming"
                 ) from None
             try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(handle.fileno()).st_ino:
+                break
+            handle.close()  # removed by the process that held it: lock its successor
+        with handle:
+            try:
                 yield
             finally:
+                with suppress(OSError):  # a read-only folder keeps an empty file, no more
+                    path.unlink(missing_ok=True)
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
     def space_reserve(self, size: int = 1 << 20) -> Iterator[None]:
         """Keep ``size`` bytes beside a SQLite store while a run writes, given back if the disk
-        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING."""
+        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING.
+
+        Each process keeps its own file (``.ragexp-reserve.HOST.PID``), so parallel runs into one
+        store never delete each other's; files of processes of this host that are gone (a
+        ``kill -9``) are removed."""
         db = _sqlite_path(self.uri)
-        path = db.resolve().parent / ".ragexp-reserve" if db is not None and str(db) != ":memory:" else None
+        path = None
+        if db is not None and str(db) != ":memory:":
+            folder = db.resolve().parent
+            host = socket.gethostname().replace("/", "_")
+            _remove_stale_reserves(folder, host)
+            path = folder / f"{RESERVE_PREFIX}{host}.{os.getpid()}"
         if path is not None:
             try:
                 with path.open("wb") as handle:
@@ -780,6 +802,27 @@ RELEASE_ATTEMPTS = 5
 def _lost_race(exc: Exception) -> bool:
     """A creation refused because another process's lock existed at that moment."""
     return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or bool(_DUPLICATE_KEY.search(str(exc)))
+
+
+RESERVE_PREFIX = ".ragexp-reserve."
+
+
+def _remove_stale_reserves(folder: Path, host: str) -> None:
+    for reserve in folder.glob(f"{RESERVE_PREFIX}{host}.*"):
+        pid = reserve.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            with suppress(OSError):
+                reserve.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def tag_filter(key: str, value: str) -> str:

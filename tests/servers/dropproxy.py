@@ -1,6 +1,7 @@
 """An HTTP proxy in front of a real server that loses replies, or dies, on the requests chosen.
 
     python tests/servers/dropproxy.py --port 0 --upstream URL [--drop RULE]... [--die-on RULE]
+                                      [--hold RULE --hold-file PATH]
 
 prints "listening on URL". A RULE is ``METHOD PATH-SUBSTRING`` with an optional ``#N``: the Nth
 matching request (1 by default, counted from the proxy's start).
@@ -11,24 +12,31 @@ matching request (1 by default, counted from the proxy's start).
 --die-on  on the matching request the proxy stops listening, closes every connection and exits
           without forwarding it: the tracking server is gone from the client's point of view, as
           if killed at that moment.
+--hold    forwards the matching request, then keeps its answer until PATH (--hold-file) is
+          removed: the test acts while the client waits at that exact point.
 
-GET /__proxy__/stats answers {"seen": [[METHOD, PATH, ACTION], ...]} (ACTION: forwarded, dropped).
+GET /__proxy__/stats answers {"seen": [[METHOD, PATH, ACTION], ...]} (ACTION: forwarded, dropped,
+held, died; a held request is listed once its answer is held).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"})
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+)
 
 
 @dataclass
@@ -55,6 +63,8 @@ class Rule:
 UPSTREAM = ("127.0.0.1", 80)
 DROPS: list[Rule] = []
 DIE: list[Rule] = []
+HOLDS: list[Rule] = []
+HOLD_FILE: str | None = None
 SEEN: list[list[str]] = []
 LOCK = threading.Lock()
 SERVER: ThreadingHTTPServer | None = None
@@ -63,7 +73,7 @@ SERVER: ThreadingHTTPServer | None = None
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def _body(self) -> bytes:
@@ -94,7 +104,9 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             die = any(rule.hit(method, path) for rule in DIE)
             drop = not die and any(rule.hit(method, path) for rule in DROPS)
-            SEEN.append([method, path, "died" if die else "dropped" if drop else "forwarded"])
+            hold = not die and not drop and any(rule.hit(method, path) for rule in HOLDS)
+            if not hold:
+                SEEN.append([method, path, "died" if die else "dropped" if drop else "forwarded"])
         if die:
             _die(self.connection)
         upstream = http.client.HTTPConnection(*UPSTREAM, timeout=120)
@@ -107,13 +119,16 @@ class Handler(BaseHTTPRequestHandler):
             status, reason, answer = response.status, response.reason, response.getheaders()
         finally:
             upstream.close()
+        if hold:
+            with LOCK:
+                SEEN.append([method, path, "held"])
+            while HOLD_FILE is not None and os.path.exists(HOLD_FILE):
+                time.sleep(0.05)
         if drop:
             # The server has answered; the client gets nothing but a closed connection.
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             return
         self.send_response_only(status, reason)
         for key, value in answer:
@@ -130,26 +145,28 @@ def _die(connection: socket.socket) -> None:
     """Stop listening and exit at once: later connections are refused, this one is reset."""
     if SERVER is not None:
         SERVER.socket.close()
-    try:
+    with contextlib.suppress(OSError):
         connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sys.stdout.flush()
     os._exit(0)
 
 
 def main() -> None:
-    global UPSTREAM, SERVER
+    global UPSTREAM, SERVER, HOLD_FILE
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--drop", action="append", default=[])
     parser.add_argument("--die-on", action="append", default=[])
+    parser.add_argument("--hold", action="append", default=[])
+    parser.add_argument("--hold-file")
     args = parser.parse_args()
     parts = urlsplit(args.upstream)
     UPSTREAM = (parts.hostname or "127.0.0.1", parts.port or 80)
     DROPS.extend(Rule.parse(text) for text in args.drop)
     DIE.extend(Rule.parse(text) for text in args.die_on)
+    HOLDS.extend(Rule.parse(text) for text in args.hold)
+    HOLD_FILE = args.hold_file
     SERVER = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     SERVER.daemon_threads = True
     print(f"listening on http://127.0.0.1:{SERVER.server_address[1]}", flush=True)
