@@ -600,7 +600,8 @@ class Store:
     ) -> Swap:
         """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
         one step: under a lock kept in the store itself, and only if the runs holding the tag are
-        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from.
+        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from (and a
+        warning if the lock could not be removed).
 
         MLflow has no transactions over tags; the one write it refuses to repeat is creating a
         registered model whose name exists (a unique key in the database, on SQLite and on a
