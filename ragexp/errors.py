@@ -75,4 +75,6 @@ class PromotionConflict(TrackingError):
 
     def __init__(self, message: str, holders: list[str]) -> None:
         self.holders = holders
+        self.warning: str | None = None
+        """Set when the promotion lock could not be removed after the race was lost."""
         super().__init__(message)

@@ -284,7 +284,7 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult],
         return outcome
     except KeyboardInterrupt:
         status = KILLED
-        _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
+        store_alive = _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise Interrupted(run_id, len(done) + len(arrived), len(plan.dataset.cases)) from None
     except StoreUnreachable as exc:
         # The store stopped answering: every further call would wait for its own timeout.
@@ -296,9 +296,9 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult],
         if isinstance(exc, StorageError):
             # The disk is full: the reserve gives room to mark the run; the checkpoint stays local.
             store.release_reserve()
-            _save_for_resume(store, run_id, None, status_tag, str(exc))
+            store_alive = _save_for_resume(store, run_id, None, status_tag, str(exc))
         else:
-            _save_for_resume(store, run_id, checkpoint, status_tag, str(exc))
+            store_alive = _save_for_resume(store, run_id, checkpoint, status_tag, str(exc))
         raise
     finally:
         if checkpoint is not None:
@@ -324,9 +324,11 @@ def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
     )
 
 
-def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> None:
-    """Mark why the run stopped and upload what was done, so another machine can resume it too."""
-    with contextlib.suppress(RagexpError):  # a full disk or a lost store: the reason is already on its way
+def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> bool:
+    """Mark why the run stopped and upload what was done, so another machine can resume it too.
+
+    False when the store stopped answering meanwhile: nothing more is sent to it."""
+    try:
         store.set_tags(
             run_id,
             {
@@ -338,6 +340,11 @@ def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, s
             checkpoint.close()
             if checkpoint.path.exists():
                 store.log_files(run_id, {CHECKPOINT_ARTIFACT: checkpoint.path.read_bytes()})
+    except StoreUnreachable:
+        return False
+    except RagexpError:  # a full disk: the reason is already on its way
+        pass
+    return True
 
 
 def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> dict[str, CaseResult]:

@@ -553,6 +553,67 @@ def test_disk_full_while_logging_is_one_line_and_the_run_is_marked(ragexp: Any, 
     assert run.info.status == "FAILED" and run.data.tags["ragexp.status"] == "aborted"
 
 
+def fill(disk: Path) -> None:
+    """Take every free byte of ``disk``."""
+    handle = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    with contextlib.suppress(OSError):
+        while True:
+            os.write(handle, b"x" * 4096)
+    os.close(handle)
+
+
+def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_marked(tmp_path: Path) -> None:
+    from ragexp.errors import StorageError
+    from ragexp.tracking.store import Store
+
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        uri = f"sqlite:///{disk}/mlflow.db"
+        store = Store(uri)
+        run_id = store.create_run("full", "r", {}, {})
+        assert store.sql_writer() is not None  # the direct writer, not MLflow's
+        with store.space_reserve():
+            fill(disk)
+            # SQLite rolls this transaction back itself; its error is the one reported.
+            with pytest.raises(StorageError, match=r"^disk full: logging metrics of run "):
+                store.log_metrics(run_id, {f"metric.{i}.{'m' * 100}": float(i) for i in range(5000)})
+            store.release_reserve()
+            store.end_run(run_id, "FAILED")
+        status = MlflowClient(uri).get_run(run_id).info.status
+    assert status == "FAILED"
+
+
+def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri: str, tmp_path: Path) -> None:
+    import socket
+
+    from ragexp.tracking.store import Store
+
+    folder = Path(store_uri.removeprefix("sqlite:///")).parent
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    stale = folder / f".ragexp-reserve.{socket.gethostname()}.{finished.pid}"  # a run killed with -9
+    folder.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"x" * 1024)
+    data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"ok-{i}" for i in range(5)]))
+    store = Store(store_uri)
+    with store.space_reserve():
+        mine = sorted(folder.glob(".ragexp-reserve.*"))
+        reserved = mine[0].stat().st_size if mine else 0
+        other = subprocess.run(
+            [*run_cmd("run", "provider=fake", f"dataset.path={data}")],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MLFLOW_TRACKING_URI": store_uri},
+            timeout=300,
+        )
+        assert other.returncode == 0, other.stderr
+        # The other run's end gave back its own reserve, not this one's.
+        left = sorted(folder.glob(".ragexp-reserve.*"))
+    assert mine == [folder / f".ragexp-reserve.{socket.gethostname()}.{os.getpid()}"]
+    assert reserved == 1 << 20 and left == mine  # and the stale one is gone
+    assert not list(folder.glob(".ragexp-reserve.*"))
+    assert not list((folder / "checkpoints").glob("*.lock"))
+
+
 @contextlib.contextmanager
 def read_only_view(source: Path, view: Path) -> Iterator[Path]:
     view.mkdir(parents=True, exist_ok=True)

@@ -567,7 +567,7 @@ def gate(
 
     from ragexp.compare.data import load_run
     from ragexp.compare.gate import check_gate, gate_runs
-    from ragexp.compare.promote import holders
+    from ragexp.compare.promote import PROMOTION_READS, holders
     from ragexp.compare.summary import SUMMARY_CASES
     from ragexp.config.compose import compose
     from ragexp.errors import PromotionConflict, TrackingError
@@ -578,9 +578,15 @@ def gate(
     check_gate(gates)
     store = Store(tracking_uri, read_only=True)
     given = store.get_run(candidate) if candidate else None
-    chosen = _choose(store, selector, given)
-    base_record, cand_record = chosen[0].record, chosen[1].record
-    expected = holders(store, tag, cand_record.experiment_id) if tag else []
+    # A baseline chosen by the tag --promote moves can lose it to another pipeline between the
+    # two reads: then the baseline is chosen again, from the run the tag is on now.
+    for _ in range(PROMOTION_READS):
+        chosen = _choose(store, selector, given)
+        base_record, cand_record = chosen[0].record, chosen[1].record
+        expected = holders(store, tag, cand_record.experiment_id) if tag else []
+        raced = tag is not None and selector.tag == (tag.key, tag.value)
+        if not (raced and expected and expected != [base_record.run_id]):
+            break
     if tag and expected and expected != [base_record.run_id]:
         raise PromotionConflict(
             f"--promote: tag {tag} is on {', '.join(expected)}, not on the baseline {base_record.run_id}; a candidate "
@@ -681,6 +687,8 @@ def gate(
     if tag and not result.passed:
         info(f"not promoted: the gate failed, so tag {tag} stays where it is")
     if promotion is not None:
+        for warning in promotion.warnings:
+            info(f"warning: {warning}")
         if not promotion.promoted:
             info(f"ragexp: error: {promotion.message}")
             raise typer.Exit(1)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ragexp.errors import ConfigError, PromotionConflict
+from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.tracking import limits
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
+
+PROMOTION_READS = 3
+"""How often ``gate --promote`` reads its baseline and the tag's holders again when another
+pipeline moved the tag between the two reads, before that race is an error."""
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,28 @@ class Promotion:
     previous: list[str]
     """Runs the tag was on when the gate started (promoted) or is on now (lost the race)."""
     message: str
+    warnings: tuple[str, ...] = ()
+    """What the promotion left undone without changing its outcome (its lock, its record tags)."""
 
     def to_json(self) -> dict[str, object]:
-        return {"tag": self.tag, "promoted": self.promoted, "previous": self.previous, "message": self.message}
+        found: dict[str, object] = {
+            "tag": self.tag,
+            "promoted": self.promoted,
+            "previous": self.previous,
+            "message": self.message,
+        }
+        if self.warnings:
+            found["warnings"] = list(self.warnings)
+        return found
 
 
 def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: list[str]) -> Promotion:
-    """Move the tag onto ``candidate`` if it is still on exactly ``expected``."""
+    """Move the tag onto ``candidate`` if it is still on exactly ``expected``.
+
+    Once the tag has moved (or the race is lost), the outcome stands: a failure to record it on
+    the run or to remove the lock becomes one of its ``warnings``."""
     try:
-        taken_from = store.swap_tag(tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
+        swap = store.swap_tag(tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
     except PromotionConflict as exc:
         now = ", ".join(exc.holders) or "no run"
         return Promotion(
@@ -64,14 +81,22 @@ def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: lis
             exc.holders,
             f"not promoted: tag {tag} moved to {now} while this gate ran (another pipeline promoted first); "
             f"gate {candidate.run_id} again against the new baseline",
+            (exc.warning,) if exc.warning else (),
         )
-    store.set_tags(
-        candidate.run_id,
-        {
-            TAG_PREFIX + "promoted": str(tag),
-            TAG_PREFIX + "promoted.from": ",".join(taken_from) or "none",
-            TAG_PREFIX + "promoted.at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-    )
+    taken_from = swap.taken_from
+    warnings = [swap.warning] if swap.warning else []
+    try:
+        store.set_tags(
+            candidate.run_id,
+            {
+                TAG_PREFIX + "promoted": str(tag),
+                TAG_PREFIX + "promoted.from": ",".join(taken_from) or "none",
+                TAG_PREFIX + "promoted.at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+    except TrackingError as exc:
+        warnings.append(f"the promotion is not recorded on run {candidate.run_id} ({exc})")
     source = f"from {', '.join(taken_from)}" if taken_from else "(no run held it before)"
-    return Promotion(str(tag), True, taken_from, f"promoted: tag {tag} moved to {candidate.run_id} {source}")
+    return Promotion(
+        str(tag), True, taken_from, f"promoted: tag {tag} moved to {candidate.run_id} {source}", tuple(warnings)
+    )

@@ -28,7 +28,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -89,10 +89,14 @@ class SqliteWriter(SqliteReader):
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite rolls a transaction back itself on some errors (a full disk among them):
+                # a ROLLBACK then fails, and its error would hide the one that matters.
+                if self._db.in_transaction:
+                    with suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self.failure(exc, what) from None
 

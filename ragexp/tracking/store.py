@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ragexp.errors import RunLockedError, StorageError, StoreUnreachable, TrackingError
+from ragexp.errors import PromotionConflict, RunLockedError, StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
 
@@ -37,6 +38,9 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 DEFAULT_TIMEOUT_S = 60.0
+CREATION_TAG = TAG_PREFIX + "creation_id"
+"""A nonce set when a run is created on a tracking server, to find the duplicates of a retried
+creation."""
 _HTTP_SETTINGS = (
     "MLFLOW_HTTP_REQUEST_TIMEOUT",
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
@@ -265,11 +269,23 @@ class Store:
             created = direct.create_run(experiment_id, run_name, tags, params)
             if created is not None:
                 return created
+        remote = urlsplit(self.uri).scheme in ("http", "https")
+        creation = {CREATION_TAG: uuid.uuid4().hex} if remote else {}
         with self._calling(f"creating a run in experiment '{experiment}'"):
-            run = self.client.create_run(experiment_id, run_name=run_name, tags=dict(tags))
+            run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, **creation})
             run_id: str = run.info.run_id
+            if remote:
+                self._drop_duplicates(experiment_id, run_id, creation[CREATION_TAG])
             self._log_params(run_id, params)
             return run_id
+
+    def _drop_duplicates(self, experiment_id: str, run_id: str, creation: str) -> None:
+        """Delete the runs a lost reply to ``runs/create`` made: MLflow's client sends the request
+        again when the connection closes before the answer, and the server creates a second run."""
+        found = self.client.search_runs([experiment_id], filter_string=tag_filter(CREATION_TAG, creation))
+        for run in found:
+            if run.info.run_id != run_id:
+                self.client.delete_run(run.info.run_id)
 
     def _log_params(self, run_id: str, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -379,34 +395,56 @@ class Store:
 
     @contextmanager
     def run_lock(self, run_id: str) -> Iterator[None]:
-        """Held while a process evaluates a run, so a second ``--resume`` of it is refused."""
+        """Held while a process evaluates a run, so a second ``--resume`` of it is refused. The
+        lock file is removed when the run ends (while still locked; a process that opened it in
+        that moment finds it gone and locks the file that replaces it)."""
         import fcntl
 
         path = self.state_dir() / "checkpoints" / f"{run_id}.lock"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a")
-        except OSError as exc:
-            raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
-        with handle:
+        while True:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                handle = path.open("a")
+            except OSError as exc:
+                raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                handle.close()
                 raise RunLockedError(
                     f"run {run_id} is being evaluated by another process on this machine; "
                     "wait for it to end (or stop it) before resuming"
                 ) from None
             try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(handle.fileno()).st_ino:
+                break
+            handle.close()  # removed by the process that held it: lock its successor
+        with handle:
+            try:
                 yield
             finally:
+                with suppress(OSError):  # a read-only folder keeps an empty file, no more
+                    path.unlink(missing_ok=True)
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
     def space_reserve(self, size: int = 1 << 20) -> Iterator[None]:
         """Keep ``size`` bytes beside a SQLite store while a run writes, given back if the disk
-        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING."""
+        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING.
+
+        Each process keeps its own file (``.ragexp-reserve.HOST.PID``), so parallel runs into one
+        store never delete each other's; files of processes of this host that are gone (a
+        ``kill -9``) are removed."""
         db = _sqlite_path(self.uri)
-        path = db.resolve().parent / ".ragexp-reserve" if db is not None and str(db) != ":memory:" else None
+        path = None
+        if db is not None and str(db) != ":memory:":
+            folder = db.resolve().parent
+            host = socket.gethostname().replace("/", "_")
+            _remove_stale_reserves(folder, host)
+            path = folder / f"{RESERVE_PREFIX}{host}.{os.getpid()}"
         if path is not None:
             try:
                 with path.open("wb") as handle:
@@ -560,20 +598,26 @@ class Store:
 
     def swap_tag(
         self, key: str, value: str, run_id: str, experiment_id: str, *, expected: Iterable[str], wait_s: float = 60.0
-    ) -> list[str]:
+    ) -> Swap:
         """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
         one step: under a lock kept in the store itself, and only if the runs holding the tag are
-        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from.
+        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from (and a
+        warning if the lock could not be removed).
 
         MLflow has no transactions over tags; the one write it refuses to repeat is creating a
         registered model whose name exists (a unique key in the database, on SQLite and on a
         server alike). The lock is such a model, deleted when the swap ends, so two processes
         cannot both be inside, and the second one in finds the tag moved and loses.
-        """
-        from ragexp.errors import PromotionConflict
 
+        Every call here survives a lost reply (MLflow's client sends a request again when the
+        connection closes before the answer): the lock carries a nonce of this process, so a
+        creation answered "exists" is recognised as its own; a tag or lock already gone counts as
+        removed. An unlock that fails is a warning on the result, never an error over its outcome.
+        """
         scope = hashlib.sha256(f"{experiment_id}\0{key}\0{value}".encode()).hexdigest()[:24]
-        with self._registry_lock(f"ragexp.promotion-lock.{scope}", run_id, f"{key}={value}", wait_s):
+        lock = _RegistryLock(self, f"{LOCK_PREFIX}{scope}", run_id, f"{key}={value}")
+        lock.acquire(wait_s)
+        try:
             holders = [r.run_id for r in self.iter_runs([experiment_id], tag_filter(key, value))]
             if set(holders) != set(expected):
                 raise PromotionConflict(
@@ -584,55 +628,24 @@ class Store:
                 self.client.set_tag(run_id, key, value)
                 for other in holders:
                     if other != run_id:
-                        self.client.delete_tag(other, key)
-        return [other for other in holders if other != run_id]
+                        self._delete_tag(other, key)
+        except PromotionConflict as exc:
+            exc.warning = lock.release()
+            raise
+        except BaseException:
+            lock.release()
+            raise
+        return Swap([other for other in holders if other != run_id], lock.release())
 
-    @contextmanager
-    def _registry_lock(self, name: str, holder: str, what: str, wait_s: float) -> Iterator[None]:
-        import random
-        import time
-
-        from mlflow.exceptions import MlflowException
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self.client.create_registered_model(
-                    name,
-                    tags={"ragexp.lock.holder": holder, "ragexp.lock.since": str(int(time.time()))},
-                    description=f"ragexp: promotion of {what} in progress (deleted when it ends)",
-                )
-                break
-            except MlflowException as exc:
-                # Two creations racing on a SQL backend can surface as another error than
-                # RESOURCE_ALREADY_EXISTS (the unique violation found at commit): the lock is held
-                # if the model exists now.
-                if exc.error_code != "RESOURCE_ALREADY_EXISTS" and not self._model_exists(name):
-                    raise TrackingError(f"locking {what}: {_one_line(exc)}") from None
-            except OSError as exc:
-                raise TrackingError(
-                    f"locking {what}: tracking store {self.uri} unreachable ({_one_line(exc)})"
-                ) from None
-            if time.monotonic() > deadline:
-                raise TrackingError(
-                    f"another promotion of {what} has held its lock for over {wait_s:g} s (registered model "
-                    f"'{name}'); if that pipeline is gone, delete the registered model and promote again"
-                )
-            time.sleep(0.1 + random.random() * 0.2)
-        try:
-            yield
-        finally:
-            with self._calling(f"unlocking {what}"):
-                self.client.delete_registered_model(name)
-
-    def _model_exists(self, name: str) -> bool:
+    def _delete_tag(self, run_id: str, key: str) -> None:
+        """Delete a tag; one already gone (a retried request whose first reply was lost) is deleted."""
         from mlflow.exceptions import MlflowException
 
         try:
-            self.client.get_registered_model(name)
-        except (MlflowException, OSError):
-            return False
-        return True
+            self.client.delete_tag(run_id, key)
+        except MlflowException:
+            if key in self.client.get_run(run_id).data.tags:
+                raise
 
     def search(
         self, experiment: str, *, limit: int, filter_string: str = "", finished_only: bool = False
@@ -675,6 +688,145 @@ class Store:
             raise store_os_error(exc, self.uri, what) from None
 
 
+LOCK_PREFIX = "ragexp.promotion-lock."
+"""Registered models named so are promotion locks (:meth:`Store.swap_tag`)."""
+LOCK_NONCE = "ragexp.lock.nonce"
+
+
+@dataclass(frozen=True)
+class Swap:
+    """What :meth:`Store.swap_tag` did."""
+
+    taken_from: list[str]
+    """Runs the tag was taken from."""
+    warning: str | None = None
+    """Why the lock is left behind (None: removed)."""
+
+
+class _RegistryLock:
+    """A registered model as a lock, tagged with a nonce of the process that holds it."""
+
+    def __init__(self, store: Store, name: str, holder: str, what: str) -> None:
+        self.store, self.name, self.holder, self.what = store, name, holder, what
+        self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+    def acquire(self, wait_s: float) -> None:
+        import random
+        import time
+
+        from mlflow.exceptions import MlflowException
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.store.client.create_registered_model(
+                    self.name,
+                    tags={
+                        "ragexp.lock.holder": self.holder,
+                        LOCK_NONCE: self.nonce,
+                        "ragexp.lock.since": str(int(time.time())),
+                    },
+                    description=f"ragexp: promotion of {self.what} in progress (deleted when it ends)",
+                )
+                return
+            except (MlflowException, OSError) as exc:
+                failure: Exception = exc
+            owner = self._owner()
+            if owner is not None and owner[0] == self.nonce:
+                return  # this process created it: the reply was lost and MLflow's retry found it
+            if owner is None and not _lost_race(failure):
+                if isinstance(failure, OSError) or _CONNECTION_LOST.search(str(failure)):
+                    raise StoreUnreachable(f"locking {self.what}: {mask_url(_one_line(failure))}")
+                raise TrackingError(f"locking {self.what}: {mask_url(_one_line(failure))}")
+            if time.monotonic() > deadline:
+                by = f" by run {owner[1]}" if owner is not None and owner[1] else ""
+                raise TrackingError(
+                    f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
+                    f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
+                )
+            time.sleep(0.1 + random.random() * 0.2)
+
+    def release(self) -> str | None:
+        """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried
+        delete whose first reply was lost) or that is not this process's counts as deleted.
+        Returns None, or a warning naming what is left."""
+        import time
+
+        from mlflow.exceptions import MlflowException
+
+        from ragexp.transport import backoff
+
+        deadline = time.monotonic() + self.store.timeout_s
+        last = ""
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                self.store.client.delete_registered_model(self.name)
+                return None
+            except (MlflowException, OSError) as exc:
+                last = mask_url(_one_line(exc))
+            try:
+                owner = self._owner()
+            except TrackingError as exc:
+                last = str(exc)
+            else:
+                if owner is None or owner[0] != self.nonce:
+                    return None
+            pause = backoff(0.5, attempt)
+            if time.monotonic() + pause >= deadline:
+                break
+            time.sleep(pause)
+        return (
+            f"the promotion lock (registered model '{self.name}') could not be removed ({last}); delete it "
+            f"if no promotion of {self.what} is running, or the next one waits for it"
+        )
+
+    def _owner(self) -> tuple[str, str] | None:
+        """(nonce, run) of the lock that exists now; None when there is none."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            model = self.store.client.get_registered_model(self.name)
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            text = mask_url(_one_line(exc))
+            error = StoreUnreachable if _CONNECTION_LOST.search(text) else TrackingError
+            raise error(f"reading the promotion lock of {self.what}: {text}") from None
+        except OSError as exc:
+            raise store_os_error(exc, self.store.uri, f"reading the promotion lock of {self.what}") from None
+        tags = dict(model.tags or {})
+        return tags.get(LOCK_NONCE, ""), tags.get("ragexp.lock.holder", "")
+
+
+RELEASE_ATTEMPTS = 5
+
+
+def _lost_race(exc: Exception) -> bool:
+    """A creation refused because another process's lock existed at that moment."""
+    return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or bool(_DUPLICATE_KEY.search(str(exc)))
+
+
+RESERVE_PREFIX = ".ragexp-reserve."
+
+
+def _remove_stale_reserves(folder: Path, host: str) -> None:
+    for reserve in folder.glob(f"{RESERVE_PREFIX}{host}.*"):
+        pid = reserve.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            with suppress(OSError):
+                reserve.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def tag_filter(key: str, value: str) -> str:
     """An MLflow filter for runs with tag ``key`` equal to ``value``."""
     if "`" in key or "'" in value:
@@ -708,6 +860,24 @@ _CONNECTION_LOST = re.compile(
     r"Max retries exceeded|Connection(Error| refused| reset| aborted)|timed out|Timeout", re.IGNORECASE
 )
 """What MLflow's REST client says when the server is gone, as opposed to an answer it gave."""
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a failure means the store did not answer at all (refused, reset, timed out), as
+    opposed to an answer it gave: any further call would wait for its own timeout too."""
+    if isinstance(exc, StoreUnreachable):
+        return True
+    if isinstance(exc, TrackingError | StorageError):
+        return False
+    import httpx  # only on a failure: reading a store needs no HTTP client
+
+    if isinstance(exc, httpx.TransportError):
+        return True
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, OSError):  # requests' errors are OSErrors; a full disk is not a lost store
+        return exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+    return "failed with exception" in str(exc) and _CONNECTION_LOST.search(str(exc)) is not None
 
 
 def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | StorageError:

@@ -33,10 +33,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ragexp.errors import StorageError, TrackingError
+from ragexp.errors import StorageError, StoreUnreachable, TrackingError
+from ragexp.secrets import mask_url
 from ragexp.tracking import limits
 from ragexp.tracking.sqlite_writer import append_path
-from ragexp.tracking.store import _one_line
+from ragexp.tracking.store import _one_line, connection_lost
 
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
@@ -222,9 +223,12 @@ class TraceWriter:
         return written
 
     def _failed(self, exc: BaseException, written: int, total: int) -> TrackingError:
-        return TrackingError(
-            f"logging traces of run {self.run_id} to {self.store.uri}: {written} of {total} "
-            f"written when the store failed: {_one_line(exc)}"
+        """One line; a store that stopped answering is a :class:`StoreUnreachable`, so the run
+        sends it nothing more and says where its results are kept."""
+        error = StoreUnreachable if connection_lost(exc) else TrackingError
+        return error(
+            f"logging traces of run {self.run_id} to {mask_url(self.store.uri)}: {written} of {total} "
+            f"written when the store failed: {mask_url(_one_line(exc))}"
         )
 
     def _write_server(self, traces: Sequence[CaseTrace]) -> int:
@@ -295,12 +299,15 @@ class TraceWriter:
         deadline = time.monotonic() + self.store.timeout_s
         attempt = 0
         while True:
+            if self._sender is not None and self._sender.gone is not None:
+                raise self._sender.gone
             try:
                 self.backend.log_spans(self.experiment_id, spans)
                 return
-            except Exception:  # HTTP and MLflow errors alike: the last one is raised
+            except Exception as exc:  # HTTP and MLflow errors alike: the last one is raised
                 pause = 0.5 * 2**attempt
-                if time.monotonic() + pause >= deadline:
+                # No answer after MLflow's own retries: the server is gone, not busy.
+                if connection_lost(exc) or time.monotonic() + pause >= deadline:
                     raise
                 time.sleep(pause)
                 attempt += 1
@@ -796,6 +803,9 @@ class _TraceInfoSender:
         self.url = url
         self.timeout_s = timeout_s
         self.slots = _Slots(SERVER_THREADS, start=4)
+        self.gone: Exception | None = None
+        """The transport failure that used up one request's retries: the server is gone, and the
+        requests still in flight stop retrying rather than each wait out their own deadline."""
 
     @classmethod
     def open(cls, backend: Any, timeout_s: float) -> _TraceInfoSender | None:
@@ -836,10 +846,13 @@ class _TraceInfoSender:
             for attempt in range(self.ATTEMPTS):
                 last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
                 remaining = max(deadline - time.monotonic(), 1.0)
+                if self.gone is not None:
+                    raise self.gone
                 try:
                     response = self.client.post(self.url, content=body, timeout=remaining)
-                except httpx.TransportError:
+                except httpx.TransportError as exc:
                     if last:
+                        self.gone = exc
                         raise
                 else:
                     if response.status_code < 300:

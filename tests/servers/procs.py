@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "experiments/kb_zh/service.py"
 FAULTY = ROOT / "tests/servers/faulty.py"
+DROPPROXY = ROOT / "tests/servers/dropproxy.py"
 
 
 @contextmanager
@@ -50,6 +51,13 @@ def stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{parts.scheme}://{parts.netloc}/stats", timeout=5, context=context) as response:
         data: dict[str, Any] = json.loads(response.read())
     return data
+
+
+def proxy_seen(url: str) -> list[list[str]]:
+    """What a drop proxy (tests/servers/dropproxy.py) was asked: [METHOD, PATH, ACTION] each."""
+    with urllib.request.urlopen(f"{url}/__proxy__/stats", timeout=5) as response:
+        seen: list[list[str]] = json.loads(response.read())["seen"]
+    return seen
 
 
 def free_port() -> int:
