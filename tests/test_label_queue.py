@@ -36,10 +36,11 @@ ANSWER = "answer_accuracy"
 @pytest.fixture(autouse=True)
 def tracking_uri_restored() -> Iterator[None]:
     """The helpers below use MLflow's fluent API, which keeps the URI globally (and in the
-    environment): each test starts and ends with what was there."""
-    before, environ = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")
+    environment): each test ends with the global unset and the variable as it was, so later
+    tests that read MLFLOW_TRACKING_URI (through monkeypatch) are not pinned to this one's store."""
+    environ = os.environ.get("MLFLOW_TRACKING_URI")
     yield
-    mlflow.set_tracking_uri(before)
+    mlflow.set_tracking_uri(None)
     if environ is None:
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:

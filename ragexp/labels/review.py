@@ -56,8 +56,10 @@ def calls(store: Store, what: str) -> Iterator[None]:
     from mlflow.exceptions import MlflowException
 
     store.client  # noqa: B018  (opens and checks the store first, with its own one-line errors)
-    # MLflow's set_tracking_uri also writes MLFLOW_TRACKING_URI: both are put back as they were.
-    previous, environ = mlflow.get_tracking_uri(), os.environ.get(TRACKING_ENV)
+    # MLflow's set_tracking_uri also writes MLFLOW_TRACKING_URI, so the URI in force before is the
+    # variable's (or MLflow's default): unsetting the global and putting the variable back restores
+    # it without pinning the global to a URI that a later change of the variable could not move.
+    environ = os.environ.get(TRACKING_ENV)
     mlflow.set_tracking_uri(store.uri)
     try:
         with store.calling(what):
@@ -71,7 +73,7 @@ def calls(store: Store, what: str) -> Iterator[None]:
                     raise _no_review_queues(f"tracking server {mask_url(store.uri)}") from None
                 raise
     finally:
-        mlflow.set_tracking_uri(previous)
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
         if environ is None:
             os.environ.pop(TRACKING_ENV, None)
         else:
