@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from tests.servers.procs import serve, stats
 
 JUDGE = ROOT / "tests/servers/judge.py"
 KEY = "judge-key-9c1e77"
+SERVER = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
 
 CASES = [
     {
@@ -170,6 +173,51 @@ def test_judge_values_errors_cache_and_repeats(
     folder = Path(MlflowClient(store_uri).download_artifacts(payload["run_id"], "", str(tmp_path / "all")))
     everything += "".join(p.read_text(encoding="utf-8") for p in folder.rglob("*") if p.is_file())
     assert KEY not in everything
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["sqlite", pytest.param("server", marks=pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set"))],
+)
+def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_that_case_error(
+    store_uri: str, tmp_path: Path, where: str
+) -> None:
+    # Two `ragexp run` processes in a row sharing one state dir: beside the SQLite store, or the
+    # user's cache folder for a tracking server (a fresh XDG_CACHE_HOME here). The rerun has
+    # only the broken case left to judge (failures are never cached): the judge answers it with
+    # something that is not JSON, which is that case's error, as on the first run.
+    uri = SERVER if where == "server" and SERVER else store_uri
+    data = write_jsonl(tmp_path / "cases.jsonl", CASES)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "RAGEXP_TEST_JUDGE_KEY": KEY}
+    experiment = f"ragexp-test-judge-rerun-{os.getpid()}-{tmp_path.name}"
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        args = [f"dataset.path={data}", "metrics.names=[faithfulness,recall_at_k]", *judge_args(url)]
+        args += [f"tracking.uri={uri}", f"experiment={experiment}", "--json"]
+        command = [sys.executable, "-m", "ragexp.cli.app", "run", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+    with serve(JUDGE, "--api-key", KEY) as url:
+        first = run(url)
+        calls = stats(url)
+        second = run(url)
+        after = stats(url)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr  # it used to stop: "the judge failed 1 calls in a row"
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert one["error_count"] == two["error_count"] == 1
+    assert one["summary"] == two["summary"] == {"faithfulness": pytest.approx((1.0 + 0.5 + 1.0) / 3), "recall_at_k": 1.0}
+    client = MlflowClient(uri)
+    rerun = client.get_run(two["run_id"])
+    assert rerun.info.status == "FINISHED"
+    assert rerun.data.metrics["judge.cache_hits"] == 3  # full, half and nan; broken is asked again
+    assert after["chat"] - calls["chat"] == rerun.data.metrics["judge.chat_calls"] == 2  # one call and its re-ask
+    for run_id in (one["run_id"], two["run_id"]):
+        rows = rows_of(uri, run_id, tmp_path)
+        assert rows["broken"]["metrics"]["faithfulness"] is None
+        assert rows["broken"]["metric_errors"]["faithfulness"].startswith("judge output unusable: ")
+        assert "StatementGeneratorOutput (Invalid JSON" in rows["broken"]["metric_errors"]["faithfulness"]
+        assert rows["half"]["metrics"]["faithfulness"] == 0.5
 
 
 def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: str, tmp_path: Path, tls: Any) -> None:

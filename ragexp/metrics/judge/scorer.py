@@ -321,12 +321,15 @@ class JudgeScorer:
                     except JudgeCallError as exc:
                         reason = str(exc)
                         # A metric makes several calls: it is the HTTP layer that knows whether
-                        # the judge has answered anything since the last failure.
+                        # the judge has answered anything since the last failure. A judge that
+                        # answered gave this case an unusable output: the case's error, no sign
+                        # of a failing judge. Counted, it could stop a run on one case (a rerun
+                        # whose cache leaves only that case sets the limit to 1).
                         if http.usage.successes > answered:
                             watch.success()
-                        answered = http.usage.successes
-                        if watch.failure(reason):
+                        elif watch.failure(reason):
                             aborted.append(watch.aborted or reason)
+                        answered = http.usage.successes
                     except Exception as exc:  # ragas raises anything; it is this case's error
                         reason = _reason(exc)
                     else:
