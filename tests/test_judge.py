@@ -22,6 +22,7 @@ from tests.servers.procs import serve, stats
 JUDGE = ROOT / "tests/servers/judge.py"
 KEY = "judge-key-9c1e77"
 SERVER = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
+needs_server = pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 
 CASES = [
     {
@@ -175,10 +176,7 @@ def test_judge_values_errors_cache_and_repeats(
     assert KEY not in everything
 
 
-@pytest.mark.parametrize(
-    "where",
-    ["sqlite", pytest.param("server", marks=pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set"))],
-)
+@pytest.mark.parametrize("where", ["sqlite", pytest.param("server", marks=needs_server)])
 def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_that_case_error(
     store_uri: str, tmp_path: Path, where: str
 ) -> None:
@@ -206,7 +204,9 @@ def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_
     assert second.returncode == 0, second.stderr  # it used to stop: "the judge failed 1 calls in a row"
     one, two = json.loads(first.stdout), json.loads(second.stdout)
     assert one["error_count"] == two["error_count"] == 1
-    assert one["summary"] == two["summary"] == {"faithfulness": pytest.approx((1.0 + 0.5 + 1.0) / 3), "recall_at_k": 1.0}
+    assert (
+        one["summary"] == two["summary"] == {"faithfulness": pytest.approx((1.0 + 0.5 + 1.0) / 3), "recall_at_k": 1.0}
+    )
     client = MlflowClient(uri)
     rerun = client.get_run(two["run_id"])
     assert rerun.info.status == "FINISHED"
@@ -257,6 +257,38 @@ def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: 
     assert len(warning) == 1 and "cannot adapt its prompts to chinese" in warning[0]
     assert "English prompts are used" in warning[0]
     assert noise_again.code == 0 and "cannot adapt" in noise_again.stderr  # remembered, still said
+
+
+def test_half_written_prompt_files_in_the_state_dir_are_made_again(ragexp: Any, tmp_path: Path) -> None:
+    # The state dir is shared by all of a user's runs (any store but SQLite): a prompts file
+    # left half-written (a process killed mid-write) is made again, never a crash.
+    prompts = tmp_path / "prompts"
+    with serve(JUDGE) as url:
+        base = [
+            "provider=npu",
+            "dataset=scifacts_columns",
+            "metrics.names=[faithfulness,context_recall]",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url.removesuffix('/v1')}",
+            f"provider.judge.prompts_path={prompts}",
+            "provider.judge.cache=false",
+            "--json",
+        ]
+        first = ragexp("run", *base)
+        translated = stats(url)["translate"]
+        files = sorted(prompts.rglob("*.json"))
+        whole = {path: path.read_text(encoding="utf-8") for path in files}
+        for path, text in whole.items():
+            path.write_text(text[: len(text) // 2], encoding="utf-8")
+        second = ragexp("run", *base)
+        after = stats(url)["translate"]
+    assert first.code == 0, first.stderr
+    assert second.code == 0, second.stderr
+    assert {path.name.split("-")[0] for path in files} == {"source", "faithfulness", "context_recall"}
+    assert after == 2 * translated > 0  # adapted again, exactly as the first time
+    assert second.json()["summary"] == first.json()["summary"]
+    assert {path: path.read_text(encoding="utf-8") for path in files} == whole
+    assert sorted(path for path in prompts.rglob("*") if path.is_file()) == files  # no temporary left
 
 
 def test_requirements_and_limits_refused_before_any_call(
