@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from tests.servers.procs import serve, stats
 
 JUDGE = ROOT / "tests/servers/judge.py"
 KEY = "judge-key-9c1e77"
+SERVER = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
+needs_server = pytest.mark.skipif(not SERVER, reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 
 CASES = [
     {
@@ -172,6 +176,50 @@ def test_judge_values_errors_cache_and_repeats(
     assert KEY not in everything
 
 
+@pytest.mark.parametrize("where", ["sqlite", pytest.param("server", marks=needs_server)])
+def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_that_case_error(
+    store_uri: str, tmp_path: Path, where: str
+) -> None:
+    # Two `ragexp run` processes in a row sharing one state dir: beside the SQLite store, or the
+    # user's cache folder for a tracking server (a fresh XDG_CACHE_HOME here). The rerun has
+    # only the broken case left to judge (failures are never cached): the judge answers it with
+    # something that is not JSON, which is that case's error, as on the first run.
+    uri = SERVER if where == "server" and SERVER else store_uri
+    data = write_jsonl(tmp_path / "cases.jsonl", CASES)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "RAGEXP_TEST_JUDGE_KEY": KEY}
+    experiment = f"ragexp-test-judge-rerun-{os.getpid()}-{tmp_path.name}"
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        args = [f"dataset.path={data}", "metrics.names=[faithfulness,recall_at_k]", *judge_args(url)]
+        args += [f"tracking.uri={uri}", f"experiment={experiment}", "--json"]
+        command = [sys.executable, "-m", "ragexp.cli.app", "run", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+    with serve(JUDGE, "--api-key", KEY) as url:
+        first = run(url)
+        calls = stats(url)
+        second = run(url)
+        after = stats(url)
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr  # it used to stop: "the judge failed 1 calls in a row"
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert one["error_count"] == two["error_count"] == 1
+    assert (
+        one["summary"] == two["summary"] == {"faithfulness": pytest.approx((1.0 + 0.5 + 1.0) / 3), "recall_at_k": 1.0}
+    )
+    client = MlflowClient(uri)
+    rerun = client.get_run(two["run_id"])
+    assert rerun.info.status == "FINISHED"
+    assert rerun.data.metrics["judge.cache_hits"] == 3  # full, half and nan; broken is asked again
+    assert after["chat"] - calls["chat"] == rerun.data.metrics["judge.chat_calls"] == 2  # one call and its re-ask
+    for run_id in (one["run_id"], two["run_id"]):
+        rows = rows_of(uri, run_id, tmp_path)
+        assert rows["broken"]["metrics"]["faithfulness"] is None
+        assert rows["broken"]["metric_errors"]["faithfulness"].startswith("judge output unusable: ")
+        assert "StatementGeneratorOutput (Invalid JSON" in rows["broken"]["metric_errors"]["faithfulness"]
+        assert rows["half"]["metrics"]["faithfulness"] == 0.5
+
+
 def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: str, tmp_path: Path, tls: Any) -> None:
     ca, cert, key = tls
     prompts = tmp_path / "prompts"
@@ -209,6 +257,38 @@ def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: 
     assert len(warning) == 1 and "cannot adapt its prompts to chinese" in warning[0]
     assert "English prompts are used" in warning[0]
     assert noise_again.code == 0 and "cannot adapt" in noise_again.stderr  # remembered, still said
+
+
+def test_half_written_prompt_files_in_the_state_dir_are_made_again(ragexp: Any, tmp_path: Path) -> None:
+    # The state dir is shared by all of a user's runs (any store but SQLite): a prompts file
+    # left half-written (a process killed mid-write) is made again, never a crash.
+    prompts = tmp_path / "prompts"
+    with serve(JUDGE) as url:
+        base = [
+            "provider=npu",
+            "dataset=scifacts_columns",
+            "metrics.names=[faithfulness,context_recall]",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url.removesuffix('/v1')}",
+            f"provider.judge.prompts_path={prompts}",
+            "provider.judge.cache=false",
+            "--json",
+        ]
+        first = ragexp("run", *base)
+        translated = stats(url)["translate"]
+        files = sorted(prompts.rglob("*.json"))
+        whole = {path: path.read_text(encoding="utf-8") for path in files}
+        for path, text in whole.items():
+            path.write_text(text[: len(text) // 2], encoding="utf-8")
+        second = ragexp("run", *base)
+        after = stats(url)["translate"]
+    assert first.code == 0, first.stderr
+    assert second.code == 0, second.stderr
+    assert {path.name.split("-")[0] for path in files} == {"source", "faithfulness", "context_recall"}
+    assert after == 2 * translated > 0  # adapted again, exactly as the first time
+    assert second.json()["summary"] == first.json()["summary"]
+    assert {path: path.read_text(encoding="utf-8") for path in files} == whole
+    assert sorted(path for path in prompts.rglob("*") if path.is_file()) == files  # no temporary left
 
 
 def test_requirements_and_limits_refused_before_any_call(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,30 @@ def saved_path(folder: Path, language: str, model: str, metric: str, source: str
     """One file per metric, judge model, language and version of the English source prompts."""
     slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model)
     return folder / language / slug / f"{metric}-{source[:12]}.json"
+
+
+def read_saved(path: Path) -> dict[str, Any] | None:
+    """A saved prompts file, or None when it is missing or unreadable (it is then made again).
+
+    The state dir may be shared by every run of a user (any store but SQLite): a file left
+    half-written by a process killed before writes were atomic must not stop later runs.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_saved(path: Path, data: dict[str, Any]) -> None:
+    """Write a prompts file atomically: a run reading it at the same time sees the old one or
+    the new one, never part of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(json.dumps(data, ensure_ascii=False, indent=1))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

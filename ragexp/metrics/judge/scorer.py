@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -24,7 +23,15 @@ from ragexp import secrets
 from ragexp.config.models import JudgeConfig
 from ragexp.errors import ProviderError
 from ragexp.metrics.judge.cache import JudgeCache, cache_key
-from ragexp.metrics.judge.prompts import dump_prompt, fingerprint, load_prompt, prompts_of, saved_path
+from ragexp.metrics.judge.prompts import (
+    dump_prompt,
+    fingerprint,
+    load_prompt,
+    prompts_of,
+    read_saved,
+    saved_path,
+    write_saved,
+)
 from ragexp.metrics.registry import MetricSpec
 from ragexp.progress import Progress
 from ragexp.records import Case, CaseResult
@@ -139,7 +146,7 @@ class JudgeScorer:
     def _source_prompts(self) -> dict[str, dict[str, Any]]:
         """Each metric's English prompts as ragas ships them, dumped once per ragas version."""
         path = self._prompts_folder() / f"source-ragas-{RAGAS_VERSION}.json"
-        known: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        known: dict[str, dict[str, Any]] = read_saved(path) or {}
         missing = [spec for spec in self.specs if spec.name not in known]
         if missing:
             from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM
@@ -153,8 +160,7 @@ class JudgeScorer:
                     "components": components,
                     "prompts": {name: dump_prompt(prompt) for name, prompt in prompts_of(metric).items()},
                 }
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(known, ensure_ascii=False, indent=1), encoding="utf-8")
+            write_saved(path, known)
         return known
 
     def _prepare_prompts(self) -> None:
@@ -169,8 +175,9 @@ class JudgeScorer:
             path = saved_path(
                 self._prompts_folder(), cfg.language, cfg.model, spec.name, fingerprint({spec.name: source})
             )
-            if path.exists():
-                self._use_saved(spec, json.loads(path.read_text(encoding="utf-8")))
+            saved = read_saved(path)
+            if saved is not None and "prompts" in saved:
+                self._use_saved(spec, saved)
             else:
                 pending.append((spec, path))
         if pending:
@@ -193,8 +200,7 @@ class JudgeScorer:
             for spec, path in pending:
                 metric = self._build(spec, llm, embeddings)
                 saved = await self._adapt(spec, prompts_of(metric), self.sources[spec.name]["prompts"], llm)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
+                write_saved(path, saved)
                 self._use_saved(spec, saved)
             self.adaptation_usage.add(http.usage)
 
@@ -321,12 +327,15 @@ class JudgeScorer:
                     except JudgeCallError as exc:
                         reason = str(exc)
                         # A metric makes several calls: it is the HTTP layer that knows whether
-                        # the judge has answered anything since the last failure.
+                        # the judge has answered anything since the last failure. A judge that
+                        # answered gave this case an unusable output: the case's error, no sign
+                        # of a failing judge. Counted, it could stop a run on one case (a rerun
+                        # whose cache leaves only that case sets the limit to 1).
                         if http.usage.successes > answered:
                             watch.success()
-                        answered = http.usage.successes
-                        if watch.failure(reason):
+                        elif watch.failure(reason):
                             aborted.append(watch.aborted or reason)
+                        answered = http.usage.successes
                     except Exception as exc:  # ragas raises anything; it is this case's error
                         reason = _reason(exc)
                     else:
