@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import math
 import os
 import signal
@@ -196,7 +197,9 @@ def test_the_judge_key_is_stripped_scrubbed_and_never_recorded(
     assert good.json()["summary"]["faithfulness"] is not None
     assert not any("401" in text for errors in reasons for text in errors.values())  # the stripped key passed
     assert leaky.code == 1  # the judge answered nothing usable: the run stopped, in one line
-    assert leaky.stderr.count("\n") == 1 and "(invalid key ***)" in leaky.stderr
+    # The token is masked; whether "Bearer " before it is too depends on what an earlier command in
+    # this process registered (the registry is per process), so either spelling is right here.
+    assert leaky.stderr.count("\n") == 1 and re.search(r"\(invalid key (Bearer )?\*\*\*\)", leaky.stderr)
     texts = [good.stdout, good.stderr, leaky.stdout, leaky.stderr]
     for run in MlflowClient(store_uri).search_runs(
         [MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id]
