@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
