@@ -829,6 +829,11 @@ def demo(
     run_demo(Path(store))
 
 
+from ragexp.cli.draft import draft as _draft  # noqa: E402  (a command of its own module)
+
+app.command(name="draft")(_draft)
+
+
 def main() -> None:
     """Console entry point: one line on stderr and the contract's exit code for any error."""
     # Commands build hundreds of thousands of long-lived objects (cases, rows) and exit soon after;
