@@ -64,6 +64,8 @@ class Case:
     """Which recorded output fields the file gave for this case."""
     human: dict[str, float] = field(default_factory=dict)
     """Human scores of this case's answer, by canonical metric name (judge calibration)."""
+    draft: str | None = None
+    """``draft.status`` of a drafted case (``draft`` or ``screened``); None for a case not drafted."""
 
     def labels(self, *, human: bool = True) -> dict[str, Any]:
         """Inputs and labels only: what the dataset hash covers (human scores when present, so
