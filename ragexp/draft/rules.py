@@ -11,11 +11,13 @@ from ragexp.metrics.offline import normalize
 from ragexp.sample.system import Index, tokens
 
 NGRAM = 3
-"""Questions are compared as sets of character trigrams (after normalisation, spaces removed)."""
+"""Questions are compared as sets of character trigrams (NFKC, case-folded, letters and digits only)."""
 DUPLICATE_JACCARD = 0.8
 """A question whose trigram Jaccard similarity with an earlier kept question is above this is a
-near-duplicate and dropped (rewordings of one question by a few characters score above it;
-two questions about different facts of one chunk score well below)."""
+near-duplicate and dropped. It is set to catch repeats: the same question up to case, width,
+spacing and punctuation, or a long one differing in a character or two. Character n-grams cannot
+tell a rewording from a question about another subject (a short question reworded by one word
+scores lower than "生鲜商品…" vs "预售商品…"), so rewordings are left for people to screen."""
 RETRIEVE_K = 10
 """Chunks the bundled BM25 retriever returns for an unanswerable question's check."""
 
@@ -83,7 +85,7 @@ def found_in(candidates: Sequence[str], texts: Sequence[str]) -> str | None:
 
 
 def ngrams(text: str) -> frozenset[str]:
-    compact = "".join(normalize(text).split())
+    compact = "".join(ch for ch in normalize(text) if ch.isalnum())
     if len(compact) <= NGRAM:
         return frozenset([compact])
     return frozenset(compact[i : i + NGRAM] for i in range(len(compact) - NGRAM + 1))

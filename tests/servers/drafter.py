@@ -58,6 +58,8 @@ def draft(title: str, prompt: str) -> Any:
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     delay = 0.0
 
     def do_GET(self) -> None:
@@ -108,15 +110,19 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    """The listen backlog, set before the socket listens: many clients connect at once."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     args = parser.parse_args()
     Handler.delay = args.delay_ms / 1000
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = Server(("127.0.0.1", args.port), Handler)
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
