@@ -28,7 +28,14 @@ from tests.servers.procs import serve, stats
 DRAFTER = ROOT / "tests/servers/drafter.py"
 KB_ZH = ROOT / "ragexp/data/kb_zh/docs.jsonl"
 OFFLINE = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy", "p95_seconds", "error_rate"]
-POOL = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理府研质"
+POOL = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种"
+    "面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本"
+    "去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比"
+    "或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总"
+    "次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做"
+    "必战先回则任取据处理府研质"
+)
 
 
 def drafter_args(url: str, *extra: str) -> list[str]:
@@ -226,7 +233,10 @@ def test_unanswerable_questions_the_corpus_answers_are_dropped(ragexp: Any, draf
     [
         (['{"id": "a", "text": "一"}', '{"text": "二"}'], ":2: field 'id': required: a non-empty string"),
         (['{"id": "a"}'], ":1: field 'text': required: a string"),
-        (['{"id": "a", "text": "一"}', '{"id": "a", "text": "二"}'], ":2: field 'id': duplicate id 'a' (first on line 1)"),
+        (
+            ['{"id": "a", "text": "一"}', '{"id": "a", "text": "二"}'],
+            ":2: field 'id': duplicate id 'a' (first on line 1)",
+        ),
         (["", "  "], ": empty corpus: no chunks"),
         (['{"id": "a", "text": "一"}', '{"id": "b", "text": "  "}'], ":2: field 'text': empty: nothing to draft from"),
         (['{"id": "a", "text": "一"', ""], ":1: invalid JSON"),

@@ -79,4 +79,3 @@ def write_cases(path: Path, cases: list[dict[str, object]]) -> None:
         os.replace(temporary, path)
     except OSError as exc:
         raise StorageError(f"--out {path}: cannot write: {exc.strerror}") from None
-

@@ -235,7 +235,7 @@ class Drafter:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        reply = (await llm.agenerate(prompt, model)).model_dump()
+        reply: dict[str, Any] = (await llm.agenerate(prompt, model)).model_dump()
         self.cache.put(key, reply)
         return reply
 

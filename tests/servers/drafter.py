@@ -47,10 +47,15 @@ def draft(title: str, prompt: str) -> Any:
         text = texts[0]
         code = "ZQ-" + hashlib.md5(text.encode()).hexdigest()[:8].upper()
         if "DRAFT-ANSWERABLE" in text:
-            return {"question": f"「{key_sentence(text)[:12]}」具体指什么？", "answer_candidates": [key_sentence(text)[:8]]}
+            return {
+                "question": f"「{key_sentence(text)[:12]}」具体指什么？",
+                "answer_candidates": [key_sentence(text)[:8]],
+            }
         return {"question": f"「{key_sentence(text)[:12]}」对应的内部编号 {code} 是什么？", "answer_candidates": [code]}
     facts = [key_sentence(text) for text in texts]
-    paraphrase = any("DRAFT-NEVER-SPAN" in t for t in texts) or (any("DRAFT-PARAPHRASE" in t for t in texts) and not retry)
+    paraphrase = any("DRAFT-NEVER-SPAN" in t for t in texts) or (
+        any("DRAFT-PARAPHRASE" in t for t in texts) and not retry
+    )
     if paraphrase:
         facts = [fact + "（大意）" for fact in facts]
     question = "，".join(f"关于「{fact[:16]}」" for fact in facts) + "，文档是怎么说的？"
