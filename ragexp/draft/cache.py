@@ -22,6 +22,9 @@ class DraftCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), timeout=30)
             self._db.execute("pragma journal_mode=wal")
+            # Every reply is committed as it comes (see put); with WAL, "normal" keeps each commit
+            # through a killed process without waiting for the disk on each one.
+            self._db.execute("pragma synchronous=normal")
             self._db.execute("create table if not exists replies (key text primary key, value text, at real)")
 
     def get(self, key: str) -> dict[str, Any] | None:

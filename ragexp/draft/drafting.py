@@ -157,21 +157,22 @@ def render(template: str, chunks: list[Chunk]) -> str:
     return template.replace("{{chunks}}", block)
 
 
-def plan(chunks: list[Chunk], retriever: Retriever, options: Options) -> tuple[list[Task], Counter[str]]:
-    """The cases to ask for, chunks spread over the corpus; and the planned ones already lost."""
+def picks(total: int, options: Options) -> dict[str, list[int]]:
+    """Corpus positions per kind of case, spread over the corpus (seeded; see ``stratified``).
+    A two-chunk case's position is its seed chunk; its partner comes from :func:`pairs`."""
     counts = options.counts()
     rng = random.Random(options.seed)
-    total = len(chunks)
-    tasks = [Task("single", (i,)) for i in stratified(total, counts["single"], rng)]
-    lost: Counter[str] = Counter()
-    for seed in stratified(total, counts["multi"], rng):
+    return {kind: stratified(total, counts[kind], rng) for kind in KINDS}
+
+
+def pairs(retriever: Retriever, seeds: list[int]) -> tuple[list[Task], int]:
+    """Two-chunk tasks: each seed with its most related chunk; and how many seeds had none."""
+    tasks = []
+    for seed in seeds:
         partner = retriever.related(seed)
-        if partner is None:
-            lost["no_related_chunk"] += 1
-        else:
+        if partner is not None:
             tasks.append(Task("multi", (seed, partner)))
-    tasks.extend(Task("unanswerable", (i,)) for i in stratified(total, counts["unanswerable"], rng))
-    return tasks, lost
+    return tasks, len(seeds) - len(tasks)
 
 
 class Drafter:
@@ -200,22 +201,32 @@ class Drafter:
         check_reachable("provider.judge.base_url", cfg.base_url, cfg.timeout_s, self.verify)
 
     def draft(self, chunks: list[Chunk], options: Options) -> Drafted:
-        retriever = Retriever([chunk.text for chunk in chunks])
-        tasks, lost = plan(chunks, retriever, options)
+        planned = picks(len(chunks), options)
         try:
-            return asyncio.run(self._draft(chunks, retriever, tasks, lost, sum(options.counts().values())))
+            return asyncio.run(self._draft(chunks, planned, sum(options.counts().values())))
         finally:
             self.cache.close()
 
-    async def _draft(
-        self, chunks: list[Chunk], retriever: Retriever, tasks: list[Task], lost: Counter[str], planned: int
-    ) -> Drafted:
+    async def _draft(self, chunks: list[Chunk], planned: dict[str, list[int]], total: int) -> Drafted:
         from ragexp.metrics.judge.client import JudgeHTTP, JudgeLLM
 
-        summary = Summary(chunks=len(chunks), planned=planned, dropped=lost)
+        summary = Summary(chunks=len(chunks), planned=total)
+        # The BM25 index (pairs and the unanswerable check need it) is built in a thread while
+        # the single-chunk questions, which do not, are already being asked.
+        retriever = asyncio.ensure_future(asyncio.to_thread(Retriever, [chunk.text for chunk in chunks]))
         async with JudgeHTTP(self.config, self.api_key, self.verify) as http:
             llm = JudgeLLM(http, self.config, JSON_MODE[self.config.kind])
-            results = await asyncio.gather(*(self._one(llm, chunks, retriever, task, summary) for task in tasks))
+
+            def start(task: Task) -> asyncio.Task[dict[str, Any] | None]:
+                return asyncio.ensure_future(self._one(llm, chunks, retriever, task, summary))
+
+            tasks = [Task("single", (i,)) for i in planned["single"]]
+            running = [start(task) for task in tasks]
+            multi, lonely = pairs(await retriever, planned["multi"])
+            summary.dropped["no_related_chunk"] += lonely
+            tasks += multi + [Task("unanswerable", (i,)) for i in planned["unanswerable"]]
+            running += [start(task) for task in tasks[len(running) :]]
+            results = await asyncio.gather(*running)
             summary.usage = http.usage
         summary.cache_hits = self.cache.hits
         kept = [(task, case) for task, case in zip(tasks, results, strict=True) if case is not None]
@@ -240,7 +251,7 @@ class Drafter:
         return reply
 
     async def _one(
-        self, llm: Any, chunks: list[Chunk], retriever: Retriever, task: Task, summary: Summary
+        self, llm: Any, chunks: list[Chunk], retriever: asyncio.Future[Retriever], task: Task, summary: Summary
     ) -> dict[str, Any] | None:
         from ragexp.metrics.judge.client import JudgeCallError, JudgeUnreachable
 
@@ -248,7 +259,7 @@ class Drafter:
         prompt = render(prompt_text(self.language, task.kind), sources)
         try:
             if task.kind == "unanswerable":
-                return await self._unanswerable(llm, prompt, sources, retriever, chunks, summary)
+                return await self._unanswerable(llm, prompt, sources, await retriever, chunks, summary)
             return await self._answerable(llm, task.kind, prompt, sources, summary)
         except JudgeUnreachable as exc:
             reason = "call_failed"
