@@ -73,13 +73,13 @@ def generated_corpus(path: Path, size: int, seed: int = 7) -> dict[str, str]:
     return {row["id"]: row["text"] for row in rows}
 
 
-def check_cases(cases: list[dict[str, Any]], corpus: dict[str, str]) -> None:
+def check_cases(cases: list[dict[str, Any]], corpus: dict[str, str], model: str = "judge-model") -> None:
     """The contract of a drafted case, whatever the model wrote."""
     normalized = {key: normalize(text) for key, text in corpus.items()}
     for case in cases:
         draft = case["draft"]
         assert draft["status"] == "draft"
-        assert draft["model"] == "judge-model" and len(draft["prompt_hash"]) == 64
+        assert draft["model"] == model and len(draft["prompt_hash"]) == 64
         assert set(draft["source_ids"]) <= corpus.keys()
         assert set(case["relevant_ids"]) <= corpus.keys()
         if case["unanswerable"]:
@@ -99,7 +99,8 @@ def check_cases(cases: list[dict[str, Any]], corpus: dict[str, str]) -> None:
 
 def test_kb_zh_draft_validates_spans_and_reruns_from_the_cache(ragexp: Any, drafter: str, tmp_path: Path) -> None:
     out = tmp_path / "draft.jsonl"
-    args = ["draft", "--corpus", str(KB_ZH), "--out", str(out), "--n", "26", "--json", *drafter_args(drafter)]
+    model = drafter_args(drafter, "provider.judge.model=qwen2.5-72b")
+    args = ["draft", "--corpus", str(KB_ZH), "--out", str(out), "--n", "26", "--json", *model]
     first = ragexp(*args)
     assert first.code == 0, first.stderr
     summary = first.json()
@@ -111,7 +112,7 @@ def test_kb_zh_draft_validates_spans_and_reruns_from_the_cache(ragexp: Any, draf
     assert summary["model_calls"] == calls(drafter) >= len(cases)
     assert summary["prompt_tokens"] > 0 and summary["completion_tokens"] > 0
     assert summary["chunks_with_cases"] == len({i for case in cases for i in case["draft"]["source_ids"]})
-    check_cases(cases, corpus)
+    check_cases(cases, corpus, "qwen2.5-72b")
     dataset = load_dataset(out)
     assert len(dataset.cases) == len(cases)
     assert audit(dataset, corpus) == []
