@@ -203,7 +203,7 @@ class Drafter:
     def draft(self, chunks: list[Chunk], options: Options) -> Drafted:
         planned = picks(len(chunks), options)
         try:
-            return asyncio.run(self._draft(chunks, planned, sum(options.counts().values())))
+            return asyncio.run(self._draft(chunks, planned, sum(map(len, planned.values()))))
         finally:
             self.cache.close()
 
