@@ -363,3 +363,23 @@ def test_interrupted_drafting_resumes_without_paying_twice(tmp_path: Path) -> No
         # At most the one call in flight when the process was killed is asked again.
         assert calls(url) - 30 <= 1
         assert len(read_cases(out)) >= 25
+
+
+def test_a_model_that_stops_answering_stops_the_draft_and_a_rerun_finishes(
+    ragexp: Any, drafter: str, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "chunks.jsonl"
+    generated_corpus(corpus, 30)
+    out = tmp_path / "draft.jsonl"
+    args = ["draft", "--corpus", str(corpus), "--out", str(out), "--n", "20", "--multi", "0", "--unanswerable", "0"]
+    settings = ["provider.judge.concurrency=1", "provider.judge.abort_after=3"]
+    with serve(DRAFTER, "--fail-after", "5") as dying:
+        stopped = ragexp(*args, *drafter_args(dying, *settings))
+        assert stopped.code == 1
+        assert "stopped asking after 3 calls in a row failed; 15 planned case(s) got no reply" in stopped.stderr
+        assert calls(dying) == 5 + 3  # nothing asked once it stopped
+    assert len(read_cases(out)) == 5
+    finished = ragexp(*args, "--json", *drafter_args(drafter, *settings))
+    assert finished.code == 0, finished.stderr
+    assert calls(drafter) == finished.json()["model_calls"] == 15
+    assert len(read_cases(out)) == 20

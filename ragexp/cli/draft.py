@@ -63,9 +63,10 @@ def draft(
             print(line)
         print(f"wrote {out_path}: screen it (set draft.status to 'screened', or drop the case) before it counts")
     if summary.dropped.get("call_failed"):
+        stopped = f"{drafter.stopped}; " if drafter.stopped else ""
         raise ProviderError(
-            f"{summary.dropped['call_failed']} call(s) failed (the first: {summary.first_failure}); "
-            "the cases drafted are written; rerun the same command to ask only for the rest"
+            f"{stopped}{summary.dropped['call_failed']} planned case(s) got no reply (the first failure: "
+            f"{summary.first_failure}); the cases drafted are written; rerun the same command to ask only for the rest"
         )
 
 

@@ -39,9 +39,14 @@ REASONS = {
     "answer_in_corpus": "an 'unanswerable' question whose answer candidate the corpus holds",
     "near_duplicate": "a near-duplicate of an earlier question",
     "no_related_chunk": "no other chunk shares a term with it (no two-chunk question)",
-    "call_failed": "the call failed after retries (rerun to retry; the cache keeps the rest)",
+    "call_failed": "no reply: the call failed after retries, or was not made once the model stopped "
+    "answering (rerun to ask again; the cache keeps the rest)",
 }
 """Why a planned case gave no case, as the closing summary words it."""
+
+
+class NotAsked(Exception):
+    """A call not made: the model had stopped answering (``provider.judge.abort_after``)."""
 
 
 class DraftCase(BaseModel):
@@ -186,6 +191,10 @@ class Drafter:
         self.identity = f"{config.kind}:{config.model}|draft|language={self.language}|prompts={self.hash[:12]}"
         self.api_key: str | None = None
         self.verify = ssl_context("provider.judge", None)
+        self._failures_in_a_row = 0
+        self._turn = asyncio.Semaphore(config.concurrency)
+        self.stopped: str | None = None
+        """Why drafting stopped asking (``abort_after`` transport failures in a row), if it did."""
 
     def preflight(self) -> None:
         """Secrets, TLS and reachability, before any call."""
@@ -211,6 +220,7 @@ class Drafter:
         from ragexp.metrics.judge.client import JudgeHTTP, JudgeLLM
 
         summary = Summary(chunks=len(chunks), planned=total)
+        self._turn = asyncio.Semaphore(self.config.concurrency)
         # The BM25 index (pairs and the unanswerable check need it) is built in a thread while
         # the single-chunk questions, which do not, are already being asked.
         retriever = asyncio.ensure_future(asyncio.to_thread(Retriever, [chunk.text for chunk in chunks]))
@@ -246,7 +256,13 @@ class Drafter:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        reply: dict[str, Any] = (await llm.agenerate(prompt, model)).model_dump()
+        async with self._turn:
+            # Checked once this call's turn comes: the calls queued behind the ones that failed
+            # are not made once the model stopped answering.
+            if self.stopped is not None:
+                raise NotAsked
+            reply: dict[str, Any] = (await llm.agenerate(prompt, model)).model_dump()
+        self._failures_in_a_row = 0
         self.cache.put(key, reply)
         return reply
 
@@ -261,9 +277,14 @@ class Drafter:
             if task.kind == "unanswerable":
                 return await self._unanswerable(llm, prompt, sources, await retriever, chunks, summary)
             return await self._answerable(llm, task.kind, prompt, sources, summary)
+        except NotAsked:
+            reason = "call_failed"
         except JudgeUnreachable as exc:
             reason = "call_failed"
             summary.first_failure = summary.first_failure or str(exc)
+            self._failures_in_a_row += 1
+            if self._failures_in_a_row >= self.config.abort_after and self.stopped is None:
+                self.stopped = f"stopped asking after {self._failures_in_a_row} calls in a row failed"
         except JudgeCallError as exc:
             unusable = "output unusable" in str(exc)
             reason = "unusable_reply" if unusable else "call_failed"

@@ -10,7 +10,8 @@ two-chunk one does that for both; an unanswerable one asks for a made-up code, a
 the answer candidate. Markers in a chunk's text change the reply: DRAFT-PARAPHRASE gives a fact
 that is not a span until the re-ask, DRAFT-NEVER-SPAN never gives a span, DRAFT-ANSWERABLE gives
 an "unanswerable" question whose candidate is in the chunk, JUDGE-BROKEN gives prose, not JSON.
-GET /stats counts chat calls.
+With --fail-after N, every chat call after the N-th is closed without
+a reply. GET /stats counts chat calls.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     delay = 0.0
+    fail_after: int | None = None
 
     def do_GET(self) -> None:
         with LOCK:
@@ -79,6 +81,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(404, {"error": {"message": "not found"}})
         with LOCK:
             COUNTS["chat"] += 1
+            dead = self.fail_after is not None and COUNTS["chat"] > self.fail_after
+        if dead:  # the model went away: the connection closes without a reply
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return None
         messages = body["messages"]
         system = messages[0]["content"]
         schema = json.loads(system[system.index("{") :]) if "{" in system else {}
@@ -125,8 +132,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-ms", type=float, default=0.0)
+    parser.add_argument("--fail-after", type=int, help="close every chat call after this many without a reply")
     args = parser.parse_args()
-    Handler.delay = args.delay_ms / 1000
+    Handler.delay, Handler.fail_after = args.delay_ms / 1000, args.fail_after
     server = Server(("127.0.0.1", args.port), Handler)
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
