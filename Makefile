@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems bench-draft lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,9 @@ bench-demo: setup
 
 # Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
 # on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
+bench-draft: setup
+	$(BIN)/python tests/benchmarks/bench_draft.py
+
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
 

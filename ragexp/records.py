@@ -71,6 +71,8 @@ class Case:
     """Human scores of this case's answer, by canonical metric name (judge calibration)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """The case's free-form ``metadata`` object: its fields fill request templates."""
+    draft: str | None = None
+    """``draft.status`` of a drafted case (``draft`` or ``screened``); None for a case not drafted."""
 
     def labels(self, *, human: bool = True) -> dict[str, Any]:
         """Inputs and labels only: what the dataset hash covers (human scores when present, so

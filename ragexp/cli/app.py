@@ -32,6 +32,9 @@ Overrides = Annotated[
     list[str] | None, typer.Argument(help="Hydra overrides, e.g. k=10 dataset=scifacts_zh provider=replay")
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
+AllowDraft = Annotated[
+    bool, typer.Option("--allow-draft", help="Accept cases still draft.status 'draft' (a run is tagged ragexp.draft).")
+]
 TrackingUri = Annotated[
     str | None,
     typer.Option(
@@ -134,6 +137,7 @@ def run(
             help="With --resume: also ask again the cases that failed for other reasons than the transport.",
         ),
     ] = False,
+    allow_draft: AllowDraft = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
@@ -163,9 +167,14 @@ def run(
 
     register_url(store.uri)  # a tracking server's password is masked wherever a secret is
     plan = plan_run(config, store.state_dir())
+    from ragexp.draft.screening import DRAFT_TAG, refuse_unscreened, unscreened
+
+    if not allow_draft:
+        refuse_unscreened(plan.dataset)
+    draft_tags = {DRAFT_TAG: "true"} if unscreened(plan.dataset) else None
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        outcome = execute(plan, store, resume=resume, retry_errors=retry_errors)
+        outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=draft_tags)
     except Stopped as exc:
         if as_json and isinstance(exc, Interrupted):
             emit_json({"status": "interrupted", "run_id": exc.run_id})
@@ -287,6 +296,7 @@ def validate(
             "response expression read from it.",
         ),
     ] = False,
+    allow_draft: AllowDraft = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Check a dataset without running anything; with a corpus, audit its labels too; with
@@ -313,6 +323,10 @@ def validate(
         corpus_file = resolve_path(corpus) if corpus else None
     try:
         dataset = load_dataset(file, file_format)
+        if not allow_draft:
+            from ragexp.draft.screening import refuse_unscreened
+
+            refuse_unscreened(dataset)
         findings = None
         if corpus_file is not None:
             chunks = load_corpus(corpus_file)
@@ -931,6 +945,9 @@ from ragexp.cli.labels import calibrate, label  # noqa: E402
 
 app.command()(label)
 app.command()(calibrate)
+from ragexp.cli.draft import draft as _draft  # noqa: E402  (a command of its own module)
+
+app.command(name="draft")(_draft)
 
 
 def main() -> None:

@@ -29,7 +29,9 @@ MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
 LABEL_FIELDS = ("id", "question", "relevant_ids", "expected_facts", "reference", "unanswerable")
 OUTPUT_FIELDS = ("response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds")
-KNOWN_FIELDS = frozenset((*LABEL_FIELDS, *OUTPUT_FIELDS, "metadata", "human"))
+KNOWN_FIELDS = frozenset((*LABEL_FIELDS, *OUTPUT_FIELDS, "metadata", "human", "draft"))
+DRAFT_STATUSES = ("draft", "screened")
+"""``draft.status`` of a drafted case: ``draft`` until people screened it (see ``ragexp draft``)."""
 COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference", "human")
 
 
@@ -443,6 +445,7 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
     metadata = row.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         problems.add(line, "metadata", f"expected an object, got {_type_name(metadata)}")
+    draft = _draft_status(row.get("draft"), line, problems)
     if len(problems.errors) != before:
         return None
     return Case(
@@ -457,7 +460,22 @@ def _case_from_row(row: dict[str, Any], line: int, problems: _Problems) -> Case 
         recorded_fields=recorded_fields,
         human=human,
         metadata=metadata or {},
+        draft=draft,
     )
+
+
+def _draft_status(value: Any, line: int, problems: _Problems) -> str | None:
+    """The ``status`` of a ``draft`` object (its other keys are provenance, kept as written)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        problems.add(line, "draft", f"expected an object with 'status', got {_type_name(value)}")
+        return None
+    status = value.get("status")
+    if status not in DRAFT_STATUSES:
+        problems.add(line, "draft.status", f"expected one of {', '.join(DRAFT_STATUSES)}, got {status!r}")
+        return None
+    return str(status)
 
 
 def _human(value: Any, line: int, problems: _Problems) -> dict[str, float]:

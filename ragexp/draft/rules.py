@@ -1,0 +1,109 @@
+"""The pure rules of drafting: which chunks, which pairs, which facts and questions are kept."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+
+from ragexp.metrics.offline import normalize
+from ragexp.sample.system import Index, tokens
+
+NGRAM = 3
+"""Questions are compared as sets of character trigrams (NFKC, case-folded, letters and digits only)."""
+DUPLICATE_JACCARD = 0.8
+"""A question whose trigram Jaccard similarity with an earlier kept question is above this is a
+near-duplicate and dropped. It is set to catch repeats: the same question up to case, width,
+spacing and punctuation, or a long one differing in a character or two. Character n-grams cannot
+tell a rewording from a question about another subject (a short question reworded by one word
+scores lower than "生鲜商品…" vs "预售商品…"), so rewordings are left for people to screen."""
+RETRIEVE_K = 10
+"""Chunks the bundled BM25 retriever returns for an unanswerable question's check."""
+
+
+def stratified(total: int, n: int, rng: random.Random) -> list[int]:
+    """``n`` indices in ``range(total)`` spread over it: one drawn at random from each of ``n``
+    equal strata (all of them when ``n >= total``), in corpus order."""
+    if n >= total:
+        return list(range(total))
+    picked = []
+    for stratum in range(n):
+        low, high = stratum * total // n, (stratum + 1) * total // n
+        picked.append(rng.randrange(low, max(high, low + 1)))
+    return picked
+
+
+class Retriever:
+    """The bundled sample system's BM25 (:class:`ragexp.sample.system.Index`, one chunk per
+    corpus entry), scored through postings so a long query costs only the chunks it touches."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.index = Index([{"id": str(i), "text": text} for i, text in enumerate(texts)], "doc")
+        self.postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for position, terms in enumerate(self.index.terms):
+            for term, frequency in terms.items():
+                self.postings[term].append((position, frequency))
+
+    def search(self, query: str, k: int) -> list[int]:
+        """The ``k`` best chunks for ``query`` by the Index's BM25 score (those sharing a term)."""
+        index = self.index
+        scores: dict[int, float] = defaultdict(float)
+        for term in tokens(query):
+            idf = index.idf.get(term)
+            if idf is None:
+                continue
+            for position, f in self.postings[term]:
+                norm = index.k1 * (1 - index.b + index.b * index.lengths[position] / index.avg)
+                scores[position] += idf * f * (index.k1 + 1) / (f + norm)
+        return [position for _, position in heapq.nlargest(k, ((s, p) for p, s in scores.items()))]
+
+    def related(self, position: int, exclude: frozenset[int] = frozenset()) -> int | None:
+        """The chunk most related to chunk ``position``: the one BM25 ranks first when the chunk's
+        own text is the query (itself and ``exclude`` left out); None when none shares a term."""
+        for hit in self.search(self.index.chunks[position][1], len(exclude) + 2):
+            if hit != position and hit not in exclude:
+                return hit
+        return None
+
+
+def missing_facts(facts: Sequence[str], sources: Sequence[str]) -> list[str]:
+    """The facts that are not verbatim spans (NFKC, case-folded, as the label audit matches) of
+    any of the source texts."""
+    texts = [normalize(text) for text in sources]
+    return [fact for fact in facts if not fact.strip() or not any(normalize(fact) in text for text in texts)]
+
+
+def found_in(candidates: Sequence[str], texts: Sequence[str]) -> str | None:
+    """The first answer candidate written in one of ``texts`` (normalised substring), if any."""
+    normalized = [normalize(text) for text in texts]
+    for candidate in candidates:
+        needle = normalize(candidate).strip()
+        if needle and any(needle in text for text in normalized):
+            return candidate
+    return None
+
+
+def ngrams(text: str) -> frozenset[str]:
+    compact = "".join(ch for ch in normalize(text) if ch.isalnum())
+    if len(compact) <= NGRAM:
+        return frozenset([compact])
+    return frozenset(compact[i : i + NGRAM] for i in range(len(compact) - NGRAM + 1))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def near_duplicates(questions: Sequence[str], threshold: float = DUPLICATE_JACCARD) -> dict[int, int]:
+    """Index of each dropped question -> index of the earlier kept question it nearly repeats."""
+    kept: list[tuple[int, frozenset[str]]] = []
+    dropped: dict[int, int] = {}
+    for position, question in enumerate(questions):
+        grams = ngrams(question)
+        match = next((earlier for earlier, seen in kept if jaccard(grams, seen) > threshold), None)
+        if match is None:
+            kept.append((position, grams))
+        else:
+            dropped[position] = match
+    return dropped
