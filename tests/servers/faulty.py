@@ -154,6 +154,12 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Backlogged(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    """The listen backlog: a class attribute, since the socket listens inside the constructor."""
+
+
 def main() -> None:
     global DELAY, GATE_FILE
     parser = argparse.ArgumentParser()
@@ -163,9 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     DELAY = args.delay_ms / 1000
     GATE_FILE = args.gate_file
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    server.request_queue_size = 128
+    server = Backlogged(("127.0.0.1", args.port), Handler)
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/query", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -239,6 +239,12 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Backlogged(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    """The listen backlog: a class attribute, since the socket listens inside the constructor."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
@@ -252,9 +258,7 @@ def main() -> None:
     args = parser.parse_args()
     Handler.delay, Handler.api_key, Handler.fail_all = args.delay_ms / 1000, args.api_key, args.fail_all
     Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    server.request_queue_size = 256
+    server = Backlogged(("127.0.0.1", args.port), Handler)
     scheme = "http"
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

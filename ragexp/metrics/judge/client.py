@@ -9,6 +9,7 @@ retries, timeouts, the concurrency bound across all cases and metrics, and token
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
@@ -114,8 +115,7 @@ class JudgeLLM(InstructorBaseRagasLLM):
     async def agenerate(self, prompt: str, response_model: type[Model]) -> Model:
         # As instructor's JSON mode does: the schema goes in a system message, since not every
         # ragas prompt (the translation one, for one) spells it out.
-        schema = json.dumps(response_model.model_json_schema(), ensure_ascii=False)
-        system = "Answer with one JSON object (not the schema itself) that matches this json_schema:\n" + schema
+        system = _schema_message(response_model)
         body: dict[str, Any] = {
             "model": self.config.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
@@ -212,3 +212,11 @@ class JudgeEmbeddings(BaseRagasEmbedding):
                     f"embeddings reply from {mask_url(self.url)} holds an all-zero or non-finite vector"
                 )
         return floats
+
+
+@functools.cache
+def _schema_message(response_model: type[BaseModel]) -> str:
+    """The system message naming a reply model's JSON schema, built once per model: pydantic
+    builds a schema anew on every call, which a drafting or judging pass makes thousands of times."""
+    schema = json.dumps(response_model.model_json_schema(), ensure_ascii=False)
+    return "Answer with one JSON object (not the schema itself) that matches this json_schema:\n" + schema
