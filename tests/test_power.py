@@ -13,7 +13,6 @@ from scipy import stats
 
 from ragexp.compare.power import (
     EXACT_DISCORDANT,
-    baseline_plan,
     cannot_tell_line,
     cases_needed,
     detectable_effect,
@@ -92,9 +91,7 @@ def pass_fail_draw(effect: float, discordant: float) -> Any:
     return lambda rng, size: rng.choice(np.array([1.0, -1.0, 0.0]), size=size, p=shares)
 
 
-@pytest.mark.parametrize(
-    ("n", "discordant"), [(35, 0.3), (35, 0.6), (100, 0.1), (100, 0.3), (400, 0.05), (400, 0.2)]
-)
+@pytest.mark.parametrize(("n", "discordant"), [(35, 0.3), (35, 0.6), (100, 0.1), (100, 0.3), (400, 0.05), (400, 0.2)])
 def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_pass_fail(n: int, discordant: float) -> None:
     found = paired_power(pass_fail_draw(0.0, discordant)(np.random.default_rng(7), n), confidence=0.95)
     assert found is not None and found.discordant is not None
@@ -235,6 +232,15 @@ def test_power_before_any_candidate(ragexp: Any, tmp_path: Path) -> None:
     n = mrr["cases_needed"]
     assert textbook(sd, n, 0.95) <= 0.02 < textbook(sd, n - 1, 0.95)
     assert "p95_seconds" not in {m["name"] for m in payload["metrics"]}
+    # A pass/fail metric: the discordant share is the paired difference's variance, and the
+    # figures are the exact sign test's, above what the continuous formula promises.
+    accuracy = next(m for m in payload["metrics"] if m["name"] == "answer_accuracy")
+    share = accuracy["sd"] ** 2
+    assert 0 < share < 1
+    assert accuracy["detectable_effect"] == pytest.approx(pass_fail_effect(50, share, confidence=0.95))
+    effect = accuracy["detectable_effect"]
+    assert effect > textbook(math.sqrt(share - effect**2), 50, 0.95)  # the spread at that effect
+    assert accuracy["cases_needed"] == pass_fail_cases_needed(share, 0.02, confidence=0.95)
 
     correlated = ragexp("power", "--baseline", base, "--effect", "0.02", "--correlation", "0.75", "--json").json()
     half = next(m for m in correlated["metrics"] if m["name"] == "mrr")

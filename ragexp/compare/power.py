@@ -282,9 +282,7 @@ def pass_fail_effect(n: int, discordant: float, *, confidence: float, power: flo
     return high
 
 
-def pass_fail_cases_needed(
-    discordant: float, effect: float, *, confidence: float, power: float = POWER
-) -> int | None:
+def pass_fail_cases_needed(discordant: float, effect: float, *, confidence: float, power: float = POWER) -> int | None:
     """Fewest pass/fail pairs that detect ``effect`` at discordant share ``discordant``."""
     effect = abs(effect)
     if effect == 0.0 or discordant <= 0.0 or effect > discordant:
