@@ -190,7 +190,8 @@ def is_pass_fail(diffs: np.ndarray) -> bool:
 
 def _log_choose(n: float, k: np.ndarray) -> np.ndarray:
     lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
-    return math.lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0)
+    found: np.ndarray = math.lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0)
+    return found
 
 
 @dataclass(frozen=True)
