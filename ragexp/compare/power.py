@@ -218,11 +218,12 @@ class _SignTest:
         else:
             weights = np.where(counts == round(n * discordant), 0.0, -np.inf)
         log_weight, ups, downs = [], [], []
+        log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, int(counts[-1]) + 1)))))
         for count, weight in zip(counts.tolist(), weights.tolist(), strict=True):
             if count == 0 or not math.isfinite(weight):
                 continue
             k = np.arange(count + 1, dtype=np.float64)
-            log_c = _log_choose(count, k)
+            log_c = log_factorial[count] - log_factorial[: count + 1] - log_factorial[count::-1]
             null = np.exp(log_c - count * math.log(2.0))
             # Two-sided p-value of k ups: P(|2X - N| >= |2k - N|) under fair coins.
             tail = np.cumsum(null[::-1])[::-1]  # P(X >= k)
@@ -274,7 +275,7 @@ def pass_fail_effect(n: int, discordant: float, *, confidence: float, power: flo
     if test.power(discordant) < power:
         return None
     low, high = 0.0, discordant
-    for _ in range(60):
+    for _ in range(45):
         middle = (low + high) / 2.0
         if test.power(middle) < power:
             low = middle
