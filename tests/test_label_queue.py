@@ -341,6 +341,12 @@ def test_label_and_calibrate_on_the_tracking_server(
     assert figures.json()["labels"] == {ANSWER: 20} and figures.json()["calibration"][ANSWER]["n"] == 20
     logged = MlflowClient(server).get_run(run_id).data.metrics
     assert logged[f"ppi.{ANSWER}.n_labelled"] == 20
+    # The same system again replays every case: `ragexp run` itself calibrates with the 20 queue
+    # labels alone, not mixed with the bundled dataset's own human scores of other cases.
+    assert run_json(ragexp, f"experiment={experiment}-file")["calibration"][ANSWER]["n"] > 0
+    again = run_json(ragexp, f"experiment={experiment}", "run_name=again")
+    assert again["calibration"] == figures.json()["calibration"] and again["ppi"] == figures.json()["ppi"]
+    assert MlflowClient(server).get_run(again["run_id"]).data.metrics[f"calibration.{ANSWER}.n"] == 20
 
 
 def test_review_page_shows_the_sampled_traces_and_the_questions(

@@ -137,13 +137,10 @@ def run_labels(
 
 
 def with_run_labels(human: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The dataset's ``human`` columns with the run's queue labels in place where a case has one:
-    a label on the run's own answer describes it more surely than the dataset's."""
-    merged = dict(human)
-    for name, values in labels.items():
-        base = merged.get(name, np.full(values.size, math.nan))
-        merged[name] = np.where(np.isfinite(values), values, base)
-    return merged
+    """The dataset's ``human`` columns, a metric's replaced whole by the run's queue labels when
+    it has any: the run's figures are then those ``ragexp calibrate`` gives it, never a mix of
+    labels of this run's answers and a file's labels of whichever answers it was written for."""
+    return {**human, **labels}
 
 
 def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: list[str]) -> bool:
