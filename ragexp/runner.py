@@ -450,6 +450,9 @@ def _score_and_log(
     summary = summarize(plan.specs, scores, inputs, errored)
     error_count = int(errored.sum())
     human = human_columns([case.human for case in cases], list(scores))
+    from ragexp.labels.collect import run_labels, with_run_labels  # the review queues' labels, as `ragexp calibrate`
+
+    human = with_run_labels(human, run_labels(store, run_id, cases, results, list(scores), resumed=resumed, info=info))
     trust = assess(plan.specs, scores, human, inputs.unanswerable, cfg.calibration)
 
     timings = stage_timings(results)

@@ -212,6 +212,80 @@ def test_labels_carry_over_only_to_byte_identical_outputs(ragexp: Any, store_uri
     assert own["own"] == 35 and own["carried_over"] == 0 and own["labels"] == {ANSWER: 35}
 
 
+def labelled_replay(ragexp: Any, store_uri: str, tmp_path: Path) -> tuple[list[dict[str, Any]], str, dict[str, float]]:
+    """A replay run of 30 cases, 20 of them labelled in a queue, people disagreeing on three."""
+    rows = replay_rows(specs(30))
+    run_id = replay_run(ragexp, write_jsonl(tmp_path / "cases.jsonl", rows))["run_id"]
+    queue = ragexp("label", run_id, "--sample", "20", "--seed", "3", "--json").json()
+    cases = trace_cases(store_uri, queue_traces(store_uri, queue["queue_id"]))
+    automatic = {row["id"]: 1.0 if row["response"] == row["reference"] else 0.0 for row in rows}
+    flipped = sorted(cases.values())[:3]
+    human = {case: (1.0 - automatic[case] if case in flipped else automatic[case]) for case in cases.values()}
+    for tid, case in cases.items():
+        review(store_uri, tid, ANSWER, bool(human[case]))
+    review(store_uri, next(iter(cases)), "tone", 4.0)  # no schema: counted, left out
+    return rows, run_id, human
+
+
+def test_run_replaying_a_labelled_run_calibrates_with_its_labels(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    rows, labelled, human = labelled_replay(ragexp, store_uri, tmp_path)
+    # The same outputs again: every label carries over, as `ragexp calibrate` carries it.
+    result = ragexp(
+        "run",
+        f"dataset.path={tmp_path / 'cases.jsonl'}",
+        "dataset.name=labels",
+        "provider=replay",
+        "k=3",
+        "run_name=replay",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    again = result.json()
+    assert "labels ignored: 1 not a label schema of this run's metrics" in result.stderr
+    calibrated = ragexp("calibrate", labelled, "--json").json()
+    assert again["calibration"] == calibrated["calibration"] and again["ppi"] == calibrated["ppi"]
+    assert again["calibration"][ANSWER]["n"] == 20
+    # ... equal to the same labels typed into the dataset.
+    typed = [{**row, "human": {ANSWER: human[row["id"]]}} if row["id"] in human else row for row in rows]
+    from_file = replay_run(ragexp, write_jsonl(tmp_path / "typed.jsonl", typed), "run_name=typed")
+    assert again["calibration"] == from_file["calibration"] and again["ppi"] == from_file["ppi"]
+    logged = MlflowClient(store_uri).get_run(again["run_id"]).data.metrics
+    assert logged[f"calibration.{ANSWER}.n"] == 20
+    assert logged[f"ppi.{ANSWER}.n_labelled"] == 20
+
+    # Two labelled cases answered differently: their labels describe answers this run did not
+    # give, and they count as unlabelled.
+    changed_ids = sorted(human)[-2:]
+    changed = [{**row, "response": row["response"] + " (revised)"} if row["id"] in changed_ids else row for row in rows]
+    other = replay_run(ragexp, write_jsonl(tmp_path / "changed.jsonl", changed), "run_name=changed")
+    assert other["calibration"][ANSWER]["n"] == 18
+    assert other["calibration"] == ragexp("calibrate", other["run_id"], "--json").json()["calibration"]
+
+
+def test_resumed_run_calibrates_with_the_labels_on_its_traces(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    _, run_id, _ = labelled_replay(ragexp, store_uri, tmp_path)
+    calibrated = ragexp("calibrate", run_id, "--json").json()
+    # The run stopped after its traces were written (say, an artifact upload failed): resumable.
+    MlflowClient(store_uri).set_terminated(run_id, "FAILED")
+    result = ragexp(
+        "run",
+        f"dataset.path={tmp_path / 'cases.jsonl'}",
+        "dataset.name=labels",
+        "provider=replay",
+        "k=3",
+        "--resume",
+        run_id,
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    resumed = result.json()
+    assert resumed["run_id"] == run_id
+    assert resumed["calibration"] == calibrated["calibration"] and resumed["ppi"] == calibrated["ppi"]
+    assert resumed["calibration"][ANSWER]["n"] == 20
+    logged = MlflowClient(store_uri).get_run(run_id).data.metrics
+    assert logged[f"calibration.{ANSWER}.kappa"] == pytest.approx(calibrated["calibration"][ANSWER]["kappa"])
+
+
 def test_label_refuses_what_it_cannot_queue(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     untraced = run_json(ragexp, "tracking.traces=false")["run_id"]
     result = ragexp("label", untraced)
@@ -268,6 +342,12 @@ def test_label_and_calibrate_on_the_tracking_server(
     assert figures.json()["labels"] == {ANSWER: 20} and figures.json()["calibration"][ANSWER]["n"] == 20
     logged = MlflowClient(server).get_run(run_id).data.metrics
     assert logged[f"ppi.{ANSWER}.n_labelled"] == 20
+    # The same system again replays every case: `ragexp run` itself calibrates with the 20 queue
+    # labels alone, not mixed with the bundled dataset's own human scores of other cases.
+    assert run_json(ragexp, f"experiment={experiment}-file")["calibration"][ANSWER]["n"] > 0
+    again = run_json(ragexp, f"experiment={experiment}", "run_name=again")
+    assert again["calibration"] == figures.json()["calibration"] and again["ppi"] == figures.json()["ppi"]
+    assert MlflowClient(server).get_run(again["run_id"]).data.metrics[f"calibration.{ANSWER}.n"] == 20
 
 
 def test_review_page_shows_the_sampled_traces_and_the_questions(

@@ -11,7 +11,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ragexp.compare.power import cases_needed, detectable_effect, paired_power, smallest_testable, t_quantile
+from ragexp.compare.power import (
+    EXACT_DISCORDANT,
+    cannot_tell_line,
+    cases_needed,
+    detectable_effect,
+    paired_power,
+    pass_fail_cases_needed,
+    pass_fail_effect,
+    pass_fail_power,
+    smallest_testable,
+    t_quantile,
+)
 from ragexp.compare.stats import paired_differences
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay, seed_specs
@@ -65,13 +76,58 @@ def detection_rate(draw: Any, n: int, confidence: float, draws: int = 1000) -> f
     return hits / draws
 
 
-@pytest.mark.parametrize(("n", "confidence"), [(35, 0.95), (120, 0.9)])
+@pytest.mark.parametrize(("n", "confidence"), [(35, 0.95), (100, 0.95), (400, 0.95), (120, 0.9)])
 def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_continuous(n: int, confidence: float) -> None:
     sd = 0.25
     effect = detectable_effect(sd, n, confidence=confidence)
     assert effect is not None
     rate = detection_rate(lambda rng, size: rng.normal(effect, sd, size), n, confidence)
     assert rate == pytest.approx(0.8, abs=0.04)
+
+
+def pass_fail_draw(effect: float, discordant: float) -> Any:
+    """Paired pass/fail differences: up with (π + δ)/2, down with (π - δ)/2, else equal."""
+    shares = [(discordant + effect) / 2, (discordant - effect) / 2, 1 - discordant]
+    return lambda rng, size: rng.choice(np.array([1.0, -1.0, 0.0]), size=size, p=shares)
+
+
+@pytest.mark.parametrize(("n", "discordant"), [(35, 0.3), (35, 0.6), (100, 0.1), (100, 0.3), (400, 0.05), (400, 0.2)])
+def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_pass_fail(n: int, discordant: float) -> None:
+    found = paired_power(pass_fail_draw(0.0, discordant)(np.random.default_rng(7), n), confidence=0.95)
+    assert found is not None and found.discordant is not None
+    effect = pass_fail_effect(n, discordant, confidence=0.95)
+    assert effect is not None
+    # The continuous formula promises a smaller change than this test finds 4 times in 5.
+    assert effect > detectable_effect(float(np.sqrt(discordant - effect**2)), n, confidence=0.95)  # type: ignore[operator]
+    assert pass_fail_power(n, discordant, effect, confidence=0.95) == pytest.approx(0.8, abs=1e-9)
+    assert detection_rate(pass_fail_draw(effect, discordant), n, 0.95) == pytest.approx(0.8, abs=0.04)
+    needed = pass_fail_cases_needed(discordant, effect, confidence=0.95)
+    assert needed is not None and pass_fail_power(needed, discordant, effect, confidence=0.95) >= 0.8
+    assert pass_fail_power(needed - 1, discordant, effect, confidence=0.95) < 0.8
+
+
+def test_too_few_discordant_pairs_detect_nothing_and_say_so() -> None:
+    # 35 pairs, about 5 discordant: all 5 up would be found (2/32 > .05 is not even rejectable
+    # with 5) too rarely, so there is no detectable effect, and the gate's line says why.
+    assert pass_fail_power(35, 0.15, 0.15, confidence=0.95) < 0.8
+    assert pass_fail_effect(35, 0.15, confidence=0.95) is None
+    diffs = np.array([1.0, -1.0, 1.0, 1.0, 1.0] + [0.0] * 30)
+    found = paired_power(diffs, confidence=0.95)
+    assert found is not None and found.discordant == pytest.approx(5 / 35) and found.detectable is None
+    assert found.cannot_tell(0.5)
+    assert "(detectable: none with 5 discordant pairs;" in cannot_tell_line(0.01, found)
+    assert "仅 5 对结果不一致的样本时无法检测任何变化" in cannot_tell_line(0.01, found, "zh")
+
+
+def test_many_discordant_pairs_use_mcnemars_closed_form() -> None:
+    n, discordant = 20_000, 0.1
+    assert n * discordant > EXACT_DISCORDANT
+    effect = pass_fail_effect(n, discordant, confidence=0.95)
+    z, zb = stats.norm.ppf(0.975), stats.norm.ppf(0.8)
+    assert effect is not None
+    assert effect * math.sqrt(n) == pytest.approx(z * math.sqrt(discordant) + zb * math.sqrt(discordant - effect**2))
+    # Where both apply they agree: the exact power at the closed form's effect is 80%.
+    assert pass_fail_power(n, discordant, effect, confidence=0.95) == pytest.approx(0.8, abs=0.01)
 
 
 def per_case_mrr(specs: list[dict[str, Any]]) -> np.ndarray:
@@ -176,6 +232,15 @@ def test_power_before_any_candidate(ragexp: Any, tmp_path: Path) -> None:
     n = mrr["cases_needed"]
     assert textbook(sd, n, 0.95) <= 0.02 < textbook(sd, n - 1, 0.95)
     assert "p95_seconds" not in {m["name"] for m in payload["metrics"]}
+    # A pass/fail metric: the discordant share is the paired difference's variance, and the
+    # figures are the exact sign test's, above what the continuous formula promises.
+    accuracy = next(m for m in payload["metrics"] if m["name"] == "answer_accuracy")
+    share = accuracy["sd"] ** 2
+    assert 0 < share < 1
+    assert accuracy["detectable_effect"] == pytest.approx(pass_fail_effect(50, share, confidence=0.95))
+    effect = accuracy["detectable_effect"]
+    assert effect > textbook(math.sqrt(share - effect**2), 50, 0.95)  # the spread at that effect
+    assert accuracy["cases_needed"] == pass_fail_cases_needed(share, 0.02, confidence=0.95)
 
     correlated = ragexp("power", "--baseline", base, "--effect", "0.02", "--correlation", "0.75", "--json").json()
     half = next(m for m in correlated["metrics"] if m["name"] == "mrr")

@@ -13,6 +13,18 @@ itself: at tens of cases the normal quantile promises more power than that test 
 quantile's wider margin lands on it (tests/test_power.py simulates it). For hundreds of cases
 the two quantiles agree.
 
+Pass/fail metrics are different: every difference is -1, 0 or 1, and then the sign-flip test is
+exactly the sign (McNemar) test on the discordant pairs, whose statistic ``Σd/√(Σd²)`` counts the
+shift in its own scale and moves in whole pairs. The formula above promises more than that test
+delivers there. So for such differences (:func:`is_pass_fail`) the detectable effect is the shift
+``δ = p₊ - p₋`` at which the exact power of that test reaches 80%, with the share of discordant
+pairs ``π = p₊ + p₋`` held at the observed one (:func:`pass_fail_power`): the number of discordant
+pairs is binomial in ``n``, and given it the pairs that went up are binomial with ``(π + δ)/2π``.
+Past :data:`EXACT_DISCORDANT` expected discordant pairs the discreteness no longer matters and
+McNemar's closed form ``δ√n = z(1-α/2)·√π + z(power)·√(π - δ²)`` is used. When even a shift of
+every discordant pair in one direction would be found less than 4 times in 5 (too few discordant
+pairs), there is no detectable effect: None, said as such, never a figure.
+
 Before a candidate exists only the baseline's per-case spread is known. The paired difference's
 variance is ``Var(b) + Var(c) - 2·Cov(b, c)``; :func:`paired_sd_from_baseline` assumes the
 candidate has the baseline's variance and a correlation ``ρ`` with it (default 0: independent
@@ -166,6 +178,143 @@ def cases_needed(sd: float, effect: float, *, confidence: float, power: float = 
     return n
 
 
+EXACT_DISCORDANT = 1000
+"""Expected discordant pairs up to which a pass/fail metric's power is computed exactly."""
+
+
+def is_pass_fail(diffs: np.ndarray) -> bool:
+    """Every (finite) paired difference is -1, 0 or 1: two pass/fail runs."""
+    finite = diffs[np.isfinite(diffs)]
+    return bool(finite.size) and bool(np.all((finite == 0.0) | (finite == 1.0) | (finite == -1.0)))
+
+
+def _log_choose(n: float, k: np.ndarray) -> np.ndarray:
+    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+    found: np.ndarray = math.lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0)
+    return found
+
+
+@dataclass(frozen=True)
+class _SignTest:
+    """The exact two-sided sign test of ``n`` pairs, ``π`` of them discordant on average: the
+    rejected (discordant count, ups) cells with their log weights, independent of the shift."""
+
+    n: int
+    discordant: float
+    log_weight: np.ndarray
+    """log P(N discordant) + log C(N, k) per rejected cell."""
+    ups: np.ndarray
+    downs: np.ndarray
+
+    @classmethod
+    def of(cls, n: int, discordant: float, confidence: float) -> _SignTest:
+        alpha = 1.0 - confidence
+        mean = n * discordant
+        spread = math.sqrt(max(mean * (1.0 - discordant), 1.0))
+        counts = np.arange(max(0, math.floor(mean - 10 * spread)), min(n, math.ceil(mean + 10 * spread)) + 1)
+        weights = _log_choose(n, counts.astype(np.float64))
+        if 0.0 < discordant < 1.0:
+            weights = weights + counts * math.log(discordant) + (n - counts) * math.log1p(-discordant)
+        else:
+            weights = np.where(counts == round(n * discordant), 0.0, -np.inf)
+        log_weight, ups, downs = [], [], []
+        log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, int(counts[-1]) + 1)))))
+        for count, weight in zip(counts.tolist(), weights.tolist(), strict=True):
+            if count == 0 or not math.isfinite(weight):
+                continue
+            k = np.arange(count + 1, dtype=np.float64)
+            log_c = log_factorial[count] - log_factorial[: count + 1] - log_factorial[count::-1]
+            null = np.exp(log_c - count * math.log(2.0))
+            # Two-sided p-value of k ups: P(|2X - N| >= |2k - N|) under fair coins.
+            tail = np.cumsum(null[::-1])[::-1]  # P(X >= k)
+            p_value = np.minimum(1.0, 2.0 * np.minimum(tail, 1.0 - tail + null))
+            rejected = p_value < alpha
+            log_weight.append(weight + log_c[rejected])
+            ups.append(k[rejected])
+            downs.append(count - k[rejected])
+        if not log_weight:
+            empty = np.empty(0)
+            return cls(n, discordant, empty, empty, empty)
+        return cls(n, discordant, np.concatenate(log_weight), np.concatenate(ups), np.concatenate(downs))
+
+    def power(self, effect: float) -> float:
+        """Probability of rejecting when the pairs that went up outnumber those that went down by
+        ``effect`` of all pairs."""
+        if self.ups.size == 0:
+            return 0.0
+        up = min(max((self.discordant + effect) / (2.0 * self.discordant), 0.0), 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_up = np.where(self.ups > 0, self.ups * math.log(up) if up > 0 else -np.inf, 0.0)
+            log_down = np.where(self.downs > 0, self.downs * math.log1p(-up) if up < 1 else -np.inf, 0.0)
+        return float(np.exp(self.log_weight + log_up + log_down).sum())
+
+
+def pass_fail_power(n: int, discordant: float, effect: float, *, confidence: float) -> float:
+    """Exact power of the gate's test on ``n`` pass/fail pairs, a share ``discordant`` of them
+    discordant, at a shift ``effect`` (module docstring)."""
+    return _SignTest.of(n, discordant, confidence).power(abs(effect))
+
+
+def _mcnemar_effect(n: int, discordant: float, confidence: float, power: float) -> float | None:
+    """δ solving ``δ√n = a·√π + b·√(π - δ²)`` (normal quantiles ``a``, ``b``); None past ``π``."""
+    a = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    b = NormalDist().inv_cdf(power)
+    root = a * a * n * discordant - (n + b * b) * (a * a - b * b) * discordant
+    effect = (a * math.sqrt(n * discordant) + math.sqrt(max(root, 0.0))) / (n + b * b)
+    return effect if effect <= discordant else None
+
+
+def pass_fail_effect(n: int, discordant: float, *, confidence: float, power: float = POWER) -> float | None:
+    """Minimum detectable effect of ``n`` pass/fail pairs with discordant share ``discordant``;
+    None when no shift within that share is found with ``power`` (module docstring)."""
+    if discordant <= 0.0 or n < smallest_testable(confidence):
+        return None
+    if n * discordant > EXACT_DISCORDANT:
+        return _mcnemar_effect(n, discordant, confidence, power)
+    test = _SignTest.of(n, discordant, confidence)
+    if test.power(discordant) < power:
+        return None
+    low, high = 0.0, discordant
+    for _ in range(45):
+        middle = (low + high) / 2.0
+        if test.power(middle) < power:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def pass_fail_cases_needed(discordant: float, effect: float, *, confidence: float, power: float = POWER) -> int | None:
+    """Fewest pass/fail pairs that detect ``effect`` at discordant share ``discordant``."""
+    effect = abs(effect)
+    if effect == 0.0 or discordant <= 0.0 or effect > discordant:
+        return None
+    a = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    b = NormalDist().inv_cdf(power)
+    guess = math.ceil(((a * math.sqrt(discordant) + b * math.sqrt(discordant - effect * effect)) / effect) ** 2)
+    if guess > MAX_CASES:
+        return None
+    if guess * discordant > EXACT_DISCORDANT:
+        n = max(smallest_testable(confidence), guess)
+        while (found := _mcnemar_effect(n - 1, discordant, confidence, power)) is not None and found <= effect:
+            n -= 1
+        return n
+    # Exact power: the smallest n of a doubling-then-halving search (it rises with n but for
+    # small ripples of discreteness).
+    low, high = smallest_testable(confidence) - 1, max(smallest_testable(confidence), guess)
+    while pass_fail_power(high, discordant, effect, confidence=confidence) < power:
+        low, high = high, high * 2
+        if high > MAX_CASES:
+            return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        if pass_fail_power(middle, discordant, effect, confidence=confidence) < power:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
 def paired_sd_from_baseline(values: np.ndarray, correlation: float = 0.0) -> float | None:
     """``sd`` of the paired difference assumed from the baseline's per-case values alone (module
     docstring); None with fewer than two values."""
@@ -186,9 +335,13 @@ class Power:
     detectable: float | None
     """Minimum detectable effect (None: too few pairs for the test to reject anything)."""
     confidence: float
+    discordant: float | None = None
+    """Pass/fail differences: the share of discordant pairs (None: a continuous metric)."""
 
     def needed(self, effect: float) -> int | None:
         """Cases needed to detect ``effect`` with this spread."""
+        if self.discordant is not None:
+            return pass_fail_cases_needed(self.discordant, effect, confidence=self.confidence)
         return cases_needed(self.sd, effect, confidence=self.confidence)
 
     def cannot_tell(self, allowed: float) -> bool:
@@ -203,7 +356,11 @@ def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
     if finite.size == 0:
         return None
     sd = float(np.std(finite, ddof=1)) if finite.size > 1 else 0.0
-    return Power(int(finite.size), sd, detectable_effect(sd, int(finite.size), confidence=confidence), confidence)
+    n = int(finite.size)
+    if is_pass_fail(finite):
+        discordant = float(np.count_nonzero(finite)) / n
+        return Power(n, sd, pass_fail_effect(n, discordant, confidence=confidence), confidence, discordant)
+    return Power(n, sd, detectable_effect(sd, n, confidence=confidence), confidence)
 
 
 CANNOT_TELL = {
@@ -218,6 +375,10 @@ TOO_FEW = {
     "en": "none below {floor} paired cases",
     "zh": "少于 {floor} 条配对样本时无法检测任何变化",
 }
+TOO_FEW_DISCORDANT = {
+    "en": "none with {discordant} discordant pairs",
+    "zh": "仅 {discordant} 对结果不一致的样本时无法检测任何变化",
+}
 
 
 def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
@@ -225,11 +386,13 @@ def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
     needed = power.needed(allowed)
     some, none = NEEDED[language]
     more = some.format(needed=f"{needed:,}") if needed is not None else none
-    detectable = (
-        f"{power.detectable:.3g}"
-        if power.detectable is not None
-        else TOO_FEW[language].format(floor=smallest_testable(power.confidence))
-    )
+    floor = smallest_testable(power.confidence)
+    if power.detectable is not None:
+        detectable = f"{power.detectable:.3g}"
+    elif power.discordant is not None and power.n >= floor:
+        detectable = TOO_FEW_DISCORDANT[language].format(discordant=round(power.discordant * power.n))
+    else:
+        detectable = TOO_FEW[language].format(floor=floor)
     return CANNOT_TELL[language].format(drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
 
 
@@ -273,7 +436,13 @@ def baseline_plan(
         values = values[np.isfinite(values)]
         sd = paired_sd_from_baseline(values, correlation)
         n = int(values.size)
-        detectable = detectable_effect(sd, n, confidence=confidence) if sd is not None else None
-        needed = cases_needed(sd, effect, confidence=confidence) if sd is not None and effect is not None else None
+        if sd is not None and values.size and np.all((values == 0.0) | (values == 1.0)):
+            # With no change expected, the discordant share is the paired difference's variance.
+            share = min(sd * sd, 1.0)
+            detectable = pass_fail_effect(n, share, confidence=confidence)
+            needed = pass_fail_cases_needed(share, effect, confidence=confidence) if effect is not None else None
+        else:
+            detectable = detectable_effect(sd, n, confidence=confidence) if sd is not None else None
+            needed = cases_needed(sd, effect, confidence=confidence) if sd is not None and effect is not None else None
         plans.append(Plan(name, n, sd, detectable, effect, needed))
     return plans

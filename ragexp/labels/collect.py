@@ -12,7 +12,7 @@ pass/fail metric), a label on another run's trace whose output differs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,8 @@ from ragexp.metrics.registry import METRICS
 
 if TYPE_CHECKING:
     from ragexp.compare.data import RunData
-    from ragexp.tracking.store import Store
+    from ragexp.records import Case, CaseResult
+    from ragexp.tracking.store import RunRecord, Store
 
 IGNORED = {
     "no_schema": "not a label schema of this run's metrics",
@@ -68,15 +69,27 @@ def _output(row: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 def collect_labels(store: Store, run: RunData) -> Labels:
     """Every usable label of ``run``'s cases (module docstring)."""
-    record = run.record
-    names = labelled_metrics(run.metrics)
+    return _collect(store, run.record, run.metrics, run.case_ids, run.row, own=True)
+
+
+def _collect(
+    store: Store,
+    record: RunRecord,
+    metrics: list[str],
+    case_ids: list[str],
+    row: Callable[[int], dict[str, Any]],
+    *,
+    own: bool,
+    others: list[str] | None = None,
+) -> Labels:
+    names = labelled_metrics(metrics)
     label_schemas, _ = review.api()
     with review.calls(store, f"reading the label schemas of experiment {record.experiment_id}"):
         schemas = {schema.name for schema in _schemas(label_schemas, record.experiment_id)}
     usable = [name for name in names if name in schemas]
-    labels = Labels({name: np.full(len(run.case_ids), math.nan) for name in usable})
-    position = {case_id: i for i, case_id in enumerate(run.case_ids)}
-    for info in review.run_traces(store, record):
+    labels = Labels({name: np.full(len(case_ids), math.nan) for name in usable})
+    position = {case_id: i for i, case_id in enumerate(case_ids)}
+    for info in review.run_traces(store, record) if own else []:
         case = review.case_id(info)
         if case is None or case not in position:
             continue
@@ -84,9 +97,50 @@ def collect_labels(store: Store, run: RunData) -> Labels:
             if _keep(labels, answers, position[case], usable):
                 labels.own += 1
                 labels.traces[case] = info.trace_id
-    for other in _labelled_runs(store, run):
-        _carry_over(store, labels, run, other, position, usable)
+    for other in others if others is not None else _labelled_runs(store, record):
+        _carry_over(store, labels, row, other, position, usable)
     return labels
+
+
+def run_labels(
+    store: Store,
+    run_id: str,
+    cases: list[Case],
+    results: list[CaseResult],
+    metrics: list[str],
+    *,
+    resumed: bool,
+    info: Callable[[str], None],
+) -> dict[str, np.ndarray]:
+    """The queue labels ``ragexp run`` calibrates with (docs/judge-calibration.md): those on the
+    traces of the run it resumes, and those carried over, case by case, from labelled runs of the
+    experiment whose output for the case is byte-identical. Metric -> (n,) scores, NaN where
+    unlabelled; empty, without reading any label schema, when no run of the experiment was
+    queued and the run is new (so a store without review queues runs as before)."""
+    if not labelled_metrics(metrics):
+        return {}
+    record = store.get_run(run_id)
+    others = list(_labelled_runs(store, record))
+    if not others and not resumed:
+        return {}
+    if not others and not any(review.human_feedback(t) for t in review.run_traces(store, record)):
+        return {}
+    rows = [
+        {"question": case.question, "output": result.output.to_json() if result.output is not None else None}
+        for case, result in zip(cases, results, strict=True)
+    ]
+    labels = _collect(store, record, metrics, [case.id for case in cases], rows.__getitem__, own=resumed, others=others)
+    line = labels.ignored_line()
+    if line is not None:
+        info(line)
+    return {name: values for name, values in labels.human.items() if np.isfinite(values).any()}
+
+
+def with_run_labels(human: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The dataset's ``human`` columns, a metric's replaced whole by the run's queue labels when
+    it has any: the run's figures are then those ``ragexp calibrate`` gives it, never a mix of
+    labels of this run's answers and a file's labels of whichever answers it was written for."""
+    return {**human, **labels}
 
 
 def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: list[str]) -> bool:
@@ -109,15 +163,20 @@ def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: 
     return False
 
 
-def _labelled_runs(store: Store, run: RunData) -> Iterator[str]:
+def _labelled_runs(store: Store, run: RunRecord) -> Iterator[str]:
     """Other runs of the experiment that ``ragexp label`` put in a review queue, newest first."""
-    for record in store.iter_runs([run.record.experiment_id], FINISHED_FILTER):
+    for record in store.iter_runs([run.experiment_id], FINISHED_FILTER):
         if record.run_id != run.run_id and record.tag(review.LABEL_TAG):
             yield record.run_id
 
 
 def _carry_over(
-    store: Store, labels: Labels, run: RunData, other_id: str, position: dict[str, int], usable: list[str]
+    store: Store,
+    labels: Labels,
+    row: Callable[[int], dict[str, Any]],
+    other_id: str,
+    position: dict[str, int],
+    usable: list[str],
 ) -> None:
     from ragexp.compare.data import load_run
 
@@ -128,9 +187,7 @@ def _carry_over(
         found = review.human_feedback(info)
         if case is None or not found:
             continue
-        same = (
-            case in position and case in theirs and _output(run.row(position[case])) == _output(other.row(theirs[case]))
-        )
+        same = case in position and case in theirs and _output(row(position[case])) == _output(other.row(theirs[case]))
         for answers in found.values():
             if not same:
                 labels.ignored["other_run"] += 1
