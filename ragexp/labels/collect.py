@@ -85,7 +85,7 @@ def _collect(
     names = labelled_metrics(metrics)
     label_schemas, _ = review.api()
     with review.calls(store, f"reading the label schemas of experiment {record.experiment_id}"):
-        schemas = {schema.name for schema in _schemas(label_schemas, record.experiment_id)}
+        schemas = {schema.name for schema in review.label_schemas_of(label_schemas, record.experiment_id)}
     usable = [name for name in names if name in schemas]
     labels = Labels({name: np.full(len(case_ids), math.nan) for name in usable})
     position = {case_id: i for i, case_id in enumerate(case_ids)}
@@ -194,17 +194,6 @@ def _carry_over(
             elif _keep(labels, answers, position[case], usable):
                 labels.carried += 1
                 labels.traces.setdefault(case, info.trace_id)
-
-
-def _schemas(label_schemas: Any, experiment_id: str) -> list[Any]:
-    found: list[Any] = []
-    token = None
-    while True:
-        page = label_schemas.list_label_schemas(experiment_id, max_results=100, page_token=token)
-        found.extend(page)
-        token = page.token
-        if not token or not page:
-            return found
 
 
 def calibration_settings(run: RunData) -> CalibrationConfig:

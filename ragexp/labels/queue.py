@@ -153,7 +153,7 @@ def ensure_schemas(experiment_id: str, specs: list[MetricSpec], language: str) -
     for spec in specs:
         instruction = spec.describe(language)[:INSTRUCTION_MAX]
         found = None
-        for schema in _all_schemas(label_schemas, experiment_id):
+        for schema in review.label_schemas_of(label_schemas, experiment_id):
             if schema.name == spec.name:
                 found = schema
                 break
@@ -169,17 +169,6 @@ def ensure_schemas(experiment_id: str, specs: list[MetricSpec], language: str) -
             created.append(spec.name)
         ids[spec.name] = found.schema_id
     return ids, created
-
-
-def _all_schemas(label_schemas: Any, experiment_id: str) -> list[Any]:
-    schemas: list[Any] = []
-    token = None
-    while True:
-        page = label_schemas.list_label_schemas(experiment_id, max_results=100, page_token=token)
-        schemas.extend(page)
-        token = page.token
-        if not token or not page:
-            return schemas
 
 
 def sample_traces(infos: list[Any], names: list[str], sample: int | None, seed: int) -> tuple[list[Any], int]:

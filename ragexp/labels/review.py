@@ -139,3 +139,15 @@ def as_score(value: Any) -> float | None:
     if isinstance(value, (int, float)) and math.isfinite(float(value)):
         return float(value)
     return None
+
+
+def label_schemas_of(label_schemas: Any, experiment_id: str) -> list[Any]:
+    """Every label schema of an experiment, page by page (``label_schemas`` as :func:`api` gives it)."""
+    found: list[Any] = []
+    token = None
+    while True:
+        page = label_schemas.list_label_schemas(experiment_id, max_results=100, page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token or not page:
+            return found
