@@ -15,9 +15,11 @@ from ragexp.errors import ConfigError, ProviderError, StorageError
 
 def draft(
     corpus: Annotated[
-        str, typer.Option("--corpus", help="A JSONL of {id, text} chunks, or a folder of .md/.txt files.")
-    ],
-    out: Annotated[str, typer.Option("--out", help="The draft dataset (JSONL) to write.")],
+        str | None, typer.Option("--corpus", help="A JSONL of {id, text} chunks, or a folder of .md/.txt files.")
+    ] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", help="The draft dataset (JSONL) to write (with --accept: the screened set).")
+    ] = None,
     overrides: Annotated[
         list[str] | None,
         typer.Argument(help="Hydra overrides choosing the model, e.g. judge=openai provider.judge.base_url=URL"),
@@ -30,9 +32,49 @@ def draft(
         str | None,
         typer.Option("--cache", help="Reply cache (default: draft-cache.sqlite in the tracking store's folder)."),
     ] = None,
+    review: Annotated[
+        str | None,
+        typer.Option(
+            "--review", help="Put this draft file's unscreened cases in an MLflow review queue (needs --corpus)."
+        ),
+    ] = None,
+    accept: Annotated[
+        str | None,
+        typer.Option("--accept", help="Write the cases of this review queue (name or id) people kept to --out."),
+    ] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", help="With --review: the queue's name (default: 'draft FILE RUN').")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--tracking-uri", help="With --review/--accept: MLflow tracking URI (default: $MLFLOW_TRACKING_URI)."
+        ),
+    ] = None,
+    ui_url: Annotated[
+        str | None,
+        typer.Option("--ui-url", help="MLflow UI address for the queue's link (default: the tracking URI if a server)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
 ) -> None:
-    """Draft cases (status: draft) from your documents; people screen them before they count."""
+    """Draft cases (status: draft) from your documents; people screen them before they count
+    (--review puts them in an MLflow review queue, --accept writes the ones people kept)."""
+    if review is not None and accept is not None:
+        raise ConfigError("draft: --review and --accept are two steps: give one of them")
+    if review is not None:
+        if corpus is None or out is not None or overrides:
+            raise ConfigError("draft --review FILE: give --corpus (the chunks the cases came from), and no --out")
+        _review(Path(review), Path(corpus), queue, tracking_uri, ui_url, as_json)
+        return
+    if accept is not None:
+        if out is None or corpus is not None or queue is not None or overrides:
+            raise ConfigError("draft --accept QUEUE: give --out FILE (and no --corpus, --queue or overrides)")
+        _accept(accept, Path(out), tracking_uri, as_json)
+        return
+    if corpus is None or out is None:
+        raise ConfigError("draft: give --corpus and --out (or --review FILE, or --accept QUEUE)")
+    if queue is not None or tracking_uri is not None or ui_url is not None:
+        raise ConfigError("draft: --queue, --tracking-uri and --ui-url belong to --review and --accept")
     from ragexp.config.compose import compose
     from ragexp.draft.corpus import read_corpus
     from ragexp.draft.drafting import Drafter, Options
@@ -80,3 +122,55 @@ def write_cases(path: Path, cases: list[dict[str, object]]) -> None:
         os.replace(temporary, path)
     except OSError as exc:
         raise StorageError(f"--out {path}: cannot write: {exc.strerror}") from None
+
+
+def _review(
+    path: Path, corpus: Path, queue: str | None, tracking_uri: str | None, ui_url: str | None, as_json: bool
+) -> None:
+    from ragexp.compare.summary import Links
+    from ragexp.draft.corpus import read_corpus
+    from ragexp.draft.review import create_review
+    from ragexp.tracking.store import Store
+
+    chunks = read_corpus(corpus)
+    store = Store(tracking_uri)
+    made = create_review(store, path, chunks, queue)
+    base = Links.for_store(store.uri, ui_url).base
+    if as_json:
+        sys.stdout.write(json.dumps(made.to_json(base), ensure_ascii=False) + "\n")
+        return
+    print(
+        f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {path}"
+        + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
+    )
+    url = made.url(base)
+    if url:
+        print(f"open: {url}")
+    else:
+        print(
+            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {store.uri}), then "
+            f"{made.url('http://127.0.0.1:5000')}"
+        )
+    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+
+
+def _accept(queue: str, out: Path, tracking_uri: str | None, as_json: bool) -> None:
+    from ragexp.draft.review import accept
+    from ragexp.tracking.store import Store
+
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a folder")
+    result = accept(Store(tracking_uri), queue)
+    write_cases(out, result.cases)
+    if as_json:
+        sys.stdout.write(json.dumps({"out": str(out), **result.to_json()}, ensure_ascii=False) + "\n")
+        return
+    print(
+        f"{result.accepted} accepted, {len(result.rejected)} rejected (dropped), {result.pending} not reviewed yet; "
+        f"wrote {len(result.cases)} cases to {out}"
+    )
+    if result.pending:
+        print(
+            f"the {result.pending} not reviewed stay draft.status 'draft' (ragexp run refuses them): review them "
+            f"and run this again, or drop them from {out}"
+        )

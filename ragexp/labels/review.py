@@ -113,6 +113,8 @@ class HumanLabel:
     name: str
     value: Any
     time_ms: int
+    source_id: str = ""
+    """Who answered (the assessment source's id: the reviewer's user name on the Review page)."""
 
 
 def human_feedback(info: Any) -> dict[str, list[HumanLabel]]:
@@ -126,7 +128,8 @@ def human_feedback(info: Any) -> dict[str, list[HumanLabel]]:
         if getattr(item, "valid", True) is False or getattr(item, "error", None) is not None:
             continue
         when = int(item.last_update_time_ms or item.create_time_ms or 0)
-        found.setdefault(item.name, []).append(HumanLabel(info.trace_id, item.name, item.value, when))
+        label = HumanLabel(info.trace_id, item.name, item.value, when, str(source.source_id or ""))
+        found.setdefault(item.name, []).append(label)
     for answers in found.values():
         answers.sort(key=lambda label: label.time_ms, reverse=True)
     return found
