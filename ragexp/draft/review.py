@@ -178,28 +178,36 @@ def create_review(store: Store, path: Path, corpus: list[Chunk], queue: str | No
     label_schemas, review_queues = review.api()
     cases = [case for _, case in pending]
     language = language_of(cases)
+    experiment_id = store.experiment_id(EXPERIMENT, create=True)
+    assert experiment_id is not None  # create=True always returns an id
+    if queue is not None:
+        with review.calls(store, f"reading the review queues of {EXPERIMENT}"):
+            if _queue_named(review_queues, experiment_id, queue) is not None:
+                raise ConfigError(
+                    f"--queue {queue!r}: a review queue of that name exists in {EXPERIMENT}: give another"
+                )
     run_id = store.create_run(EXPERIMENT, f"review {path.name}", {TAG_PREFIX + "draft_file": str(path)}, {})
-    name = queue if queue is not None else f"draft {path.name} {run_id[:8]}"
-    experiment_id = store.get_run(run_id).experiment_id
-    with review.calls(store, f"creating the review queue of {path}"):
-        if _queue_named(review_queues, experiment_id, name) is not None:
-            store.end_run(run_id, "FAILED")
-            raise ConfigError(f"--queue {name!r}: a review queue of that name exists in {EXPERIMENT}: give another")
-    store.log_files(run_id, {ARTIFACT: path.read_bytes()})
-    writer = TraceWriter(store, experiment_id, run_id)
-    writer.write([case_trace(case, chunks) for case in cases])
-    order = {str(case["id"]): i for i, case in enumerate(cases)}
-    infos = review.run_traces(store, store.get_run(run_id))
-    infos.sort(key=lambda info: order.get(review.case_id(info) or "", len(order)))
-    ids = [info.trace_id for info in infos]
-    with review.calls(store, f"creating the review queue of {path}"):
-        schema_ids = _ensure_schemas(label_schemas, experiment_id, language)
-        made = review_queues.create_review_queue(
-            name, queue_type="custom", schema_ids=schema_ids, experiment_id=experiment_id
-        )
-        for start in range(0, len(ids), 100):
-            review_queues.add_items_to_review_queue(made.queue_id, item_ids=ids[start : start + 100])
-    store.set_tags(run_id, {QUEUE_TAG: made.queue_id})
+    name = queue if queue is not None else f"draft {path.name[:200]} {run_id[:8]}"
+    try:
+        store.log_files(run_id, {ARTIFACT: path.read_bytes()})
+        writer = TraceWriter(store, experiment_id, run_id)
+        writer.write([case_trace(case, chunks) for case in cases])
+        order = {str(case["id"]): i for i, case in enumerate(cases)}
+        infos = review.run_traces(store, store.get_run(run_id))
+        infos.sort(key=lambda info: order.get(review.case_id(info) or "", len(order)))
+        ids = [info.trace_id for info in infos]
+        with review.calls(store, f"creating the review queue of {path}"):
+            schema_ids = _ensure_schemas(label_schemas, experiment_id, language)
+            made = review_queues.create_review_queue(
+                name, queue_type="custom", schema_ids=schema_ids, experiment_id=experiment_id
+            )
+            for start in range(0, len(ids), 100):
+                review_queues.add_items_to_review_queue(made.queue_id, item_ids=ids[start : start + 100])
+        store.set_tags(run_id, {QUEUE_TAG: made.queue_id})
+    except BaseException:
+        # An unfinished review is marked so in the UI; ``--accept`` never finds it (no queue tag).
+        store.end_run(run_id, "FAILED")
+        raise
     store.end_run(run_id, "FINISHED")
     return ReviewQueue(experiment_id, run_id, made.queue_id, name, len(ids), len(rows) - len(pending), language)
 
