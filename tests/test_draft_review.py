@@ -210,3 +210,36 @@ def test_review_and_accept_refuse_bad_input_in_one_line(
     assert first.code == 0, first.stderr
     again = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH), "--queue", "pass 1")
     assert again.code == 1 and "exists" in again.stderr
+
+
+def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
+    corpus = write_jsonl(
+        tmp_path / "chunks.jsonl",
+        [{"id": "refund", "text": "Refunds arrive within 7 days."}, {"id": "fees", "text": "Transfers cost 2 USD."}],
+    )
+    draft = {"source_ids": ["refund"], "model": "m", "prompt_hash": "h", "kind": "single", "status": "draft"}
+    rows = [
+        {"id": "q1", "question": "How long until a refund arrives?", "expected_facts": ["7 days"],
+         "reference": "Within 7 days.", "relevant_ids": ["refund"], "draft": draft},
+        {"id": "q2", "question": "What does a transfer cost?", "expected_facts": ["2 USD"], "reference": "2 USD.",
+         "relevant_ids": ["fees"], "draft": {**draft, "source_ids": ["fees"], "status": "screened"}},
+        {"id": "q3", "question": "Is there a fee?", "expected_facts": ["2 USD"], "reference": "2 USD.",
+         "relevant_ids": ["fees"]},
+    ]  # fmt: skip
+    path = write_jsonl(tmp_path / "draft.jsonl", rows)
+    made = ragexp("draft", "--review", str(path), "--corpus", str(corpus), "--queue", "english", "--json")
+    assert made.code == 0, made.stderr
+    queue = made.json()
+    assert (queue["traces"], queue["passed_through"], queue["language"]) == (1, 2, "en")
+    mlflow.set_tracking_uri(store_uri)
+    keep = label_schemas.get_label_schema(KEEP, experiment_id=queue["experiment_id"])
+    assert (keep.input.positive_label, keep.input.negative_label) == ("Pass", "Fail")
+    assert keep.instruction.startswith("Keep this drafted case")
+    (trace_id,) = queued_cases(store_uri, queue["queue_id"]).values()
+    answer(store_uri, trace_id, KEEP, False, "erin")
+    out = tmp_path / "screened.jsonl"
+    accepted = ragexp("draft", "--accept", "english", "--out", str(out))
+    assert accepted.code == 0, accepted.stderr
+    assert "0 accepted, 1 rejected (dropped), 0 not reviewed yet; wrote 2 cases" in accepted.stdout
+    assert read_cases(out) == rows[1:]
+    assert ragexp("validate", "--path", str(out), "--corpus", str(corpus)).code == 0
