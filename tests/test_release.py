@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -377,6 +378,26 @@ def test_promote_moves_the_tag_only_when_the_gate_passes(
     assert client.get_run(cand).data.tags["ragexp.promoted.from"] == base
 
 
+def paused_outside_a_write(proc: subprocess.Popen[str], db: Path) -> None:
+    """A SQLite store is one file lock: a gate stopped inside its write transaction (it records
+    its verdict right after naming its runs) would lock the other gate out for as long as it is
+    stopped. Let it step on, a moment at a time, until it is stopped holding no write lock."""
+    for _ in range(1000):
+        while Path(f"/proc/{proc.pid}/stat").read_text().split(") ", 1)[1][0] not in "TZ":
+            time.sleep(0.001)  # the stop is delivered asynchronously
+        probe = sqlite3.connect(db, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGSTOP)
+        finally:
+            probe.close()
+    raise AssertionError("the gate held the store's write lock at every pause")
+
+
 @pytest.mark.parametrize("where", ["sqlite", "server"])
 def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_path: Path) -> None:  # noqa: F811
     uri = f"sqlite:///{tmp_path}/store/mlflow.db" if where == "sqlite" else server
@@ -409,6 +430,8 @@ def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_
         seen = proc.stderr.readline()
         assert seen.startswith(f"baseline: tag:role=production -> run {base}"), seen
         proc.send_signal(signal.SIGSTOP)
+        if where == "sqlite":
+            paused_outside_a_write(proc, tmp_path / "store/mlflow.db")
     for proc in procs:
         proc.send_signal(signal.SIGCONT)
     outcomes = [(proc.wait(timeout=300), *proc.communicate()) for proc in procs]
