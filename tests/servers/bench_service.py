@@ -66,8 +66,11 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
 async def stream(writer: asyncio.StreamWriter, body: dict[str, Any], delay: float) -> None:
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     words = f"answer to {body['input']['text']} [1]".split(" ")
+    # Each piece is due at a fixed time after the request, so the reply as a whole takes the
+    # delay, as the other routes do: sleeping delay/PIECES five times would add five oversleeps.
+    start = asyncio.get_running_loop().time()
     for index in range(PIECES):
-        await asyncio.sleep(delay / PIECES)
+        await asyncio.sleep(max(0.0, start + delay * (index + 1) / PIECES - asyncio.get_running_loop().time()))
         piece = " ".join(words[index::PIECES]) + " "  # any split does: only the time matters
         event = b"data: " + json.dumps({"delta": piece}).encode() + b"\n\n"
         writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
