@@ -25,6 +25,7 @@ from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
+from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
@@ -418,7 +419,8 @@ def _evaluate(
 
 
 def info(message: str) -> None:
-    sys.stderr.write(message + "\n")
+    # Case ids, stage names and service text reach these lines: control characters made visible.
+    sys.stderr.write(terminal(message) + "\n")
 
 
 def _score_and_log(

@@ -28,6 +28,7 @@ from ragexp.config.compose import (
     validate,
 )
 from ragexp.errors import ConfigError, RagexpError
+from ragexp.escape import terminal
 from ragexp.tracking import limits
 from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunRecord, Store
 
@@ -173,7 +174,9 @@ def run_point(cfg: Any) -> None:
                 TAG_PREFIX + "sweep.worker": f"{socket.gethostname()}:{os.getpid()}",
             },
         )
-        sys.stderr.write(f"point {number} [{point}]: run {outcome.run_id}, {outcome.error_count} errored cases\n")
+        sys.stderr.write(
+            terminal(f"point {number} [{point}]: run {outcome.run_id}, {outcome.error_count} errored cases") + "\n"
+        )
     except RagexpError as exc:
         record_failure(number, point, str(exc))
 
@@ -185,7 +188,7 @@ def point_label(overrides: Sequence[str]) -> str:
 
 def record_failure(number: str, point: str, reason: str) -> None:
     """A failed point on the sweep's parent run (``ragexp.sweep.failed.N``), read back by run_sweep."""
-    sys.stderr.write(f"ragexp: sweep point {number} [{point}] failed: {reason}\n")
+    sys.stderr.write(terminal(f"ragexp: sweep point {number} [{point}] failed: {reason}") + "\n")
     Store(os.environ[URI_ENV]).set_tags(
         os.environ[PARENT_ENV], {FAILED_TAG + number: limits.fit(limits.TAG_VALUE, f"[{point}] {reason}")}
     )
