@@ -138,6 +138,8 @@ def mask_url(url: str) -> str:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(CREDENTIAL_PARAM.search(name) for name, _ in pairs):
             query = urlencode([(n, MASK if CREDENTIAL_PARAM.search(n) else v) for n, v in pairs], safe="*")
+    if netloc == parts.netloc and query == parts.query:
+        return url  # urlunsplit would drop the empty authority of sqlite:///path
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from ragexp.secrets import mask_url
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay
 
@@ -249,3 +250,17 @@ def test_every_spelling_of_a_secret_is_masked_in_values_and_mapping_keys() -> No
         assert secrets.scrub(f"<{spelling}>") == "<***>", spelling
     echoed = {f"Bearer {quote(token)}": [{quote_plus(token): f"?t={quote(token, safe='')}"}], "n": 1}
     assert secrets.scrub_value(echoed) == {"Bearer ***": [{"***": "?t=***"}], "n": 1}
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("sqlite:///mlruns/mlflow.db", "sqlite:///mlruns/mlflow.db"),
+        ("sqlite:////tmp/store/mlflow.db", "sqlite:////tmp/store/mlflow.db"),
+        ("http://alice:pw@mlflow.example:5000", "http://***@mlflow.example:5000"),
+        ("https://mlflow.example/?token=abc&x=1", "https://mlflow.example/?token=***&x=1"),
+    ],
+)
+def test_a_printed_store_uri_is_masked_and_otherwise_intact(uri: str, shown: str) -> None:
+    # A URI with nothing to mask is printed as given: rebuilding it dropped sqlite's empty authority.
+    assert mask_url(uri) == shown
