@@ -383,3 +383,27 @@ def test_a_model_that_stops_answering_stops_the_draft_and_a_rerun_finishes(
     assert finished.code == 0, finished.stderr
     assert calls(drafter) == finished.json()["model_calls"] == 15
     assert len(read_cases(out)) == 20
+
+
+def test_near_duplicates_match_the_pairwise_definition() -> None:
+    # The gram index must drop exactly what comparing every question with every earlier kept one drops.
+    def pairwise(questions: list[str], threshold: float) -> dict[int, int]:
+        kept: list[tuple[int, frozenset[str]]] = []
+        dropped: dict[int, int] = {}
+        for position, question in enumerate(questions):
+            grams = ngrams(question)
+            match = next((earlier for earlier, seen in kept if jaccard(grams, seen) > threshold), None)
+            if match is None:
+                kept.append((position, grams))
+            else:
+                dropped[position] = match
+        return dropped
+
+    rng = random.Random(3)
+    for _ in range(200):
+        base = ["".join(rng.choice("abcdefgh退款多久到账") for _ in range(rng.randint(0, 12))) for _ in range(30)]
+        twins = [(q, q + rng.choice(["", "x", "?", "退"]))[: rng.randint(1, 2)] for q in base]
+        questions = [variant for pair in twins for variant in pair]
+        rng.shuffle(questions)
+        for threshold in (0.0, 0.5, 0.8, 0.95):
+            assert near_duplicates(questions, threshold) == pairwise(questions, threshold)

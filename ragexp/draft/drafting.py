@@ -8,6 +8,7 @@ re-ask of a reply that is not the expected JSON, and its token accounting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
 from collections import Counter
@@ -140,10 +141,13 @@ class Drafted:
     summary: Summary
 
 
+@functools.cache
 def prompt_text(language: str, name: str) -> str:
+    """A prompt file's text, read once per process (every call of a pass uses it)."""
     return files("ragexp.draft").joinpath("prompts", language, f"{name}.txt").read_text(encoding="utf-8")
 
 
+@functools.cache
 def retry_text(language: str) -> str:
     return files("ragexp.draft").joinpath("prompts", f"retry_facts_{language}.txt").read_text(encoding="utf-8")
 

@@ -96,13 +96,34 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def near_duplicates(questions: Sequence[str], threshold: float = DUPLICATE_JACCARD) -> dict[int, int]:
-    """Index of each dropped question -> index of the earlier kept question it nearly repeats."""
+    """Index of each dropped question -> index of the earliest kept question it nearly repeats.
+
+    Only kept questions sharing a 3-gram with the new one can be near it, and only those sharing
+    more than ``threshold`` times the larger set's grams: an index of grams finds them without
+    comparing every pair."""
     kept: list[tuple[int, frozenset[str]]] = []
+    postings: dict[str, list[int]] = defaultdict(list)
     dropped: dict[int, int] = {}
     for position, question in enumerate(questions):
         grams = ngrams(question)
-        match = next((earlier for earlier, seen in kept if jaccard(grams, seen) > threshold), None)
+        shared: dict[int, int] = defaultdict(int)
+        for gram in grams:
+            for slot in postings.get(gram, ()):
+                shared[slot] += 1
+        match = next(
+            (
+                kept[slot][0]
+                for slot in sorted(shared)
+                if shared[slot] > threshold * max(len(grams), len(kept[slot][1]))
+                and jaccard(grams, kept[slot][1]) > threshold
+            ),
+            None,
+        )
+        if match is None and not grams:  # an empty question repeats any earlier empty one
+            match = next((earlier for earlier, seen in kept if not seen), None)
         if match is None:
+            for gram in grams:
+                postings[gram].append(len(kept))
             kept.append((position, grams))
         else:
             dropped[position] = match
