@@ -69,9 +69,8 @@ class ReviewQueue:
     language: str
 
     def url(self, base: str | None) -> str | None:
-        if base is None:
-            return None
-        return f"{base}/#/experiments/{self.experiment_id}/review-queue?selectedQueueId={self.queue_id}"
+        """The queue on the MLflow UI's Review page (None without a known UI address)."""
+        return review.queue_url(base, self.experiment_id, self.queue_id)
 
     def to_json(self, base: str | None) -> dict[str, Any]:
         return {

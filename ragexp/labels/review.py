@@ -154,3 +154,10 @@ def label_schemas_of(label_schemas: Any, experiment_id: str) -> list[Any]:
         token = page.token
         if not token or not page:
             return found
+
+
+def queue_url(base: str | None, experiment_id: str, queue_id: str) -> str | None:
+    """A review queue on the MLflow UI's Review page (None without a known UI address)."""
+    if base is None:
+        return None
+    return f"{base}/#/experiments/{experiment_id}/review-queue?selectedQueueId={queue_id}"
