@@ -53,17 +53,15 @@ class Handler(StreamingHandler):
     def do_POST(self) -> None:
         key = os.environ.get("DIFY_STANDIN_KEY", "app-standin")
         if self.headers.get("Authorization") != f"Bearer {key}":
-            return self.reply_json(401, {"code": "unauthorized", "message": "Access token is invalid", "status": 401})
+            return self.reply(401, {"code": "unauthorized", "message": "Access token is invalid", "status": 401})
         if self.path.split("?")[0] != "/v1/chat-messages":
-            return self.reply_json(404, {"code": "not_found", "message": "Not Found", "status": 404})
+            return self.reply(404, {"code": "not_found", "message": "Not Found", "status": 404})
         body = self.body()
         query, user = body.get("query"), body.get("user")
         if not isinstance(query, str) or not query or not isinstance(user, str) or not user:
-            return self.reply_json(
-                400, {"code": "invalid_param", "message": "query and user are required", "status": 400}
-            )
+            return self.reply(400, {"code": "invalid_param", "message": "query and user are required", "status": 400})
         if not isinstance(body.get("inputs"), dict):
-            return self.reply_json(400, {"code": "invalid_param", "message": "inputs must be an object", "status": 400})
+            return self.reply(400, {"code": "invalid_param", "message": "inputs must be an object", "status": 400})
         self.record(query)
         answer, chunks = knowledge(query)
         task, message, conversation = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
@@ -72,7 +70,7 @@ class Handler(StreamingHandler):
             "retriever_resources": resources(chunks),
         }
         if body.get("response_mode") != "streaming":
-            return self.reply_json(
+            return self.reply(
                 200,
                 {
                     "event": "message",

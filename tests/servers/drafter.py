@@ -21,10 +21,15 @@ import contextlib
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.servers.base import Backlogged, JsonHandler
 
 COUNTS = {"chat": 0}
 LOCK = threading.Lock()
@@ -63,7 +68,7 @@ def draft(title: str, prompt: str) -> Any:
     return {"question": question, "expected_facts": facts, "reference": "；".join(facts) + "。"}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     delay = 0.0
@@ -110,23 +115,6 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def reply(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-    """The listen backlog, set before the socket listens: many clients connect at once."""
-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -135,7 +123,7 @@ def main() -> None:
     parser.add_argument("--fail-after", type=int, help="close every chat call after this many without a reply")
     args = parser.parse_args()
     Handler.delay, Handler.fail_after = args.delay_ms / 1000, args.fail_after
-    server = Server(("127.0.0.1", args.port), Handler)
+    server = Backlogged(("127.0.0.1", args.port), Handler)
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -36,11 +36,17 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.servers.base import Backlogged
 
 ATTEMPTS: dict[str, list[float]] = {}
 LOCK = threading.Lock()
@@ -152,12 +158,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
-
-
-class Backlogged(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    """The listen backlog: a class attribute, since the socket listens inside the constructor."""
 
 
 def main() -> None:

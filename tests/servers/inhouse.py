@@ -32,7 +32,7 @@ class Handler(StreamingHandler):
     def authorized(self) -> bool:
         if self.headers.get("X-Api-Key") == os.environ.get("INHOUSE_STANDIN_KEY", "inhouse-standin"):
             return True
-        self.reply_json(401, {"status": "error", "reason": "unauthorized"})
+        self.reply(401, {"status": "error", "reason": "unauthorized"})
         return False
 
     def do_GET(self) -> None:
@@ -43,11 +43,11 @@ class Handler(StreamingHandler):
             return None
         query = parse_qs(parts.query)
         if parts.path != "/search" or "q" not in query or "lang" not in query:
-            return self.reply_json(400, {"status": "error", "reason": "q and lang are required"})
+            return self.reply(400, {"status": "error", "reason": "q and lang are required"})
         question, top = query["q"][0], int(query.get("top", ["10"])[0])
         self.record(question)
         if "broken" in question:
-            return self.reply_json(200, {"status": "error", "reason": "index is rebuilding"})
+            return self.reply(200, {"status": "error", "reason": "index is rebuilding"})
         answer, chunks = knowledge(question)
         hits = [{"doc": chunk_id, "body": text} for chunk_id, text in chunks[:top]]
         cites = [chunks[0][0]] if chunks else []
@@ -56,7 +56,7 @@ class Handler(StreamingHandler):
             result["text"] = answer.split()
         if "echo" in question:
             result["text"] = f"invalid key {self.headers.get('X-Api-Key')}"
-        return self.reply_json(200, {"status": "ok", "result": result, "took": {"search": 0.01, "llm": 0.02}})
+        return self.reply(200, {"status": "ok", "result": result, "took": {"search": 0.01, "llm": 0.02}})
 
     def do_POST(self) -> None:
         if not self.authorized():

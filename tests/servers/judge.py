@@ -20,10 +20,15 @@ import json
 import math
 import re
 import ssl
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.servers.base import Backlogged, JsonHandler
 
 DIM = 64
 COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
@@ -149,7 +154,7 @@ def generic(node: dict[str, Any], root: dict[str, Any]) -> Any:
     return {"integer": 1, "number": 1.0, "boolean": True}.get(kind or "", "text")
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     delay = 0.0
@@ -226,23 +231,6 @@ class Handler(BaseHTTPRequestHandler):
                 "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4},
             },
         )
-
-    def reply(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class Backlogged(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-    """The listen backlog: a class attribute, since the socket listens inside the constructor."""
 
 
 def main() -> None:

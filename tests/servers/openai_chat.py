@@ -43,30 +43,28 @@ class Handler(StreamingHandler):
     def do_POST(self) -> None:
         key = os.environ.get("OPENAI_STANDIN_KEY", "sk-standin")
         if self.headers.get("Authorization") != f"Bearer {key}":
-            return self.reply_json(
-                401, error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
-            )
+            return self.reply(401, error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"))
         if self.path.split("?")[0] != "/v1/chat/completions":
-            return self.reply_json(404, error("Not found", "invalid_request_error", "unknown_url"))
+            return self.reply(404, error("Not found", "invalid_request_error", "unknown_url"))
         body = self.body()
         if body.get("model") != MODEL:
             message = f"The model `{body.get('model')}` does not exist."
-            return self.reply_json(404, error(message, "invalid_request_error", "model_not_found"))
+            return self.reply(404, error(message, "invalid_request_error", "model_not_found"))
         messages = body.get("messages")
         users = [m for m in messages or [] if isinstance(m, dict) and m.get("role") == "user"]
         if not users or not isinstance(users[-1].get("content"), str):
-            return self.reply_json(400, error("messages: a user message is required", "invalid_request_error", "x"))
+            return self.reply(400, error("messages: a user message is required", "invalid_request_error", "x"))
         question = users[-1]["content"]
         self.record(question)
         if "long" in question:
             message = "This model's maximum context length is 8192 tokens."
-            return self.reply_json(400, error(message, "invalid_request_error", "context_length_exceeded"))
+            return self.reply(400, error(message, "invalid_request_error", "context_length_exceeded"))
         answer, _ = knowledge(question)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
         if not body.get("stream"):
             choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
             usage = {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26}
-            return self.reply_json(
+            return self.reply(
                 200,
                 {
                     "id": ident,

@@ -62,19 +62,19 @@ class Handler(StreamingHandler):
     def do_POST(self) -> None:
         key = os.environ.get("RAGFLOW_STANDIN_KEY", "ragflow-standin")
         if self.headers.get("Authorization") != f"Bearer {key}":
-            return self.reply_json(200, {"code": 109, "message": "Authentication error: API key is invalid!"})
+            return self.reply(200, {"code": 109, "message": "Authentication error: API key is invalid!"})
         parts = self.path.split("?")[0].strip("/").split("/")
         if len(parts) != 5 or parts[:3] != ["api", "v1", "chats"] or parts[4] != "completions":
-            return self.reply_json(404, {"code": 404, "message": "Not Found"})
+            return self.reply(404, {"code": 404, "message": "Not Found"})
         if parts[3] != "standin":
-            return self.reply_json(200, {"code": 102, "message": f"You don't own the chat {parts[3]}"})
+            return self.reply(200, {"code": 102, "message": f"You don't own the chat {parts[3]}"})
         body = self.body()
         question = body.get("question")
         if not isinstance(question, str) or not question.strip():
-            return self.reply_json(200, {"code": 102, "message": "Please input your question."})
+            return self.reply(200, {"code": 102, "message": "Please input your question."})
         self.record(question)
         if "forbidden" in question:
-            return self.reply_json(200, {"code": 102, "message": "You don't own the dialog."})
+            return self.reply(200, {"code": 102, "message": "You don't own the dialog."})
         answer, chunks = knowledge(question)
         if chunks:
             answer = answer.rstrip(".") + " [ID:0]."
@@ -82,7 +82,7 @@ class Handler(StreamingHandler):
         message = str(uuid.uuid4())
         if body.get("stream") is False:
             data = {"answer": answer, "reference": reference(chunks), "session_id": session, "id": message}
-            return self.reply_json(200, {"code": 0, "data": data})
+            return self.reply(200, {"code": 0, "data": data})
         self.start_stream()
         so_far = ""
         words = pieces(answer)

@@ -14,10 +14,15 @@ import json
 import os
 import re
 import ssl
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.servers.base import Backlogged, JsonHandler
 
 ATTEMPTS: dict[str, list[float]] = {}
 LOCK = threading.Lock()
@@ -44,12 +49,9 @@ def cut_enabled() -> bool:
     return bool(path) and os.path.exists(path)
 
 
-class StreamingHandler(BaseHTTPRequestHandler):
+class StreamingHandler(JsonHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
 
     def record(self, question: str) -> int:
         with LOCK:
@@ -59,17 +61,9 @@ class StreamingHandler(BaseHTTPRequestHandler):
     def body(self) -> Any:
         return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
 
-    def reply_json(self, status: int, data: Any) -> None:
-        payload = json.dumps(data, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
     def stats(self) -> None:
         with LOCK:
-            self.reply_json(200, ATTEMPTS)
+            self.reply(200, ATTEMPTS)
 
     def start_stream(self, content_type: str = "text/event-stream") -> None:
         self.send_response(200)
@@ -103,8 +97,7 @@ def main(handler: type[StreamingHandler]) -> None:
     parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (and --tls-key)")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
-    server.daemon_threads = True
+    server = Backlogged(("127.0.0.1", args.port), handler)
     scheme = "http"
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
