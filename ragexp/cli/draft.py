@@ -143,14 +143,9 @@ def _review(
         f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {path}"
         + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
     )
-    url = made.url(base)
-    if url:
-        print(f"open: {url}")
-    else:
-        print(
-            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {store.uri}), then "
-            f"{made.url('http://127.0.0.1:5000')}"
-        )
+    from ragexp.cli.labels import print_queue_link
+
+    print_queue_link(made.url, base, store.uri)
     print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
+
+from ragexp.secrets import mask_url
 
 TrackingUri = Annotated[
     str | None,
@@ -80,15 +83,20 @@ def label(
         f"{made.run_id}, {made.kept} already labelled"
     )
     print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
-    url = made.url(base)
+    print_queue_link(made.url, base, store.uri)
+    print(f"then: ragexp calibrate {made.run_id}")
+
+
+def print_queue_link(url_of: Callable[[str | None], str | None], base: str | None, store_uri: str) -> None:
+    """Where to open a review queue: its link on a known UI, else how to start one on this store."""
+    url = url_of(base)
     if url:
         print(f"open: {url}")
     else:
         print(
-            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {store.uri}), then "
-            f"{made.url('http://127.0.0.1:5000')}"
+            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {mask_url(store_uri)}), then "
+            f"{url_of('http://127.0.0.1:5000')}"
         )
-    print(f"then: ragexp calibrate {made.run_id}")
 
 
 def _export(run_id: str, out: str | None, tracking_uri: str | None, as_json: bool) -> None:
