@@ -335,7 +335,7 @@ class Drafter:
         if not candidates:
             summary.dropped["unusable_reply"] += 1
             return None
-        if found_in(candidates, retrieved) or found_in(candidates, [chunk.text for chunk in chunks]):
+        if found_in(candidates, retrieved) or retriever.holds(candidates):
             summary.dropped["answer_in_corpus"] += 1
             return None
         return self._case(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import heapq
+import math
 import random
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from ragexp.metrics.offline import normalize
 from ragexp.sample.system import Index, tokens
@@ -39,11 +42,19 @@ class Retriever:
     corpus entry), scored through postings so a long query costs only the chunks it touches."""
 
     def __init__(self, texts: Sequence[str]) -> None:
-        self.index = Index([{"id": str(i), "text": text} for i, text in enumerate(texts)], "doc")
-        self.postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for position, terms in enumerate(self.index.terms):
-            for term, frequency in terms.items():
-                self.postings[term].append((position, frequency))
+        with _collector_paused():
+            self.index = Index([{"id": str(i), "text": text} for i, text in enumerate(texts)], "doc")
+            self.postings: dict[str, list[int]] = defaultdict(list)
+            """Term -> the corpus positions holding it (its frequency is in ``index.terms``)."""
+            for position, terms in enumerate(self.index.terms):
+                for term in terms:
+                    self.postings[term].append(position)
+            self.normalized = [normalize(text) for text in texts]
+            """Each chunk's text as :func:`found_in` compares it, normalised once for every check."""
+
+    def holds(self, candidates: Sequence[str]) -> str | None:
+        """The first answer candidate written anywhere in the corpus (as :func:`found_in`)."""
+        return _first_in(candidates, self.normalized)
 
     def search(self, query: str, k: int) -> list[int]:
         """The ``k`` best chunks for ``query`` by the Index's BM25 score (those sharing a term)."""
@@ -53,7 +64,8 @@ class Retriever:
             idf = index.idf.get(term)
             if idf is None:
                 continue
-            for position, f in self.postings[term]:
+            for position in self.postings[term]:
+                f = index.terms[position][term]
                 norm = index.k1 * (1 - index.b + index.b * index.lengths[position] / index.avg)
                 scores[position] += idf * f * (index.k1 + 1) / (f + norm)
         return [position for _, position in heapq.nlargest(k, ((s, p) for p, s in scores.items()))]
@@ -67,6 +79,20 @@ class Retriever:
         return None
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The index is hundreds of thousands of small containers without reference cycles: the
+    cyclic collector's passes over them, triggered by the allocations themselves, would cost
+    more than building them. Paused for the build, then restored as it was."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def missing_facts(facts: Sequence[str], sources: Sequence[str]) -> list[str]:
     """The facts that are not verbatim spans (NFKC, case-folded, as the label audit matches) of
     any of the source texts."""
@@ -76,7 +102,10 @@ def missing_facts(facts: Sequence[str], sources: Sequence[str]) -> list[str]:
 
 def found_in(candidates: Sequence[str], texts: Sequence[str]) -> str | None:
     """The first answer candidate written in one of ``texts`` (normalised substring), if any."""
-    normalized = [normalize(text) for text in texts]
+    return _first_in(candidates, [normalize(text) for text in texts])
+
+
+def _first_in(candidates: Sequence[str], normalized: Sequence[str]) -> str | None:
     for candidate in candidates:
         needle = normalize(candidate).strip()
         if needle and any(needle in text for text in normalized):
@@ -98,33 +127,27 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 def near_duplicates(questions: Sequence[str], threshold: float = DUPLICATE_JACCARD) -> dict[int, int]:
     """Index of each dropped question -> index of the earliest kept question it nearly repeats.
 
-    Only kept questions sharing a 3-gram with the new one can be near it, and only those sharing
-    more than ``threshold`` times the larger set's grams: an index of grams finds them without
-    comparing every pair."""
+    Candidates are found by prefix filtering (as in similarity joins): with every question's
+    grams ordered rarest first over the whole list, two sets whose Jaccard similarity reaches
+    ``threshold`` share at least one gram among the first ``len - ceil(threshold * len) + 1`` of
+    each, so only those prefixes are indexed and probed. Grams every question shares (a question
+    template's words) then never make each pair a candidate; each candidate is confirmed with
+    the full Jaccard similarity."""
+    grams = [ngrams(question) for question in questions]
+    frequency: Counter[str] = Counter(gram for each in grams for gram in each)
     kept: list[tuple[int, frozenset[str]]] = []
     postings: dict[str, list[int]] = defaultdict(list)
     dropped: dict[int, int] = {}
-    for position, question in enumerate(questions):
-        grams = ngrams(question)
-        shared: dict[int, int] = defaultdict(int)
-        for gram in grams:
-            for slot in postings.get(gram, ()):
-                shared[slot] += 1
-        match = next(
-            (
-                kept[slot][0]
-                for slot in sorted(shared)
-                if shared[slot] > threshold * max(len(grams), len(kept[slot][1]))
-                and jaccard(grams, kept[slot][1]) > threshold
-            ),
-            None,
-        )
-        if match is None and not grams:  # an empty question repeats any earlier empty one
+    for position, own in enumerate(grams):
+        prefix = sorted(own, key=lambda gram: (frequency[gram], gram))[: len(own) - math.ceil(threshold * len(own)) + 1]
+        candidates = sorted({slot for gram in prefix for slot in postings.get(gram, ())})
+        match = next((kept[slot][0] for slot in candidates if jaccard(own, kept[slot][1]) > threshold), None)
+        if match is None and not own:  # an empty question repeats any earlier empty one
             match = next((earlier for earlier, seen in kept if not seen), None)
         if match is None:
-            for gram in grams:
+            for gram in prefix:
                 postings[gram].append(len(kept))
-            kept.append((position, grams))
+            kept.append((position, own))
         else:
             dropped[position] = match
     return dropped
