@@ -1,6 +1,6 @@
 """Compose the config tree with Hydra and validate the result, once, into :class:`RagexpConfig`.
 
-The tree is the packaged ``ragexp/conf`` with the user's own config folder (``ragexp init``)
+The tree is the packaged ``conf/`` (``ragexp.paths.package_conf``) with the user's own config folder (``ragexp init``)
 composed over it: a file in the user's folder wins over a packaged file of the same name, and
 new files add options to the groups (``dataset=my_set``, ``system=my_service``).
 """
