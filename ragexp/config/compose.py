@@ -75,6 +75,14 @@ def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     return validate(name_dataset_from_path(compose_raw(overrides), overrides))
 
 
+def from_composed(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> RagexpConfig:
+    """A config Hydra composed elsewhere (a sweep point: its resolved tree, its group choices and
+    its task overrides) finished and validated as :func:`compose` finishes its own."""
+    plain = {str(key): value for key, value in raw.items()}
+    name_provider(plain, choices, overrides)
+    return validate(name_dataset_from_path(plain, overrides))
+
+
 def overridden_keys(overrides: Sequence[str]) -> set[str]:
     """The key paths the command line sets (``+``/``++``/``~`` prefixes dropped)."""
     return {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
@@ -199,15 +207,20 @@ def unreadable_yaml(exc: Exception, directory: Path) -> str:
 
 
 def name_provider(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> None:
-    """``provider.name`` says what answered and judged: the preset's name, or ``system+judge``
-    when ``system=`` / ``judge=`` on the command line changed the preset's selection (an explicit
-    ``provider.name=...`` wins). It is a tag and part of the config hash, like any other key."""
-    keys = overridden_keys(overrides)
-    if "provider.name" in keys or not ({"system", "judge"} & keys):
-        return
+    """``provider.name`` says what answered and judged. A preset is a selection only (its file
+    sets no name): its name is the ``provider`` option chosen, or ``system+judge`` when
+    ``system=`` / ``judge=`` on the command line changed the preset's selection, or when no preset
+    is chosen. A ``provider.name`` set on the command line wins, one set by a file of the user's
+    wins over the derived preset name. It is a tag and part of the config hash, like any other key."""
     provider = raw.get("provider")
-    if isinstance(provider, dict):
+    keys = overridden_keys(overrides)
+    if not isinstance(provider, dict) or "provider.name" in keys:
+        return
+    preset = choices.get("provider")
+    if {"system", "judge"} & keys or not isinstance(preset, str):
         provider["name"] = f"{choices.get('system')}+{choices.get('judge')}"
+    elif not provider.get("name"):
+        provider["name"] = preset
 
 
 def validate(raw: dict[str, Any]) -> RagexpConfig:
