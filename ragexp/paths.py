@@ -40,6 +40,22 @@ def checkout_conf() -> Path | None:
     return None
 
 
+def experiment_trees() -> list[Path]:
+    """The bundled experiments' config folders in a checkout (``experiments/NAME/``, each holding
+    the ``setup/`` files of that experiment); none in an installed package, whose build put their
+    setups into ``ragexp/conf/setup/``."""
+    conf = package_conf()
+    if conf != checkout_conf():
+        return []
+    return sorted(path.parent for path in (conf.parent / "experiments").glob("*/setup") if path.is_dir())
+
+
+def packaged_trees() -> list[Path]:
+    """Every packaged config folder, in Hydra's search order: the packaged tree, then the bundled
+    experiments' folders. Installed or in a checkout, they hold the same files."""
+    return [package_conf(), *experiment_trees()]
+
+
 def package_data() -> Path:
     """The bundled evaluation sets and knowledge bases (``ragexp/data``)."""
     return _package_dir("data")

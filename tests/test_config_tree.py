@@ -14,16 +14,17 @@ import pytest
 
 from ragexp.config.compose import GROUPS, compose
 from ragexp.errors import ConfigError
-from ragexp.paths import package_conf, package_data
+from ragexp.paths import package_conf, package_data, packaged_trees
 from ragexp.runner import plan_run
-from tests.conftest import invoke
+from tests.conftest import ROOT, invoke
 from tests.servers.procs import SAMPLE, serve
 
 PACKAGED = package_conf()
 JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
 PRESET_KINDS = {"langchain": "python", "llamaindex": "python", "dify": "http", "ragflow": "http", "openai_chat": "http"}
 """System presets named after a product rather than their kind."""
-OPTIONS = sorted((group, path.stem) for group in GROUPS for path in (PACKAGED / group).glob("*.yaml"))
+TREES = packaged_trees()
+OPTIONS = sorted({(group, path.stem) for tree in TREES for group in GROUPS for path in (tree / group).glob("*.yaml")})
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +134,22 @@ def test_a_setup_is_the_same_run_as_its_selections_typed_out() -> None:
 
 
 def test_the_groups_hold_every_packaged_file() -> None:
-    groups = {path.name for path in PACKAGED.iterdir() if path.is_dir()}
+    groups = {path.name for tree in TREES for path in tree.iterdir() if path.is_dir() and path.name != "__pycache__"}
     assert groups == {*GROUPS, "hydra"}
     assert {("system", "http"), ("judge", "mindie"), ("provider", "npu")} <= set(OPTIONS)
+    files = [path.relative_to(tree) for tree in TREES for path in tree.rglob("*.yaml")]
+    assert len(files) == len(set(files))  # one packaged file per option
+
+
+def test_the_bundled_experiments_hold_their_setups() -> None:
+    """In a checkout, experiments/NAME/ holds the sample service and the setups of that
+    experiment; they compose as options of the packaged setup group."""
+    experiments = ROOT / "experiments"
+    trees = packaged_trees()
+    assert trees == [ROOT / "conf", experiments / "kb_zh", experiments / "scifacts_zh"]
+    assert not (ROOT / "conf/setup").exists() and (experiments / "kb_zh/service.py").is_file()
+    setups = {option for group, option in OPTIONS if group == "setup"}
+    assert setups == {"release_check", "scifacts_replay", "mindsdk_zh"}
 
 
 @pytest.mark.parametrize(
