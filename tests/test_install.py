@@ -81,17 +81,18 @@ import json, sys
 from pathlib import Path
 from ragexp.config.compose import compose
 from ragexp.config.identity import resolved_config
-from ragexp.paths import package_conf
+from ragexp.paths import package_conf, packaged_trees
 from ragexp.runner import plan_run
-out = {"conf": str(package_conf()), "points": []}
+files = {str(p.relative_to(t)): p.read_text(encoding="utf-8") for t in packaged_trees() for p in t.rglob("*.yaml")}
+out = {"conf": str(package_conf()), "files": files, "points": []}
 for number, overrides in enumerate(json.loads(sys.argv[1])):
     config = compose(overrides)
     plan = plan_run(config, Path(f"state{number}"))
     out["points"].append({"hash": plan.config_hash, "judge": plan.judge, "config": resolved_config(config)})
 print(json.dumps(out))
 """
-"""Composes and plans each list of overrides given as JSON: the tree it read, and per list the
-config hash, the judge identity and the resolved config."""
+"""Composes and plans each list of overrides given as JSON: the tree it read, its files, and per
+list the config hash, the judge identity and the resolved config."""
 
 
 def compose_points(python: Path, cwd: Path, combinations: list[list[str]]) -> dict[str, Any]:
@@ -135,6 +136,7 @@ def test_the_wheel_and_the_checkout_compose_the_same_configs(bin_dir: Path, tmp_
         checkout = compose_points(Path(sys.executable), checkout_dir, combinations)
     assert "site-packages" in wheel["conf"] and wheel["conf"].endswith("ragexp/conf")
     assert checkout["conf"] == str(ROOT / "conf")
+    assert wheel["files"] == checkout["files"] and "setup/mindsdk_zh.yaml" in wheel["files"]
     hashes = [point["hash"] for point in checkout["points"]]
     assert len(set(hashes)) == len(combinations)  # each combination is another config
     assert hashes[0][:12] == PINNED[("sample", "kb_zh")]
