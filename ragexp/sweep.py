@@ -19,14 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragexp.config.compose import (
-    compose,
-    name_dataset_from_path,
-    name_provider,
-    prepare_overrides,
-    search_path,
-    validate,
-)
+from ragexp.config.compose import compose, from_composed, prepare_overrides, search_path
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.escape import terminal
 from ragexp.tracking import limits
@@ -156,9 +149,7 @@ def run_point(cfg: Any) -> None:
     parent, uri = os.environ[PARENT_ENV], os.environ[URI_ENV]
     try:
         raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-        task = [item.removeprefix("++") for item in job.overrides.task]
-        name_provider(raw, dict(job.runtime.choices), task)
-        config = validate(name_dataset_from_path(raw, task))
+        config = from_composed(raw, dict(job.runtime.choices), list(job.overrides.task))
         store = Store(config.tracking.uri or uri, timeout_s=config.tracking.timeout_s)
         plan = plan_run(config, store.state_dir())
         outcome = execute(

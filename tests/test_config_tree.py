@@ -14,16 +14,17 @@ import pytest
 
 from ragexp.config.compose import GROUPS, compose
 from ragexp.errors import ConfigError
-from ragexp.paths import package_conf, package_data
+from ragexp.paths import package_conf, package_data, packaged_trees
 from ragexp.runner import plan_run
-from tests.conftest import invoke
+from tests.conftest import ROOT, invoke
 from tests.servers.procs import SAMPLE, serve
 
 PACKAGED = package_conf()
 JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
 PRESET_KINDS = {"langchain": "python", "llamaindex": "python", "dify": "http", "ragflow": "http", "openai_chat": "http"}
 """System presets named after a product rather than their kind."""
-OPTIONS = sorted((group, path.stem) for group in GROUPS for path in (PACKAGED / group).glob("*.yaml"))
+TREES = packaged_trees()
+OPTIONS = sorted({(group, path.stem) for tree in TREES for group in GROUPS for path in (tree / group).glob("*.yaml")})
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +134,22 @@ def test_a_setup_is_the_same_run_as_its_selections_typed_out() -> None:
 
 
 def test_the_groups_hold_every_packaged_file() -> None:
-    groups = {path.name for path in PACKAGED.iterdir() if path.is_dir()}
+    groups = {path.name for tree in TREES for path in tree.iterdir() if path.is_dir() and path.name != "__pycache__"}
     assert groups == {*GROUPS, "hydra"}
     assert {("system", "http"), ("judge", "mindie"), ("provider", "npu")} <= set(OPTIONS)
+    files = [path.relative_to(tree) for tree in TREES for path in tree.rglob("*.yaml")]
+    assert len(files) == len(set(files))  # one packaged file per option
+
+
+def test_the_bundled_experiments_hold_their_setups() -> None:
+    """In a checkout, experiments/NAME/ holds the sample service and the setups of that
+    experiment; they compose as options of the packaged setup group."""
+    experiments = ROOT / "experiments"
+    trees = packaged_trees()
+    assert trees == [ROOT / "conf", experiments / "kb_zh", experiments / "scifacts_zh"]
+    assert not (ROOT / "conf/setup").exists() and (experiments / "kb_zh/service.py").is_file()
+    setups = {option for group, option in OPTIONS if group == "setup"}
+    assert setups == {"release_check", "scifacts_replay", "mindsdk_zh"}
 
 
 @pytest.mark.parametrize(
@@ -332,3 +346,39 @@ def test_a_setup_of_your_own_selects_your_own_files(tmp_path: Path, monkeypatch:
     assert plan.dataset.path.resolve() == repo / "data/mine.jsonl" and len(plan.dataset.cases) > 0
     with pytest.raises(ConfigError, match="setup"):
         compose(["setup=weekly"])  # no such setup, in either folder
+
+
+def test_a_preset_is_a_selection_named_by_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Presets set no name: provider.name is the option chosen, unless the command line changed
+    its selection; a name a user's preset sets itself stays its own."""
+    for path in (PACKAGED / "provider").glob("*.yaml"):
+        assert "name:" not in path.read_text(encoding="utf-8"), path
+    (tmp_path / "conf/provider").mkdir(parents=True)
+    selection = "# @package _global_\ndefaults:\n  - override /system: replay\n  - override /judge: none\n"
+    (tmp_path / "conf/provider/recorded.yaml").write_text(selection, encoding="utf-8")
+    (tmp_path / "conf/provider/named.yaml").write_text(selection + "provider:\n  name: nightly\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert compose(["provider=recorded"]).provider.name == "recorded"
+    assert compose(["provider=named"]).provider.name == "nightly"
+    assert compose(["provider=recorded", "system=fake"]).provider.name == "fake+none"
+    assert compose(["provider=named", "judge=openai"]).provider.name == "replay+openai"
+    assert compose(["provider=named", "provider.name=mine"]).provider.name == "mine"
+    same = plan_run(compose(["provider=recorded", "dataset=scifacts_zh"]), tmp_path / "state")
+    assert same.config_hash[:12] != PINNED[("replay", "scifacts_zh")]  # another name, another config
+    renamed = plan_run(compose(["provider=recorded", "dataset=scifacts_zh", "provider.name=replay"]), tmp_path / "s")
+    assert renamed.config_hash[:12] == PINNED[("replay", "scifacts_zh")]
+
+
+@pytest.mark.slow
+def test_sweep_points_name_the_provider_as_a_single_run_does(ragexp: Any) -> None:
+    swept = ragexp("run", "-m", "provider=fake,replay", "system=replay", "dataset=scifacts_zh", "k=3", "--json")
+    assert swept.code == 0, swept.stderr
+    points = {run["point"]: run["run_id"] for run in swept.json()["runs"]}
+    assert len(points) == 2
+    for point, run_id in points.items():
+        single = ragexp("run", *point.split(), "--json")
+        assert single.code == 0, single.stderr
+        listed = ragexp("runs", "--json", "--limit", "10").json()["runs"]
+        by_id = {run["run_id"]: run for run in listed}
+        assert by_id[run_id]["provider"] == "replay+none" == by_id[single.json()["run_id"]]["provider"]
+        assert by_id[run_id]["config_hash"] == single.json()["config_hash"]

@@ -1,5 +1,7 @@
 """The wheel built from this repository, installed into a fresh virtualenv outside it: it runs in
-an empty folder, and a user's `ragexp init` folder runs and gates against a real HTTP service."""
+an empty folder, composes what the checkout composes (its config tree is the checkout's top-level
+conf/, shipped as ragexp/conf), and a user's `ragexp init` folder runs and gates against a real
+HTTP service."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.servers.procs import SAMPLE, serve
-from tests.test_config_tree import PINNED
+from tests.test_config_tree import JUDGE, PINNED
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +74,74 @@ def test_installed_wheel_runs_in_an_empty_folder(bin_dir: Path, tmp_path: Path) 
         check=True,
     )
     assert "site-packages" in where.stdout and not where.stdout.startswith(str(ROOT / "ragexp"))
+
+
+COMPOSE = """
+import json, sys
+from pathlib import Path
+from ragexp.config.compose import compose
+from ragexp.config.identity import resolved_config
+from ragexp.paths import package_conf, packaged_trees
+from ragexp.runner import plan_run
+files = {str(p.relative_to(t)): p.read_text(encoding="utf-8") for t in packaged_trees() for p in t.rglob("*.yaml")}
+out = {"conf": str(package_conf()), "files": files, "points": []}
+for number, overrides in enumerate(json.loads(sys.argv[1])):
+    config = compose(overrides)
+    plan = plan_run(config, Path(f"state{number}"))
+    out["points"].append({"hash": plan.config_hash, "judge": plan.judge, "config": resolved_config(config)})
+print(json.dumps(out))
+"""
+"""Composes and plans each list of overrides given as JSON: the tree it read, its files, and per
+list the config hash, the judge identity and the resolved config."""
+
+
+def compose_points(python: Path, cwd: Path, combinations: list[list[str]]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGEXP_", "MLFLOW_", "PYTHON"))}
+    env |= {"RAGAS_DO_NOT_TRACK": "true", "RAGEXP_JUDGE_API_KEY": "test-key", "RAGEXP_DIFY_AUTH": "Bearer test-key"}
+    done = subprocess.run(
+        [str(python), "-c", COMPOSE, json.dumps(combinations)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_wheel_and_the_checkout_compose_the_same_configs(bin_dir: Path, tmp_path: Path) -> None:
+    with serve(JUDGE) as judge, serve(SAMPLE) as service:
+        urls = [f"provider.judge.base_url={judge}", f"provider.judge.embeddings.url={judge}"]
+        system = f"provider.system.url={service}"
+        combinations = [
+            [],
+            ["provider=npu", "metrics=core", "dataset=scifacts_zh", *urls],
+            ["provider=npu", "system=http", "metrics=core", system, *urls],
+            ["provider=replay_judge", "metrics=full", "dataset=scifacts_zh", *urls],
+            ["provider=fake", "metrics=retrieval", "gates=release_stat", "k=3"],
+            ["provider=replay_judge", "dataset=scifacts_columns", "metrics=core", "k=10", *urls],
+            ["system=http", "judge=mindie", "metrics=offline", system, *urls],
+            ["system=dify", "metrics=retrieval", system],
+            ["system=sample", "provider.system.sample.chunking=sentence", "provider.system.sample.top_k=3"],
+            ["setup=scifacts_replay"],
+            ["setup=release_check", system],
+            ["setup=mindsdk_zh", "k=3", "experiment=mine", *urls],
+        ]
+        wheel_dir, checkout_dir = tmp_path / "wheel", tmp_path / "checkout"
+        wheel_dir.mkdir()
+        checkout_dir.mkdir()
+        wheel = compose_points(bin_dir / "python", wheel_dir, combinations)
+        checkout = compose_points(Path(sys.executable), checkout_dir, combinations)
+    assert "site-packages" in wheel["conf"] and wheel["conf"].endswith("ragexp/conf")
+    assert checkout["conf"] == str(ROOT / "conf")
+    assert wheel["files"] == checkout["files"] and "setup/mindsdk_zh.yaml" in wheel["files"]
+    hashes = [point["hash"] for point in checkout["points"]]
+    assert len(set(hashes)) == len(combinations)  # each combination is another config
+    assert hashes[0][:12] == PINNED[("sample", "kb_zh")]
+    for overrides, mine, theirs in zip(combinations, wheel["points"], checkout["points"], strict=True):
+        assert mine == theirs, overrides
 
 
 def test_init_run_and_gate_from_the_installed_wheel(bin_dir: Path, tmp_path: Path) -> None:

@@ -151,4 +151,4 @@ def test_joblib_sweep_with_a_failing_point(tmp_path: Path) -> None:
     assert all("needs output field 'retrieved_ids'" in reason for reason in sweep["failed"].values())
     assert "sweep point 0 failed" in done.stderr
     assert MlflowClient(uri).get_run(sweep["sweep"]).info.status == "FAILED"
-    assert (ROOT / "ragexp/conf/hydra/launcher/slurm.yaml").exists()
+    assert (ROOT / "conf/hydra/launcher/slurm.yaml").exists()

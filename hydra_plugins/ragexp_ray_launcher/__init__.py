@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 
 class RayLauncher(Launcher):
-    """``ragexp/conf/hydra/launcher/ray.yaml``: ``ray.init`` and ``ray.remote`` as in hydra-ray-launcher."""
+    """``conf/hydra/launcher/ray.yaml``: ``ray.init`` and ``ray.remote`` as in hydra-ray-launcher."""
 
     def __init__(self, ray: DictConfig) -> None:
         self.ray_cfg = ray

@@ -1,6 +1,7 @@
 """Compose the config tree with Hydra and validate the result, once, into :class:`RagexpConfig`.
 
-The tree is the packaged ``ragexp/conf`` with the user's own config folder (``ragexp init``)
+The tree is the packaged one (``conf/`` and the bundled experiments' ``setup/`` files:
+``ragexp.paths.packaged_trees``) with the user's own config folder (``ragexp init``)
 composed over it: a file in the user's folder wins over a packaged file of the same name, and
 new files add options to the groups (``dataset=my_set``, ``system=my_service``).
 """
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragexp.config.models import SYSTEM_KINDS, RagexpConfig
 from ragexp.errors import ConfigError
-from ragexp.paths import package_conf, user_conf_dir
+from ragexp.paths import packaged_trees, user_conf_dir
 
 GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates", "setup")
 """Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``;
@@ -32,23 +33,29 @@ PACKAGED_PRIMARY = "ragexp_packaged_config"
 
 def search_path() -> tuple[Path, str, list[str]]:
     """(primary config folder, primary config name, extra Hydra overrides) for the user's folder
-    over the packaged one.
+    over the packaged ones.
 
     Hydra searches the primary folder first and ``hydra.searchpath`` entries after it, so the
     user's folder is primary and the packaged tree backs it; without a user folder the packaged
-    tree is primary on its own.
+    tree is primary. In a checkout the bundled experiments' folders (their ``setup/`` files) come
+    after it; an installed package has those files inside its packaged tree.
     """
-    packaged = package_conf()
+    packaged, *experiments = packaged_trees()
     user = user_conf_dir()
     if user is None or user == packaged:
-        return packaged, "config", []
+        return packaged, "config", _search_after(experiments)
     if not user.is_dir():
         raise ConfigError(f"{user}: no such config folder (--config-dir / RAGEXP_CONFIG_DIR)")
     name = "config"
     if not (user / "config.yaml").is_file():
         _store_packaged_primary(packaged)
         name = PACKAGED_PRIMARY
-    return user, name, [f"hydra.searchpath=[{_file_url(packaged)}]"]
+    return user, name, _search_after([packaged, *experiments])
+
+
+def _search_after(folders: Sequence[Path]) -> list[str]:
+    """The override that makes Hydra search ``folders`` after the primary one."""
+    return [f"hydra.searchpath=[{','.join(_file_url(folder) for folder in folders)}]"] if folders else []
 
 
 def _store_packaged_primary(packaged: Path) -> None:
@@ -73,6 +80,14 @@ def _file_url(path: Path) -> str:
 def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     """Compose the config tree with command-line overrides and validate it."""
     return validate(name_dataset_from_path(compose_raw(overrides), overrides))
+
+
+def from_composed(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> RagexpConfig:
+    """A config Hydra composed elsewhere (a sweep point: its resolved tree, its group choices and
+    its task overrides) finished and validated as :func:`compose` finishes its own."""
+    plain = {str(key): value for key, value in raw.items()}
+    name_provider(plain, choices, overrides)
+    return validate(name_dataset_from_path(plain, overrides))
 
 
 def overridden_keys(overrides: Sequence[str]) -> set[str]:
@@ -151,8 +166,8 @@ def replaced_packaged(directory: Path, name: str, choices: dict[Any, Any]) -> li
 
     A user file of a packaged option's name is composed instead of it, not over it: a repository's
     ``conf/gates/release.yaml`` is the whole ``release`` gate. That is worth one line, once."""
-    packaged = package_conf()
-    if directory == packaged:
+    packaged = packaged_trees()
+    if directory == packaged[0]:
         return []
     selected = [("config.yaml", "config", "config")] if name == "config" else []
     selected += [
@@ -163,7 +178,7 @@ def replaced_packaged(directory: Path, name: str, choices: dict[Any, Any]) -> li
     notes = []
     for relative, group, option in selected:
         mine = directory / relative
-        if mine.is_file() and (packaged / relative).is_file() and mine not in _SAID:
+        if mine.is_file() and any((tree / relative).is_file() for tree in packaged) and mine not in _SAID:
             _SAID.add(mine)
             what = "config.yaml" if group == "config" else f"{group}={option}"
             notes.append(f"note: {mine} replaces the packaged {what} (used instead of it, not merged over it)")
@@ -199,15 +214,20 @@ def unreadable_yaml(exc: Exception, directory: Path) -> str:
 
 
 def name_provider(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> None:
-    """``provider.name`` says what answered and judged: the preset's name, or ``system+judge``
-    when ``system=`` / ``judge=`` on the command line changed the preset's selection (an explicit
-    ``provider.name=...`` wins). It is a tag and part of the config hash, like any other key."""
-    keys = overridden_keys(overrides)
-    if "provider.name" in keys or not ({"system", "judge"} & keys):
-        return
+    """``provider.name`` says what answered and judged. A preset is a selection only (its file
+    sets no name): its name is the ``provider`` option chosen, or ``system+judge`` when
+    ``system=`` / ``judge=`` on the command line changed the preset's selection, or when no preset
+    is chosen. A ``provider.name`` set on the command line wins, one set by a file of the user's
+    wins over the derived preset name. It is a tag and part of the config hash, like any other key."""
     provider = raw.get("provider")
-    if isinstance(provider, dict):
+    keys = overridden_keys(overrides)
+    if not isinstance(provider, dict) or "provider.name" in keys:
+        return
+    preset = choices.get("provider")
+    if {"system", "judge"} & keys or not isinstance(preset, str):
         provider["name"] = f"{choices.get('system')}+{choices.get('judge')}"
+    elif not provider.get("name"):
+        provider["name"] = preset
 
 
 def validate(raw: dict[str, Any]) -> RagexpConfig:
