@@ -86,7 +86,7 @@ bench-traces: setup
 bench-systems: setup
 	$(BIN)/python tests/benchmarks/bench_systems.py
 
-# The dataset loader on 100,000 label-only and 100,000 replay cases.
+# load_dataset on 100,000 label-only and 100,000 replay cases, against parsing the lines alone.
 bench-loader: setup
 	$(BIN)/python tests/benchmarks/bench_loader.py
 
