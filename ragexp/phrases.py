@@ -168,6 +168,18 @@ PHRASES: dict[str, dict[str, str]] = {
     "better_higher": {"en": "higher", "zh": "越高越好"},
     "better_lower": {"en": "lower", "zh": "越低越好"},
     "most_regressed": {"en": "Most regressed cases", "zh": "退步最多的样本"},
+    # Under a gate rule too weak to see the drop it allows (ragexp.compare.power).
+    "cannot_tell": {
+        "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
+        "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
+    },
+    "needed_some": {"en": "about {needed} cases would be needed", "zh": "约需 {needed} 条样本"},
+    "needed_none": {"en": "no number of cases would be enough", "zh": "样本再多也不够"},
+    "too_few": {"en": "none below {floor} paired cases", "zh": "少于 {floor} 条配对样本时无法检测任何变化"},
+    "too_few_discordant": {
+        "en": "none with {discordant} discordant pairs",
+        "zh": "仅 {discordant} 对结果不一致的样本时无法检测任何变化",
+    },
 }
 
 
