@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems bench-draft lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems bench-draft bench-loader lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-traces: setup
 
 bench-systems: setup
 	$(BIN)/python tests/benchmarks/bench_systems.py
+
+# load_dataset on 100,000 label-only and 100,000 replay cases, against parsing the lines alone.
+bench-loader: setup
+	$(BIN)/python tests/benchmarks/bench_loader.py
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -134,3 +134,24 @@ def test_bundled_sets() -> None:
     assert {"response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds"} <= sci.output_fields
     imperfect = [c for c in sci.cases if c.recorded and c.recorded.ranked_ids[:1] != c.relevant_ids[:1]]
     assert len(imperfect) >= 5
+
+
+def test_the_documented_fields_are_the_fields_the_loader_checks() -> None:
+    from ragexp.datasets.loader import RULES
+
+    text = (ROOT / "docs/datasets.md").read_text(encoding="utf-8")
+    table = next(part for part in text.split("\n\n") if part.startswith("| field |"))
+    documented = set()
+    for line in table.splitlines()[2:]:
+        documented.update(name.strip(" `") for name in line.split("|")[1].split(","))
+    assert documented == set(RULES)
+
+
+@pytest.mark.parametrize("value", [0, "", False, {}, "1,2", [1, "2"]])
+def test_citations_are_a_list_of_positions_or_absent(tmp_path: Path, value: object) -> None:
+    # A falsy non-list was once read as "no citations" by one check and refused by the other.
+    path = write_jsonl(tmp_path / "d.jsonl", [{**GOOD, "citations": value}])
+    assert first_error(path) == f"{path}:1: field 'citations': expected a list of 1-based integers"
+    for absent in (None, []):
+        case = load_dataset(write_jsonl(tmp_path / "ok.jsonl", [{**GOOD, "citations": absent}])).cases[0]
+        assert case.recorded is None if absent is None else case.recorded is not None

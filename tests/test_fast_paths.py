@@ -1,8 +1,9 @@
 """The quick paths of `ragexp run` give exactly what the general ones give.
 
 ``provider=fake`` builds its outputs from the labels; ``provider=replay`` reads the same outputs
-recorded in the file: the same per-case scores, summary and dataset hash. The loader's quick check
-of common rows builds the very case its full validation builds, and leaves every other row to it.
+recorded in the file: the same per-case scores, summary and dataset hash. The loader builds from
+every valid row the case the dataset format describes, and refuses every other row naming its line
+and field.
 """
 
 from __future__ import annotations
@@ -18,20 +19,9 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.config.compose import compose
 from ragexp.datasets.audit import shares_ids
-from ragexp.datasets.loader import (
-    _CHUNK,
-    _HASH_CHUNK,
-    _case_from_row,
-    _fast_case,
-    _label_columns,
-    _parse_rows,
-    _Problems,
-    dataset_hash,
-    load_dataset,
-)
-from ragexp.datasets.loader import (
-    LABEL_FIELDS as LABEL_KEYS,
-)
+from ragexp.datasets.loader import LABEL_FIELDS as LABEL_KEYS
+from ragexp.datasets.loader import OUTPUT_FIELDS, dataset_hash, load_dataset
+from ragexp.errors import DatasetErrors
 from ragexp.providers.base import RunSettings
 from ragexp.providers.fake import FakeProvider
 from ragexp.records import Case, CaseResult, SystemOutput
@@ -136,49 +126,101 @@ VALID = [
     {"id": "i", "question": "q", "unanswerable": True, "retrieved_ids": [], "citations": []},
     {"id": "j", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": ["c"], "metadata": None},
 ]
-GENERAL_ONLY = [
-    {"id": "a", "question": "q", "relevant_ids": ["x", ""]},
-    {"id": "a", "question": "q", "relevant_ids": ["x", "\u3000"]},
-    {"id": "a", "question": "q", "relevant_ids": ["x", 3]},
-    {"id": "a", "question": "q", "relevant_ids": "x"},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "expected_facts": [" "]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "expected_facts": ["f" * 1_000_001]},
-    {"id": "a", "question": " ", "relevant_ids": ["x"]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "reference": ""},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": 1},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": True},
-    {"id": "a", "question": "q"},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": 3},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": None},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "response": "r", "retrieved_ids": ["x", " "]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_ids": [1]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": "c"},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": [None]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [0]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [True]},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "citations": 0},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": -1},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": False},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": "1"},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "human": {"answer_accuracy": 1}},
-    {"id": "a", "question": "q", "relevant_ids": ["x"], "relevnt_ids": ["x"]},
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    ({"id": "a", "question": "q", "relevant_ids": ["x", ""]}, "relevant_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x", "\u3000"]}, "relevant_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x", 3]}, "relevant_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": "x"}, "relevant_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "expected_facts": [" "]}, "expected_facts"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "expected_facts": ["f" * 1_000_001]}, "expected_facts"),
+    ({"id": "a", "question": " ", "relevant_ids": ["x"]}, "question"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "reference": ""}, "reference"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": 1}, "unanswerable"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "unanswerable": True}, "relevant_ids"),
+    ({"id": "a", "question": "q"}, "relevant_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "response": 3}, "response"),
+    (
+        {"id": "a", "question": "q", "relevant_ids": ["x"], "response": "r", "retrieved_ids": ["x", " "]},
+        "retrieved_ids",
+    ),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_ids": [1]}, "retrieved_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": "c"}, "retrieved_contexts"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "retrieved_contexts": [None]}, "retrieved_contexts"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [0]}, "citations"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "citations": [True]}, "citations"),
+    # Not a list: refused like any wrong type (a falsy one was once read as no citations).
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "citations": 0}, "citations"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "citations": ""}, "citations"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": -1}, "latency_seconds"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": False}, "latency_seconds"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "latency_seconds": "1"}, "latency_seconds"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "human": {"answer_accuracy": 1.5}}, "human.answer_accuracy"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "relevnt_ids": ["x"]}, "relevnt_ids"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "metadata": []}, "metadata"),
+    ({"id": "a", "question": "q", "relevant_ids": ["x"], "draft": {"status": "ok"}}, "draft.status"),
+    ({"id": "a\x1b[2J", "question": "q", "relevant_ids": ["x"]}, "id"),
+    ({"id": "a", "relevant_ids": ["x"]}, "question"),
+    ({"id": None, "question": "q", "relevant_ids": ["x"]}, "id"),
+]
+"""Rows the loader refuses, and the field it names."""
+
+
+def expected_case(row: dict[str, Any], line: int) -> Case:
+    """The case docs/datasets.md describes for a valid row: a null field is an absent one, and
+    the recorded output holds the output fields the row gives (defaults for the others)."""
+    given = {key: value for key, value in row.items() if value is not None}
+    outputs = {key: given[key] for key in OUTPUT_FIELDS if key in given}
+    recorded = None
+    if outputs:
+        latency = outputs.get("latency_seconds")
+        recorded = SystemOutput(
+            ranked_ids=outputs.get("retrieved_ids", []),
+            contexts=outputs.get("retrieved_contexts", []),
+            answer=outputs.get("response", ""),
+            citations=outputs.get("citations", []),
+            latency_seconds=None if latency is None else float(latency),
+        )
+    return Case(
+        id=given["id"],
+        question=given["question"],
+        relevant_ids=given.get("relevant_ids", []),
+        expected_facts=given.get("expected_facts", []),
+        reference=given.get("reference"),
+        unanswerable=given.get("unanswerable", False),
+        line=line,
+        recorded=recorded,
+        recorded_fields=frozenset(outputs),
+        human={},
+        metadata=given.get("metadata", {}),
+    )
+
+
+def refusal(path: Path) -> list[tuple[int | None, str | None]]:
+    """Where the loader refuses ``path``: (line, field) of every problem."""
+    with pytest.raises(DatasetErrors) as caught:
+        load_dataset(path)
+    return [(error.line, error.field) for error in caught.value.errors]
+
+
+NULL_IS_ABSENT = [
+    {"id": "n1", "question": "q", "relevant_ids": ["x"], "response": None, "reference": None},
+    {"id": "n2", "question": "q", "unanswerable": True, "relevant_ids": None, "citations": None, "human": None},
+    {"id": "n3", "question": "q", "relevant_ids": ["x"], "unanswerable": None, "draft": None, "latency_seconds": None},
 ]
 
 
-@pytest.mark.parametrize("row", VALID)
-def test_quick_check_builds_the_case_the_full_validation_builds(row: dict[str, Any]) -> None:
-    problems = _Problems("d.jsonl")
-    assert _fast_case(row, 7) == _case_from_row(row, 7, problems)
-    assert problems.errors == []
+@pytest.mark.parametrize("row", VALID + NULL_IS_ABSENT)
+def test_a_valid_row_loads_as_the_case_the_format_describes(row: dict[str, Any], tmp_path: Path) -> None:
+    # Second in its file, so its line number is checked too.
+    first = {"id": "first", "question": "q", "unanswerable": True}
+    dataset = load_dataset(write_jsonl(tmp_path / "d.jsonl", [first, row]))
+    assert dataset.cases == [expected_case(first, 1), expected_case(row, 2)]
 
 
-@pytest.mark.parametrize("row", GENERAL_ONLY)
-def test_quick_check_leaves_everything_else_to_the_full_validation(row: dict[str, Any]) -> None:
-    assert _fast_case(row, 7) is None
-    # ... which rejects it, or (the quirks it accepts: `citations: 0`) builds a case of its own.
-    problems = _Problems("d.jsonl")
-    case = _case_from_row(row, 7, problems)
-    assert (case is None) == bool(problems.errors)
+@pytest.mark.parametrize(("row", "field"), REFUSED, ids=range(len(REFUSED)))
+def test_every_other_row_is_refused_naming_its_line_and_field(row: dict[str, Any], field: str, tmp_path: Path) -> None:
+    good = {"id": "good", "question": "q", "relevant_ids": ["x"]}
+    assert refusal(write_jsonl(tmp_path / "d.jsonl", [good, good | {"id": "good2"}, row])) == [(3, field)]
 
 
 def test_cases_hash_is_the_hash_without_human_scores(tmp_path: Path) -> None:
@@ -220,54 +262,61 @@ def jsonl_lines(rows: list[dict[str, Any]], *, blank_every: int = 0, newline: st
 
 
 def many_rows(count: int) -> list[dict[str, Any]]:
-    """More rows than the column check takes at once, from the varied label rows."""
+    """``count`` varied label rows with unique ids."""
     return [{**row, "id": f"{row['id']}-{n}"} for n in range(count // 60 + 1) for row in label_rows()][:count]
 
 
 @pytest.mark.parametrize(
-    "lines",
-    [
-        jsonl_lines(label_rows()),
-        jsonl_lines([*LABEL_ONLY, {"id": "n", "question": "q", "relevant_ids": ["x"], "reference": None}]),
-        jsonl_lines(label_rows(), newline="\r\n"),
-        # Blank lines shift line numbers across the chunks the column check takes.
-        jsonl_lines(many_rows(2 * _CHUNK + 5), blank_every=7),
-    ],
-    ids=["labels", "valid-rows", "crlf", "chunks"],
+    ("rows", "blank_every", "newline"),
+    [(label_rows(), 0, "\n"), (LABEL_ONLY, 0, "\n"), (label_rows(), 0, "\r\n"), (many_rows(4101), 7, "\n")],
+    ids=["labels", "valid-rows", "crlf", "blank-lines"],
 )
-def test_column_check_builds_the_cases_the_row_path_builds(lines: list[bytes]) -> None:
-    cases = _label_columns(lines)
-    assert cases is not None
-    assert cases == _parse_rows("d.jsonl", lines)
-    # Each case owns its human-score dict, as the row path gives it.
+def test_a_large_file_loads_every_case_at_its_line(
+    rows: list[dict[str, Any]], blank_every: int, newline: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\n".join(jsonl_lines(rows, blank_every=blank_every, newline=newline)))
+    cases = load_dataset(path).cases
+    lines = [n for n, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
+    assert cases == [expected_case(row, line) for row, line in zip(rows, lines, strict=True)]
+    # Each case owns its human-score dict.
     assert len({id(case.human) for case in cases}) == len(cases)
 
 
-# The last: an id the first chunk already holds.
-ODD_ROWS = [
-    *(row for row in VALID if row not in LABEL_ONLY),
-    *GENERAL_ONLY,
-    {"id": "c5-0", "question": "q", "relevant_ids": ["x"]},
-]
+# The last: an id an early row already holds.
+ODD_ROWS = [*REFUSED, ({"id": "c5-0", "question": "q", "relevant_ids": ["x"]}, "id")]
 
 
-@pytest.mark.parametrize("odd", ODD_ROWS, ids=range(len(ODD_ROWS)))
-def test_column_check_leaves_every_other_file_to_the_row_path(odd: dict[str, Any]) -> None:
-    # The odd row sits in a later chunk: what the first chunks built is dropped, not kept.
-    rows = many_rows(_CHUNK + 100)
-    lines = jsonl_lines([*rows[: _CHUNK + 50], odd, *rows[_CHUNK + 50 :]])
-    assert _label_columns(lines) is None
+@pytest.mark.parametrize(("odd", "field"), ODD_ROWS, ids=range(len(ODD_ROWS)))
+def test_one_odd_row_deep_in_a_large_file_is_the_one_refused(odd: dict[str, Any], field: str, tmp_path: Path) -> None:
+    rows = many_rows(2100)
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\n".join(jsonl_lines([*rows[:2050], odd, *rows[2050:]])))
+    assert refusal(path) == [(2051, field)]
 
 
 @pytest.mark.parametrize(
-    "odd_line",
-    ["{", "[1]", "\u3000", "\x1c", '{"id": "z", "question": "q", "unanswerable": true} x'],
+    ("odd_line", "refused"),
+    [
+        ("{", True),
+        ("[1]", True),
+        ("\u3000", False),
+        ("\x1c", False),
+        ('{"id": "z", "question": "q", "unanswerable": true} x', True),
+    ],
     ids=["bad-json", "array", "ideographic-space", "file-separator", "trailing-text"],
 )
-def test_column_check_leaves_odd_lines_to_the_row_path(odd_line: str) -> None:
+def test_an_odd_line_is_refused_or_blank(odd_line: str, refused: bool, tmp_path: Path) -> None:
     lines = jsonl_lines(label_rows())
     lines.insert(5, odd_line.encode("utf-8"))
-    assert _label_columns(lines) is None
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    if refused:
+        assert refusal(path) == [(6, None)]
+    else:
+        # Blank to str.strip, as every line's blankness is judged: skipped, the lines after it shift.
+        cases = load_dataset(path).cases
+        assert len(cases) == len(label_rows()) and cases[5].line == 7
 
 
 def test_bom_and_crlf_files_load_the_same_cases(tmp_path: Path) -> None:
@@ -283,7 +332,8 @@ def test_bom_and_crlf_files_load_the_same_cases(tmp_path: Path) -> None:
     assert {case.id: case.question for case in c.cases} == {case.id: case.question for case in a.cases}
 
 
-@pytest.mark.parametrize("count", [0, 1, _HASH_CHUNK, _HASH_CHUNK + 1, 2 * _HASH_CHUNK + 3])
+# Counts around the hash's chunk of 4,096 cases: the digest must not depend on how it is fed.
+@pytest.mark.parametrize("count", [0, 1, 4096, 4097, 8195])
 def test_dataset_hash_is_the_hash_of_the_sorted_labels(count: int) -> None:
     cases = [
         Case(f"c{n % 97}-{n}", f"问题 {n}", [f"d{n}"], ["事实"] if n % 2 else [], None, False, n + 1)
@@ -299,7 +349,7 @@ def test_dataset_hash_is_the_hash_of_the_sorted_labels(count: int) -> None:
 
 
 def test_cases_jsonl_rows_hold_every_field(tmp_path: Path) -> None:
-    cases = [Case(f"c{n}", f"q{n}", ["x"], [], None, n == 2, n + 1) for n in range(_CHUNK + 3)]
+    cases = [Case(f"c{n}", f"q{n}", ["x"], [], None, n == 2, n + 1) for n in range(2051)]
     results = []
     for n, case in enumerate(cases):
         output = SystemOutput(["x"], ["c"], f"a{n}", [1], 0.5, {"model": 0.1} if n % 3 == 0 else None)

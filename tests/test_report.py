@@ -99,3 +99,117 @@ def test_report_renders_in_headless_chromium(ragexp: Any, tmp_path: Path) -> Non
         check=True,
     )
     assert shot.stat().st_size > 10_000
+
+
+# --- One table model, one number formatter ----------------------------------------------------------
+
+
+def test_one_number_formatter() -> None:
+    from ragexp.compare.figures import fmt, signed
+
+    figures = {
+        0.0: ("0.0000", "+0.0000"),
+        1.0: ("1.0000", "+1.0000"),
+        0.5: ("0.5000", "+0.5000"),
+        3.9e-06: ("3.90e-06", "+3.90e-06"),  # never 0.0000: three significant digits
+        -3.9e-06: ("-3.90e-06", "-3.90e-06"),
+        1234.5678: ("1,234.6", "+1,234.6"),
+        -0.1167: ("-0.1167", "-0.1167"),
+        -1234.5678: ("-1,234.6", "-1,234.6"),
+        float("inf"): ("inf", "inf"),
+        float("-inf"): ("-inf", "-inf"),
+    }
+    for value, (plain, with_sign) in figures.items():
+        assert (fmt(value), signed(value)) == (plain, with_sign), value
+    # No figure: a mean over no scored case is NaN, a missing value None.
+    assert fmt(float("nan")) == fmt(None) == signed(float("nan")) == signed(None) == "—"
+    assert fmt(0.123456, 2) == "0.12" and fmt(0.001, 2) == "1.00e-03" and fmt(0.005, 2) == "0.01"
+
+
+def test_a_table_is_escaped_for_each_output() -> None:
+    from ragexp.tables import Column, Table, to_html, to_markdown, to_terminal
+
+    table = Table(
+        [Column("id", kind="code"), Column("why"), Column("value", "right", "figure")],
+        [
+            ["a`b|c", "[link](http://evil.example/) <b>x</b>", "[+0.0100, -3.90e-06]"],
+            ["中文\x1b[2J", "line\nbreak", "<img src=x>"],
+        ],
+    )
+    terminal = to_terminal(table).splitlines()
+    assert terminal[0].split() == ["id", "why", "value"] and set(terminal[1]) == {"-", " "}
+    assert terminal[2].endswith("[+0.0100, -3.90e-06]") and terminal[3].endswith("<img src=x>")
+    # East Asian wide characters take two columns: the second column starts at the same place.
+    assert terminal[2].index("[link]") == len("a`b|c") + len("  ") + (len("中文\\x1b[2J") + 2 - len("a`b|c"))
+    assert "\x1b" not in "".join(terminal) and "line\\nbreak" in terminal[3]
+    markdown = to_markdown(table)
+    assert markdown[:2] == ["| id | why | value |", "|---|---|---|"]
+    # Data in code spans (| escaped: GitHub splits cells on it), words escaped, figures as written.
+    assert markdown[2] == r"| ``a`b\|c`` | \[link\](http\://evil.example/) \<b>x\</b> | [+0.0100, -3.90e-06] |"
+    assert markdown[3] == r"| `中文\x1b[2J` | line break | \<img src=x> |"
+    page = to_html(table)
+    assert "<td><code>a`b|c</code></td>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "<td>&lt;img src=x&gt;</td>" in page and "<b>" not in page and "\x1b" not in page
+
+
+def table_rows(lines: list[str], header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header starts with ``header``, as cells."""
+    start = next(n for n, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_diff_table_says_the_same_in_the_terminal_the_summary_and_the_report(ragexp: Any, tmp_path: Path) -> None:
+    from ragexp.compare.figures import fmt, signed
+
+    base, cand = two_runs(ragexp)
+    figures = ragexp("diff", base, cand, "--json").json()["metrics"]
+    expected = {}
+    for m in figures:
+        ci = f"[{signed(m['ci_low'])}, {signed(m['ci_high'])}]" if m["ci_low"] is not None else "—"
+        expected[m["name"]] = [
+            m["direction"],
+            fmt(m["baseline"]),
+            fmt(m["candidate"]),
+            signed(m["delta"]),
+            ci,
+            fmt(m["p_value"]),
+            f"{m['improved']}/{m['regressed']}/{m['unchanged']}",
+        ]
+    # The fake system answers in microseconds: its P95 keeps its digits (the report printed 0.0000).
+    p95 = next(m for m in figures if m["name"] == "p95_seconds")
+    assert (
+        0 < p95["baseline"] < 5e-05 and expected["p95_seconds"][1] != "0.0000" and "e-0" in expected["p95_seconds"][1]
+    )
+
+    summary = tmp_path / "summary.md"
+    shown = ragexp("diff", base, cand, "--summary", str(summary), "--language", "en")
+    assert shown.code == 0, shown.stderr
+    report = ragexp("report", cand, "--baseline", base, "--language", "en", "--out", str(tmp_path / "r"))
+    assert report.code == 0, report.stderr
+
+    terminal = {}
+    for line in shown.stdout.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] in expected:
+            terminal[cells[0]] = cells
+    assert {name: cells[1:8] for name, cells in terminal.items()} == expected
+
+    summary_rows = table_rows(summary.read_text(encoding="utf-8").splitlines(), "| Metric | Better |")
+    report_rows = table_rows((tmp_path / "r/report.md").read_text(encoding="utf-8").splitlines(), "| Metric | Better |")
+    # The report and the summary render the one table alike; the terminal shows the same cells.
+    assert report_rows == summary_rows and len(summary_rows) == len(expected)
+    for cells in summary_rows:
+        name = cells[0].strip("`")
+        assert cells[1:8] == expected[name]
+        assert cells[8].split()[-1] == terminal[name][8] and cells[9] == terminal[name][9]
+
+    page = (tmp_path / "r/report.html").read_text(encoding="utf-8")
+    for name, cells in expected.items():
+        row = re.search(rf"<tr><td><code>{name}</code></td>(.*?)</tr>", page)
+        assert row is not None, name
+        assert re.findall(r"<td>(.*?)</td>", row.group(1))[:7] == cells

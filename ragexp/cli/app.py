@@ -678,8 +678,8 @@ def gate(
             }
         )
     else:
-        from ragexp.cli.render import fmt, table, terminal
-        from ragexp.compare.figures import threshold
+        from ragexp.cli.render import terminal, to_terminal
+        from ragexp.compare.tables import failure_table
 
         verdict = "PASSED" if result.passed else "FAILED"
         print(f"gate {terminal(gates.name)}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
@@ -687,11 +687,7 @@ def gate(
         if diff.differences:
             info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
         if result.failures:
-            rows = [
-                [f.metric, f.rule, fmt(f.baseline), fmt(f.candidate), threshold(f.threshold), f.message]
-                for f in result.failures
-            ]
-            print(table(["metric", "rule", "baseline", "candidate", "threshold", "why"], rows, "llrrrl"))
+            print(to_terminal(failure_table(result, "en")))
         for r in result.rules:
             if r.method == "prediction-powered" and r.passed:
                 print(f"note: {terminal(r.message)}")
@@ -816,47 +812,13 @@ def diff(
     if as_json:
         emit_json(result.to_json())
         return
-    from ragexp.cli.render import fmt, signed, table, terminal
+    from ragexp.cli.render import fmt, signed, terminal, to_terminal
+    from ragexp.compare.tables import metric_table
 
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
-    rows = []
-    for m in result.metrics:
-        ci = f"[{signed(m.ci_low)}, {signed(m.ci_high)}]" if m.ci_low is not None and m.ci_high is not None else "—"
-        p, delta = fmt(m.p_value), signed(m.delta)
-        rows.append(
-            [
-                m.name,
-                m.direction,
-                fmt(m.baseline),
-                fmt(m.candidate),
-                delta,
-                ci,
-                p,
-                f"{m.improved}/{m.regressed}/{m.unchanged}",
-                m.moved(),
-                fmt(m.detectable_effect),
-            ]
-        )
-    print(
-        table(
-            [
-                "metric",
-                "better",
-                "baseline",
-                "candidate",
-                "delta",
-                f"{confidence:.0%} CI",
-                "p",
-                "up/down/same",
-                "verdict",
-                "detectable",
-            ],
-            rows,
-            "llrrrlrllr",
-        )
-    )
+    print(to_terminal(metric_table(result, "en")))
     from ragexp.cli.power import print_diff_power
 
     print_diff_power(result)
@@ -865,8 +827,8 @@ def diff(
         print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
         for name, ppi in with_ppi:
             print(
-                f"  {terminal(name):22} {ppi.mean:+.4f}  CI [{ppi.ci_low:+.4f}, {ppi.ci_high:+.4f}]  "
-                f"judge alone {ppi.judge_mean:+.4f}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+                f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
+                f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.diagnosis:
         print("\nlikely stage:")

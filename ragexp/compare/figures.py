@@ -1,5 +1,5 @@
-"""One way to print a figure, shared by the terminal tables, gate messages, the Markdown summary
-and the JUnit report, so a value never reads 0.0000 in one place and 3.9e-06 in another."""
+"""One way to print a figure, shared by the terminal tables, gate messages, the Markdown summaries,
+the report and the JUnit file, so a value never reads 0.0000 in one place and 3.9e-06 in another."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ DIGITS = 4
 
 
 def fmt(value: float | None, digits: int = DIGITS) -> str:
-    """Fixed decimals; a nonzero value that would round to zero is shown in scientific form."""
-    if value is None:
+    """The one rule for a figure people read.
+
+    - No value (None, NaN: a mean over no scored case) prints as ``—``; infinities as ``inf`` and
+      ``-inf``.
+    - Zero, and every value from ``10**-digits`` up, prints with ``digits`` fixed decimals:
+      ``0.0000``, ``1.0000``, ``0.5000``, ``-0.1167``.
+    - A nonzero value that fixed decimals would print as zero keeps three significant digits in
+      scientific form, so a tiny latency or p-value is never shown as nothing: ``3.90e-06``.
+    - From 1,000 up in size, one decimal with thousands separators: ``1,234.6``.
+    """
+    if value is None or math.isnan(value):
         return "—"
-    if not math.isfinite(value):
+    if math.isinf(value):
         return str(value)
     if value != 0 and rounds_to_zero(value, digits):
         return f"{value:.2e}"

@@ -270,19 +270,15 @@ def _check_calibration(
                 "undecided",
                 f"{name}: judge not calibrated (κ undefined: one single pass/fail call on all {n} labelled cases)",
             )
+        shown = f"κ {fmt(kappa, 2)} %s {fmt(threshold, 2)} on {n} labelled cases"
         if kappa < threshold - EPSILON:
-            return result(
-                "failed", f"{name}: judge not calibrated (κ {kappa:.2f} < {threshold:.2f} on {n} labelled cases)"
-            )
-        return result("passed", f"{name}: judge calibrated (κ {kappa:.2f} >= {threshold:.2f} on {n} labelled cases)")
+            return result("failed", f"{name}: judge not calibrated ({shown % '<'})")
+        return result("passed", f"{name}: judge calibrated ({shown % '>='})")
     bias = figures.get("bias", 0.0)
+    shown = f"|bias| {fmt(abs(bias), 3)} %s {fmt(threshold, 3)} on {n} labelled cases"
     if abs(bias) > threshold + EPSILON:
-        return result(
-            "failed", f"{name}: judge not calibrated (|bias| {abs(bias):.3f} > {threshold:.3f} on {n} labelled cases)"
-        )
-    return result(
-        "passed", f"{name}: judge calibrated (|bias| {abs(bias):.3f} <= {threshold:.3f} on {n} labelled cases)"
-    )
+        return result("failed", f"{name}: judge not calibrated ({shown % '>'})")
+    return result("passed", f"{name}: judge calibrated ({shown % '<='})")
 
 
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:

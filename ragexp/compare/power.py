@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragexp.metrics.registry import METRICS
+from ragexp.phrases import t
 
 if TYPE_CHECKING:
     from ragexp.compare.data import RunData
@@ -363,37 +364,18 @@ def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
     return Power(n, sd, detectable_effect(sd, n, confidence=confidence), confidence)
 
 
-CANNOT_TELL = {
-    "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
-    "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
-}
-NEEDED = {
-    "en": ("about {needed} cases would be needed", "no number of cases would be enough"),
-    "zh": ("约需 {needed} 条样本", "样本再多也不够"),
-}
-TOO_FEW = {
-    "en": "none below {floor} paired cases",
-    "zh": "少于 {floor} 条配对样本时无法检测任何变化",
-}
-TOO_FEW_DISCORDANT = {
-    "en": "none with {discordant} discordant pairs",
-    "zh": "仅 {discordant} 对结果不一致的样本时无法检测任何变化",
-}
-
-
 def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
     """The sentence under an underpowered rule: what it cannot tell, and what would be needed."""
     needed = power.needed(allowed)
-    some, none = NEEDED[language]
-    more = some.format(needed=f"{needed:,}") if needed is not None else none
+    more = t("needed_some", language, needed=f"{needed:,}") if needed is not None else t("needed_none", language)
     floor = smallest_testable(power.confidence)
     if power.detectable is not None:
         detectable = f"{power.detectable:.3g}"
     elif power.discordant is not None and power.n >= floor:
-        detectable = TOO_FEW_DISCORDANT[language].format(discordant=round(power.discordant * power.n))
+        detectable = t("too_few_discordant", language, discordant=round(power.discordant * power.n))
     else:
-        detectable = TOO_FEW[language].format(floor=floor)
-    return CANNOT_TELL[language].format(drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
+        detectable = t("too_few", language, floor=floor)
+    return t("cannot_tell", language, drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
 
 
 @dataclass(frozen=True)

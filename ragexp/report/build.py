@@ -19,12 +19,15 @@ import yaml
 from ragexp import __version__
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
+from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
+from ragexp.compare.tables import failure_table, metric_table
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.registry import METRICS, MetricSpec, headline_metrics
+from ragexp.phrases import t
 from ragexp.report import plots
-from ragexp.report.text import t
+from ragexp.tables import Table, to_html, to_markdown
 from ragexp.tracking import artifacts
 from ragexp.tracking.store import Store
 
@@ -57,22 +60,17 @@ class _Doc:
         self.html.append(f"<p>{html(text)}</p>")
 
     def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        self.render(Table.plain(headers, rows))
+
+    def render(self, table: Table) -> None:
         self.md.append("")
-        self.md.append("| " + " | ".join(markdown(h) for h in headers) + " |")
-        self.md.append("|" + "---|" * len(headers))
-        self.md.extend("| " + " | ".join(markdown(c) for c in row) + " |" for row in rows)
-        head = "".join(f"<th>{html(h)}</th>" for h in headers)
-        body = "".join("<tr>" + "".join(f"<td>{html(c)}</td>" for c in row) + "</tr>" for row in rows)
-        self.html.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        self.md.extend(to_markdown(table))
+        self.html.append(to_html(table))
 
     def figure(self, name: str, svg: str, caption: str) -> None:
         self.svgs[name] = svg
         self.md.append(f"\n![{markdown(caption)}](plots/{name})\n")
         self.html.append(f"<figure>{svg}<figcaption>{html(caption)}</figcaption></figure>")
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "—" if value is None or (isinstance(value, float) and not np.isfinite(value)) else f"{value:.{digits}f}"
 
 
 def build_report(
@@ -118,7 +116,7 @@ def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> N
     if base is not None:
         rows.append(
             [
-                t("baseline", language),
+                t("baseline_run", language),
                 f"{base.run_id} ({t('config_hash', language)} {base.record.tag('config_hash')[:12]})",
             ]
         )
@@ -128,7 +126,7 @@ def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> N
     }
     if spreads:
         doc.heading(t("spread", language), 3)
-        doc.table([t("metric", language), "mean per-case std"], [[n, _fmt(v)] for n, v in sorted(spreads.items())])
+        doc.table([t("metric", language), "mean per-case std"], [[n, fmt(v)] for n, v in sorted(spreads.items())])
 
 
 def _columns(
@@ -175,17 +173,21 @@ def _columns(
         [
             [t("thresholds", language), f"{gates.get('name', '—')}: {rules or '—'}", t("self", language)],
             [
-                t("dataset", language),
+                t("eval_dataset", language),
                 f"{dataset.get('name', '—')} · {len(run.case_ids)} {t('cases', language)} · "
                 f"{dataset.get('description', '')}",
                 t("self", language),
             ],
             [t("author", language), str(dataset.get("author", "unknown")), t("self", language)],
-            [t("baseline", language), base.run_id if base is not None else t("none", language), t("self", language)],
+            [
+                t("baseline_run", language),
+                base.run_id if base is not None else t("none", language),
+                t("self", language),
+            ],
         ],
     )
     doc.heading(t("not_proved", language), 3)
-    doc.para(t("honesty", language).format(n=len(run.case_ids), author=dataset.get("author", "unknown")))
+    doc.para(t("honesty", language, n=len(run.case_ids), author=dataset.get("author", "unknown")))
 
 
 def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) -> None:
@@ -198,7 +200,7 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
         rows.append(
             [
                 spec.name,
-                _fmt(run.summary(spec.name)),
+                fmt(run.summary(spec.name)),
                 t(spec.direction, language),
                 str(scored) if scored is not None else "—",
                 str(missing),
@@ -210,7 +212,7 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
             t("mean", language),
             t("direction", language),
             t("scored", language),
-            t("errored", language),
+            t("errored_cases", language),
         ],
         rows,
     )
@@ -230,7 +232,7 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
         )
     else:
         doc.para(t("no_errors", language))
-    doc.heading(t("worst", language), 3)
+    doc.heading(t("worst_cases", language), 3)
     badness = np.zeros(len(run.case_ids))
     for name, values in run.scores.items():
         spec = METRICS[name]
@@ -248,7 +250,7 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
                 str(row.get("question", ""))[:120],
                 str(output.get("answer", ""))[:160],
                 ", ".join(output.get("ranked_ids", [])[:5]),
-                ", ".join(f"{k}={_fmt(v, 2)}" for k, v in row["metrics"].items()),
+                ", ".join(f"{k}={fmt(v, 2)}" for k, v in row["metrics"].items()),
             ]
         )
     doc.table(
@@ -263,14 +265,14 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
         return
     threshold = float(config.get("calibration", {}).get("threshold", 0.5))
     doc.heading(t("trust", language))
-    doc.para(t("trust_intro", language).format(threshold=f"{threshold:g}"))
+    doc.para(t("trust_intro", language, threshold=f"{threshold:g}"))
     rows = []
     for spec in labelled:
         c = run.calibration(spec.name)
         if not c:
             continue
         ci = (
-            f"[{c['kappa_ci_low']:.2f}, {c['kappa_ci_high']:.2f}]"
+            f"[{fmt(c['kappa_ci_low'], 2)}, {fmt(c['kappa_ci_high'], 2)}]"
             if "kappa_ci_low" in c and "kappa_ci_high" in c
             else "—"
         )
@@ -278,11 +280,11 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
             [
                 spec.name,
                 str(int(c["n"])),
-                _fmt(c.get("mae"), 3),
-                f"{c['bias']:+.3f}",
-                _fmt(c.get("spearman"), 3),
-                _fmt(c.get("accuracy"), 3),
-                _fmt(c.get("kappa"), 3),
+                fmt(c.get("mae"), 3),
+                signed(c["bias"], 3),
+                fmt(c.get("spearman"), 3),
+                fmt(c.get("accuracy"), 3),
+                fmt(c.get("kappa"), 3),
                 ci,
             ]
         )
@@ -294,9 +296,9 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
     ppi_rows = [
         [
             spec.name,
-            _fmt(run.summary(spec.name)),
-            _fmt(metrics[f"ppi.{spec.name}.mean"]),
-            f"[{metrics[f'ppi.{spec.name}.ci_low']:.4f}, {metrics[f'ppi.{spec.name}.ci_high']:.4f}]",
+            fmt(run.summary(spec.name)),
+            fmt(metrics[f"ppi.{spec.name}.mean"]),
+            f"[{fmt(metrics[f'ppi.{spec.name}.ci_low'])}, {fmt(metrics[f'ppi.{spec.name}.ci_high'])}]",
             f"{int(metrics[f'ppi.{spec.name}.n_labelled'])}/{int(metrics[f'ppi.{spec.name}.n_total'])}",
         ]
         for spec in labelled
@@ -336,34 +338,7 @@ def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
 
 def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData, run: RunData, language: str) -> None:
     doc.heading(t("comparison", language))
-    rows = []
-    for m in diff.metrics:
-        ci = f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]" if m.ci_low is not None and m.ci_high is not None else "—"
-        rows.append(
-            [
-                m.name,
-                t(m.direction, language),
-                _fmt(m.baseline),
-                _fmt(m.candidate),
-                f"{m.delta:+.4f}" if m.delta is not None else "—",
-                ci,
-                _fmt(m.p_value),
-                f"{m.improved}/{m.regressed}/{m.unchanged}",
-            ]
-        )
-    doc.table(
-        [
-            t("metric", language),
-            t("direction", language),
-            t("baseline", language),
-            t("candidate", language),
-            t("delta", language),
-            t("ci", language),
-            t("p", language),
-            t("updown", language),
-        ],
-        rows,
-    )
+    doc.render(metric_table(diff, language, marks=True))
     with_ci = [m for m in diff.metrics if m.ci_low is not None and m.ci_high is not None and m.delta is not None]
     if with_ci:
         doc.figure(
@@ -374,7 +349,7 @@ def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData,
                 [float(m.ci_low or 0) for m in with_ci],
                 [float(m.ci_high or 0) for m in with_ci],
             ),
-            f"{t('delta', language)} ({t('ci', language)})",
+            f"{t('delta', language)} ({t('ci', language, level=diff.confidence)})",
         )
     shared = [name for name in headline_metrics() if name in base.scores and name in run.scores][:3]
     candidate = run.select(base.case_ids) if set(base.case_ids) == set(run.case_ids) else None
@@ -387,24 +362,11 @@ def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData,
             f"{t('scatter', language)}: {name}",
         )
     doc.heading(t("gate", language), 3)
-    word = t("passed", language) if verdict.passed else t("failed", language)
+    word = t("verdict_passed", language) if verdict.passed else t("verdict_failed", language)
     doc.para(f"{verdict.gates}: {word} ({len(verdict.failures)}/{verdict.checked})")
     if verdict.failures:
-        doc.table(
-            [
-                t("metric", language),
-                t("rule", language),
-                t("baseline", language),
-                t("candidate", language),
-                t("threshold", language),
-                t("why", language),
-            ],
-            [
-                [f.metric, f.rule, _fmt(f.baseline), _fmt(f.candidate), _fmt(f.threshold), f.message]
-                for f in verdict.failures
-            ],
-        )
-    doc.heading(t("diagnosis", language), 3)
+        doc.render(failure_table(verdict, language))
+    doc.heading(t("stage", language), 3)
     for line in diff.diagnosis or [t("no_diagnosis", language)]:
         doc.para(line)
 

@@ -1,8 +1,18 @@
-"""Every sentence of the report, in Chinese and English."""
+"""Every sentence ragexp writes for people in Chinese and English, in one table: the report,
+the Markdown summaries of ``gate`` and ``diff``, and the tables they share.
+
+A key names one meaning; where two outputs word the same meaning alike they share the key
+(``metric``, ``delta``), where the wording differs the key says how (``higher`` reads "higher is
+better" in a sentence, ``better_higher`` "higher" under a "Better" header).
+"""
 
 from __future__ import annotations
 
-TEXT: dict[str, dict[str, str]] = {
+LANGUAGES = ("zh", "en")
+"""Languages of every phrase: ``--language`` and ``report.language`` take these."""
+
+PHRASES: dict[str, dict[str, str]] = {
+    # The report.
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},
     "identity": {"zh": "运行身份", "en": "Identity"},
     "official": {
@@ -35,36 +45,27 @@ TEXT: dict[str, dict[str, str]] = {
     "value": {"zh": "取值", "en": "Value"},
     "who": {"zh": "谁定的", "en": "Set by"},
     "self": {"zh": "自定", "en": "self-defined"},
-    "dataset": {"zh": "评估数据集", "en": "Evaluation dataset"},
     "cases": {"zh": "条", "en": "cases"},
     "thresholds": {"zh": "合格线（门禁规则）", "en": "Pass marks (gate rules)"},
-    "baseline": {"zh": "对比基线", "en": "Baseline"},
     "none": {"zh": "无", "en": "none"},
     "results": {"zh": "结果与分布", "en": "Results and distributions"},
     "mean": {"zh": "均值", "en": "Mean"},
     "scored": {"zh": "有分数的样本", "en": "Scored cases"},
-    "errored": {"zh": "出错样本（已排除）", "en": "Errored cases (excluded)"},
     "errors_list": {"zh": "出错样本清单", "en": "Errored cases"},
     "no_errors": {"zh": "没有出错的样本。", "en": "No case errored."},
     "histogram": {"zh": "逐条分数分布", "en": "Per-case score distribution"},
-    "worst": {"zh": "最差样本", "en": "Worst cases"},
     "question": {"zh": "问题", "en": "Question"},
     "answer": {"zh": "回答", "en": "Answer"},
     "retrieved": {"zh": "召回的 id", "en": "Retrieved ids"},
     "comparison": {"zh": "与基线对比", "en": "Comparison with the baseline"},
     "delta": {"zh": "差值", "en": "Delta"},
-    "ci": {"zh": "95% 置信区间", "en": "95% CI"},
-    "p": {"zh": "p 值", "en": "p-value"},
     "updown": {"zh": "变好/变差/不变", "en": "Up/down/same"},
     "scatter": {"zh": "逐条对比（基线 vs 候选）", "en": "Per case: baseline vs candidate"},
     "gate": {"zh": "发布门禁", "en": "Release gate"},
-    "passed": {"zh": "通过", "en": "PASSED"},
-    "failed": {"zh": "未通过", "en": "FAILED"},
     "rule": {"zh": "规则", "en": "Rule"},
     "why": {"zh": "原因", "en": "Why"},
     "threshold": {"zh": "阈值", "en": "Threshold"},
     "candidate": {"zh": "候选", "en": "Candidate"},
-    "diagnosis": {"zh": "可能出问题的环节", "en": "Likely stage"},
     "no_diagnosis": {"zh": "指标变化未指向特定环节。", "en": "The metric moves point at no particular stage."},
     "spread": {"zh": "判官重复评分的波动", "en": "Spread between judge repeats"},
     "run": {"zh": "运行", "en": "Run"},
@@ -102,8 +103,87 @@ TEXT: dict[str, dict[str, str]] = {
         "zh": "标注审计发现 {n} 处疑点，请回看原文：",
         "en": "The label audit found {n} labels to look at:",
     },
+    "baseline_run": {"zh": "对比基线", "en": "Baseline"},
+    "eval_dataset": {"zh": "评估数据集", "en": "Evaluation dataset"},
+    "errored_cases": {"zh": "出错样本（已排除）", "en": "Errored cases (excluded)"},
+    "verdict_failed": {"zh": "未通过", "en": "FAILED"},
+    "verdict_passed": {"zh": "通过", "en": "PASSED"},
+    "worst_cases": {"zh": "最差样本", "en": "Worst cases"},
+    # The Markdown summaries of gate and diff, and the metric table.
+    "gate_passed": {"en": "✅ Release gate {gates}: PASSED", "zh": "✅ 发布门禁 {gates}：通过"},
+    "gate_failed": {"en": "❌ Release gate {gates}: FAILED", "zh": "❌ 发布门禁 {gates}：未通过"},
+    "rules_passed": {"en": "All {n} rules passed.", "zh": "全部 {n} 条规则通过。"},
+    "rules_failed": {"en": "{failed} of {n} rules did not pass.", "zh": "{n} 条规则中 {failed} 条未通过。"},
+    "rules_undecided": {
+        "en": "{undecided} of them could not be decided (a missing score is never a pass).",
+        "zh": "其中 {undecided} 条无法判定（缺失的分数不算通过）。",
+    },
+    "diff_title": {
+        "en": "Candidate vs baseline: {better} better, {worse} worse, {flat} unchanged",
+        "zh": "候选对比基线：{better} 项变好，{worse} 项变差，{flat} 项无显著变化",
+    },
+    "worse_list": {"en": "Worse: {names}.", "zh": "变差的指标：{names}。"},
+    "incomparable": {
+        "en": "⚠️ Compared although not comparable: {what}.",
+        "zh": "⚠️ 两次运行本不可比，仍按要求比较：{what}。",
+    },
+    "baseline": {"en": "Baseline", "zh": "基线"},
+    "config": {"en": "config", "zh": "配置"},
+    "chosen": {"en": "chosen by", "zh": "选择方式"},
+    "default": {
+        "en": "the newest finished comparable run after the baseline",
+        "zh": "基线之后最新的、可比的已完成运行",
+    },
+    "dataset": {"en": "Dataset", "zh": "数据集"},
+    "failed_rules": {"en": "Rules that did not pass", "zh": "未通过的规则"},
+    "outcome": {"en": "Outcome", "zh": "结果"},
+    "failed": {"en": "failed", "zh": "未通过"},
+    "undecided": {"en": "undecided", "zh": "无法判定"},
+    "metrics": {"en": "Metrics", "zh": "指标对比"},
+    "better": {"en": "Better", "zh": "方向"},
+    "ci": {"en": "{level:.0%} CI", "zh": "{level:.0%} 置信区间"},
+    "p": {"en": "p", "zh": "p 值"},
+    "moved": {"en": "Verdict", "zh": "判断"},
+    "moved_better": {"en": "better", "zh": "变好"},
+    "moved_worse": {"en": "worse", "zh": "变差"},
+    "moved_flat": {"en": "flat", "zh": "持平"},
+    "no_worst": {"en": "No case regressed.", "zh": "没有样本退步。"},
+    "case": {"en": "Case", "zh": "样本"},
+    "regression": {"en": "Regression", "zh": "退步量"},
+    "changes": {"en": "What changed", "zh": "变化"},
+    "error": {"en": "Candidate error", "zh": "候选的错误"},
+    "errored": {"en": "errored", "zh": "出错"},
+    "stage": {"en": "Likely stage", "zh": "可能出问题的环节"},
+    "detectable": {"en": "Detectable", "zh": "可检测变化"},
+    "underpowered": {"en": "What this gate cannot see", "zh": "该门禁看不出的变化"},
+    "detectable_note": {
+        "en": "Detectable: the smallest true change each paired comparison finds 4 times in 5 "
+        "(two-sided, {level:.0%} confidence).",
+        "zh": "可检测变化：配对比较有 80% 把握发现的最小真实变化（双侧，{level:.0%} 置信度）。",
+    },
+    "footer": {
+        "en": "Statistics are paired over the cases both runs scored; a missing score is never counted as zero.",
+        "zh": "统计量按两次运行都有分数的样本配对计算；缺失的分数不会按 0 计。",
+    },
+    "better_higher": {"en": "higher", "zh": "越高越好"},
+    "better_lower": {"en": "lower", "zh": "越低越好"},
+    "most_regressed": {"en": "Most regressed cases", "zh": "退步最多的样本"},
+    # Under a gate rule too weak to see the drop it allows (ragexp.compare.power).
+    "cannot_tell": {
+        "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
+        "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
+    },
+    "needed_some": {"en": "about {needed} cases would be needed", "zh": "约需 {needed} 条样本"},
+    "needed_none": {"en": "no number of cases would be enough", "zh": "样本再多也不够"},
+    "too_few": {"en": "none below {floor} paired cases", "zh": "少于 {floor} 条配对样本时无法检测任何变化"},
+    "too_few_discordant": {
+        "en": "none with {discordant} discordant pairs",
+        "zh": "仅 {discordant} 对结果不一致的样本时无法检测任何变化",
+    },
 }
 
 
-def t(key: str, language: str) -> str:
-    return TEXT[key][language]
+def t(key: str, language: str, **values: object) -> str:
+    """The phrase ``key`` in ``language``, its ``{placeholders}`` filled from ``values``."""
+    text = PHRASES[key][language]
+    return text.format(**values) if values else text
