@@ -143,7 +143,7 @@ def _review(
         f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {path}"
         + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
     )
-    from ragexp.cli.labels import print_queue_link
+    from ragexp.cli.views import print_queue_link
 
     print_queue_link(made.url, base, store.uri)
     print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")

@@ -1,43 +1,14 @@
-"""``ragexp power`` and the detectable-effect lines of ``ragexp diff`` and ``ragexp gate``."""
+"""``ragexp power --baseline BASELINE``."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from ragexp.compare.diff import DiffResult
-    from ragexp.compare.gate import GateResult
-
-
-def print_gate_power(result: GateResult) -> None:
-    """Per metric of the gate's rules, what the comparison can detect; then each underpowered rule."""
-    from ragexp.cli.render import fmt
-
-    seen: dict[str, str] = {}
-    for rule in result.rules:
-        if rule.power is not None and rule.metric not in seen:
-            seen[rule.metric] = f"{fmt(rule.detectable_effect)} with {rule.power.n} cases"
-    if seen:
-        print("detectable change (two-sided, 80% power):")
-        for name, text in seen.items():
-            print(f"  {name:22} {text}")
-    for rule in result.rules:
-        line = rule.cannot_tell()
-        if line:
-            print(f"note: {rule.metric} {rule.rule} {rule.threshold:g}: {line}")
-
-
-def print_diff_power(result: DiffResult) -> None:
-    """The footnote saying what the 'detectable' column means."""
-    if any(m.power is not None for m in result.metrics):
-        print(
-            f"\ndetectable: the smallest true change each paired comparison finds 4 times in 5 "
-            f"(two-sided, {result.confidence:.0%} confidence); a smaller change may well be missed"
-        )
+from ragexp.cli.options import JsonFlag, TrackingUri
 
 
 def power(
@@ -62,14 +33,8 @@ def power(
             "spread for any positive correlation).",
         ),
     ] = 0.0,
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option(
-            "--tracking-uri",
-            help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).",
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
+    tracking_uri: TrackingUri = None,
+    as_json: JsonFlag = False,
 ) -> None:
     """What a comparison with this baseline could detect, and the cases a given effect needs."""
     from ragexp.compare.data import load_run

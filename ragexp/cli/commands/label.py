@@ -1,31 +1,15 @@
-"""``ragexp label RUN_ID``, ``ragexp label export RUN_ID --out FILE`` and ``ragexp calibrate RUN_ID``."""
+"""``ragexp label RUN_ID`` and ``ragexp label export RUN_ID --out FILE``."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from ragexp.secrets import mask_url
-
-TrackingUri = Annotated[
-    str | None,
-    typer.Option(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
-    ),
-]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
-
-
-def _info(message: str) -> None:
-    sys.stderr.write(message + "\n")
-
-
-def _emit(payload: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+from ragexp.cli.console import emit_json
+from ragexp.cli.options import JsonFlag, TrackingUri
 
 
 def label(
@@ -76,34 +60,24 @@ def label(
     made = create_label_queue(store, target, metrics=names, sample=sample, seed=seed, queue=queue)
     base = Links.for_store(store.uri, ui_url).base
     if as_json:
-        _emit(made.to_json(base))
+        emit_json(made.to_json(base))
         return
     print(
         f"review queue '{made.queue}' ({made.queue_id}): {len(made.traces)} of {made.cases} traces of run "
         f"{made.run_id}, {made.kept} already labelled"
     )
     print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
+    from ragexp.cli.views import print_queue_link
+
     print_queue_link(made.url, base, store.uri)
     print(f"then: ragexp calibrate {made.run_id}")
 
 
-def print_queue_link(url_of: Callable[[str | None], str | None], base: str | None, store_uri: str) -> None:
-    """Where to open a review queue: its link on a known UI, else how to start one on this store."""
-    url = url_of(base)
-    if url:
-        print(f"open: {url}")
-    else:
-        print(
-            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {mask_url(store_uri)}), then "
-            f"{url_of('http://127.0.0.1:5000')}"
-        )
-
-
 def _export(run_id: str, out: str | None, tracking_uri: str | None, as_json: bool) -> None:
-    from ragexp.cli.outputs import check_writable, write_file
     from ragexp.compare.data import load_run
     from ragexp.errors import ConfigError
     from ragexp.labels.collect import collect_labels, export_rows, trace_expectations
+    from ragexp.outputs import check_writable, write_file
     from ragexp.tracking.store import Store
 
     path = check_writable("--out", out)
@@ -113,56 +87,11 @@ def _export(run_id: str, out: str | None, tracking_uri: str | None, as_json: boo
     data = load_run(store, run_id)
     labels = collect_labels(store, data)
     if (line := labels.ignored_line()) is not None:
-        _info(line)
+        sys.stderr.write(line + "\n")
     rows = export_rows(data, labels, trace_expectations(store, data))
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     write_file("--out", path, text.encode("utf-8"))
     if as_json:
-        _emit({"run_id": run_id, "out": str(path), "cases": len(rows), "labels": labels.counts()})
+        emit_json({"run_id": run_id, "out": str(path), "cases": len(rows), "labels": labels.counts()})
     else:
         print(f"{len(rows)} labelled cases of run {run_id} written to {path}")
-
-
-def calibrate(
-    run_id: Annotated[str, typer.Argument(help="Run id whose traces people labelled.")],
-    tracking_uri: TrackingUri = None,
-    as_json: JsonFlag = False,
-) -> None:
-    """Judge calibration and prediction-powered means from the labels on a run's traces, logged on the run."""
-    from ragexp.compare.data import load_run
-    from ragexp.labels.collect import calibrate_run, collect_labels
-    from ragexp.tracking.store import Store
-
-    store = Store(tracking_uri)
-    data = load_run(store, run_id)
-    labels = collect_labels(store, data)
-    if (line := labels.ignored_line()) is not None:
-        _info(line)
-    trust = calibrate_run(data, labels)
-    figures = trust.as_metrics()
-    if figures:
-        store.log_metrics(run_id, figures)
-    counts = labels.counts()
-    if as_json:
-        _emit(
-            {
-                "run_id": run_id,
-                "labels": counts,
-                "own": labels.own,
-                "carried_over": labels.carried,
-                "ignored": labels.ignored,
-                **trust.to_json(),
-            }
-        )
-        return
-    from ragexp.cli.render import trust_lines
-    from ragexp.labels.collect import calibration_settings
-
-    labelled = ", ".join(f"{name} {n}" for name, n in counts.items()) or "none"
-    print(f"run {run_id}: labelled cases {labelled} ({labels.carried} carried over from identical outputs)")
-    for line in trust_lines(trust, calibration_settings(data).threshold, None):
-        print(line)
-    if not figures:
-        print("not calibrated: fewer labelled, scored cases than calibration.min_labelled for every metric")
-    else:
-        print(f"logged on run {run_id}: {len(figures)} calibration.* and ppi.* metrics")
