@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 import typer
+from typer import _click  # typer's own click: the types its group methods are declared with
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 from typer.main import get_command_from_info
@@ -27,10 +28,10 @@ from ragexp.secrets import scrub
 class LazyCommands(TyperGroup):
     """The commands of :data:`~ragexp.cli.commands.COMMANDS`, each built from its module on first use."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: _click.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
         if cmd_name not in COMMANDS:
             return None
         if cmd_name not in self.commands:
@@ -43,16 +44,17 @@ class LazyCommands(TyperGroup):
         return self.commands[cmd_name]
 
     def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
+        self, ctx: _click.Context, args: list[str]
+    ) -> tuple[str | None, _click.Command | None, list[str]]:
         try:
             return super().resolve_command(ctx, args)
-        except click.UsageError as exc:
+        except _click.exceptions.UsageError as exc:
             # typer suggests from the commands built so far; here that is none of them.
             matches = get_close_matches(args[0], COMMANDS) if args else []
-            if matches and "Did you mean" not in exc.message:
-                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
-            raise
+            if not matches or "Did you mean" in exc.message:
+                raise
+            suggestions = ", ".join(map(repr, matches))
+            raise _click.exceptions.UsageError(f"{exc.message.rstrip('.')}. Did you mean {suggestions}?", exc.ctx) from None
 
 
 app = typer.Typer(
