@@ -140,7 +140,7 @@ def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Pa
     assert payload["experiment"] is None
     assert [(r["run_id"], r["experiment"]) for r in payload["runs"]] == [(here["run_id"], "elsewhere")]
     text = ragexp("runs", "--config-hash", prefix)
-    header, rule, row = text.stdout.splitlines()
+    header, _, row = text.stdout.splitlines()
     assert header.split()[:3] == ["run", "experiment", "started"]
     assert row.split()[:2] == [here["run_id"], "elsewhere"]
 

@@ -127,7 +127,9 @@ def test_case_lines_found_with_numpy_are_the_lines_of_the_file() -> None:
 
 # --- layering: no import cycles, a thin CLI, a light --help ---------------------------------------
 
-PENDING_CYCLES = {frozenset({"ragexp.tracking.store", "ragexp.tracking.sqlite_reader", "ragexp.tracking.sqlite_writer"})}
+PENDING_CYCLES = {
+    frozenset({"ragexp.tracking.store", "ragexp.tracking.sqlite_reader", "ragexp.tracking.sqlite_writer"})
+}
 """Cycles another change removes (tracking/, issue 18); nothing may join them and no other may appear."""
 COMMANDS_DIR = PACKAGE / "cli" / "commands"
 COMMAND_TOP_IMPORTS = {"__future__", "typing", "typer", "ragexp.cli.options", "ragexp.cli.console", "ragexp.errors"}
@@ -180,7 +182,9 @@ def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     modules = set(paths)
-    return {name: _imports(ast.parse(path.read_text(encoding="utf-8")), modules) - {name} for name, path in paths.items()}
+    return {
+        name: _imports(ast.parse(path.read_text(encoding="utf-8")), modules) - {name} for name, path in paths.items()
+    }
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:

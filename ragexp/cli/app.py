@@ -53,8 +53,8 @@ class LazyCommands(TyperGroup):
             matches = get_close_matches(args[0], COMMANDS) if args else []
             if not matches or "Did you mean" in exc.message:
                 raise
-            suggestions = ", ".join(map(repr, matches))
-            raise _click.exceptions.UsageError(f"{exc.message.rstrip('.')}. Did you mean {suggestions}?", exc.ctx) from None
+            suggested = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise _click.exceptions.UsageError(suggested, exc.ctx) from None
 
 
 app = typer.Typer(
