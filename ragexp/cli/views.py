@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, trust_lines
 from ragexp.compare.figures import threshold
+from ragexp.compare.power import POWER
+from ragexp.compare.release import POWER_ASSUMPTION
 from ragexp.metrics.registry import headline_metrics
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
-    from ragexp.compare.release import GateOutcome
+    from ragexp.compare.release import BaselinePower, GateOutcome
+    from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
     from ragexp.sweep import SweepOutcome
@@ -352,3 +355,45 @@ def print_queue_link(url_of: Callable[[str | None], str | None], base: str | Non
             f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {mask_url(store_uri)}), then "
             f"{url_of('http://127.0.0.1:5000')}"
         )
+
+
+def show_label_queue(queued: Queued) -> None:
+    made = queued.made
+    print(
+        f"review queue '{made.queue}' ({made.queue_id}): {len(made.traces)} of {made.cases} traces of run "
+        f"{made.run_id}, {made.kept} already labelled"
+    )
+    print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
+    print_queue_link(made.url, queued.base, queued.store_uri)
+    print(f"then: ragexp calibrate {made.run_id}")
+
+
+def show_calibration(calibrated: Calibrated) -> None:
+    run_id, labels = calibrated.run_id, calibrated.labels
+    labelled = ", ".join(f"{name} {n}" for name, n in labels.counts().items()) or "none"
+    print(f"run {run_id}: labelled cases {labelled} ({labels.carried} carried over from identical outputs)")
+    for line in trust_lines(calibrated.trust, calibrated.threshold, None):
+        print(line)
+    if not calibrated.logged:
+        print("not calibrated: fewer labelled, scored cases than calibration.min_labelled for every metric")
+    else:
+        print(f"logged on run {run_id}: {len(calibrated.logged)} calibration.* and ppi.* metrics")
+
+
+def show_power(found: BaselinePower) -> None:
+    run, effect, confidence = found.baseline, found.effect, found.confidence
+    print(f"baseline {run.run_id}  ({len(run.case_ids)} cases)")
+    headers = ["metric", "cases", "sd of difference", "detectable"]
+    if effect is not None:
+        headers.append(f"cases for {effect:g}")
+    rows = []
+    for p in found.plans:
+        row = [p.metric, str(p.n), fmt(p.sd), fmt(p.detectable)]
+        if effect is not None:
+            row.append(f"{p.needed:,}" if p.needed is not None else "not reachable")
+        rows.append(row)
+    print(table(headers, rows, "lrrr" + "r" * (effect is not None)))
+    print(
+        f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
+        f"and a correlation of {found.correlation:g} with it"
+    )

@@ -1,5 +1,6 @@
-"""The comparisons the CLI runs, whole: ``ragexp diff`` (:func:`compare_runs`) and the release
-workflow of ``ragexp gate`` (:func:`run_gate`).
+"""The comparisons the CLI runs, whole: ``ragexp diff`` (:func:`compare_runs`), the release
+workflow of ``ragexp gate`` (:func:`run_gate`) and what a baseline lets a comparison detect
+(``ragexp power``, :func:`baseline_power`).
 
 Each takes the options as the user gave them and does, in order: check every output file and
 option before any work; choose the runs (each choice explained through ``say``); compare; record
@@ -21,6 +22,7 @@ from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult, compute_diff
 from ragexp.compare.gate import GateResult, check_gate, gate_runs
 from ragexp.compare.junit import junit_xml
+from ragexp.compare.power import POWER, Plan, baseline_plan
 from ragexp.compare.promote import PROMOTION_READS, Promotion, PromotionTag, holders, parse_tag
 from ragexp.compare.promote import promote as move_tag
 from ragexp.compare.select import (
@@ -280,3 +282,53 @@ def run_gate(
         say,
     )
     return GateOutcome(result, diff, base.run_id, cand.run_id, how, tag, promotion)
+
+
+POWER_ASSUMPTION = (
+    "sd of the paired difference = sd(baseline) * sqrt(2 * (1 - correlation)): the candidate is assumed "
+    "to have the baseline's per-case variance"
+)
+
+
+@dataclass(frozen=True)
+class BaselinePower:
+    """What a comparison with one baseline could detect, metric by metric."""
+
+    baseline: RunData
+    plans: list[Plan]
+    confidence: float
+    effect: float | None
+    correlation: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline.run_id,
+            "confidence": self.confidence,
+            "power": POWER,
+            "correlation": self.correlation,
+            "assumption": POWER_ASSUMPTION,
+            "metrics": [p.to_json() for p in self.plans],
+        }
+
+
+def baseline_power(
+    baseline: str,
+    *,
+    effect: float | None = None,
+    confidence: float = 0.95,
+    correlation: float = 0.0,
+    tracking_uri: str | None = None,
+    say: Say = _silent,
+) -> BaselinePower:
+    """``ragexp power``: per metric of the baseline, the smallest change a paired comparison
+    detects, and with ``effect`` the cases it needs."""
+    if effect is not None and effect <= 0:
+        raise ConfigError(f"--effect: expected a positive change, got {effect:g}")
+    selector = parse_selector(baseline)
+    store = Store(tracking_uri, read_only=True)
+    chosen = resolve_baseline(store, selector, candidate=None)
+    if chosen.asked:
+        say(chosen.how)
+    run = load_run(store, chosen.run_id)
+    plans = baseline_plan(run, confidence=confidence, effect=effect, correlation=correlation)
+    return BaselinePower(run, plans, confidence, effect, correlation)

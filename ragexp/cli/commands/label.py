@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
@@ -10,6 +9,10 @@ import typer
 
 from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, TrackingUri
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 def label(
@@ -38,60 +41,30 @@ def label(
     as_json: JsonFlag = False,
 ) -> None:
     """Put a run's traces in an MLflow review queue for people to label (or export the labels)."""
+    from ragexp.cli.views import show_label_queue
     from ragexp.errors import ConfigError
+    from ragexp.labels.workflow import export_labels, label_run
 
     if target == "export":
         if run is None:
             raise ConfigError("label export: give the run id (ragexp label export RUN_ID --out FILE)")
         if metrics is not None or sample is not None or queue is not None:
             raise ConfigError("label export: --metrics, --sample and --queue belong to 'ragexp label RUN_ID'")
-        _export(run, out, tracking_uri, as_json)
+        exported = export_labels(run, out, tracking_uri=tracking_uri, say=_stderr)
+        if as_json:
+            emit_json(exported.to_json())
+        else:
+            print(f"{exported.cases} labelled cases of run {run} written to {exported.out}")
         return
     if run is not None:
         raise ConfigError(f"label: unexpected argument {run!r} (ragexp label RUN_ID, or ragexp label export RUN_ID)")
     if out is not None:
         raise ConfigError("label: --out belongs to 'ragexp label export RUN_ID --out FILE'")
-    from ragexp.compare.summary import Links
-    from ragexp.labels.queue import create_label_queue
-    from ragexp.tracking.store import Store
-
     names = [name.strip() for name in metrics.split(",") if name.strip()] if metrics is not None else None
-    store = Store(tracking_uri)
-    made = create_label_queue(store, target, metrics=names, sample=sample, seed=seed, queue=queue)
-    base = Links.for_store(store.uri, ui_url).base
-    if as_json:
-        emit_json(made.to_json(base))
-        return
-    print(
-        f"review queue '{made.queue}' ({made.queue_id}): {len(made.traces)} of {made.cases} traces of run "
-        f"{made.run_id}, {made.kept} already labelled"
+    queued = label_run(
+        target, metrics=names, sample=sample, seed=seed, queue=queue, ui_url=ui_url, tracking_uri=tracking_uri
     )
-    print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
-    from ragexp.cli.views import print_queue_link
-
-    print_queue_link(made.url, base, store.uri)
-    print(f"then: ragexp calibrate {made.run_id}")
-
-
-def _export(run_id: str, out: str | None, tracking_uri: str | None, as_json: bool) -> None:
-    from ragexp.compare.data import load_run
-    from ragexp.errors import ConfigError
-    from ragexp.labels.collect import collect_labels, export_rows, trace_expectations
-    from ragexp.outputs import check_writable, write_file
-    from ragexp.tracking.store import Store
-
-    path = check_writable("--out", out)
-    if path is None:
-        raise ConfigError("label export: --out FILE is required")
-    store = Store(tracking_uri, read_only=True)
-    data = load_run(store, run_id)
-    labels = collect_labels(store, data)
-    if (line := labels.ignored_line()) is not None:
-        sys.stderr.write(line + "\n")
-    rows = export_rows(data, labels, trace_expectations(store, data))
-    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    write_file("--out", path, text.encode("utf-8"))
     if as_json:
-        emit_json({"run_id": run_id, "out": str(path), "cases": len(rows), "labels": labels.counts()})
+        emit_json(queued.to_json())
     else:
-        print(f"{len(rows)} labelled cases of run {run_id} written to {path}")
+        show_label_queue(queued)
