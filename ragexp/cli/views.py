@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
+    from ragexp.draft.review import Accepted
+    from ragexp.draft.workflow import InReview
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
@@ -397,3 +400,25 @@ def show_power(found: BaselinePower) -> None:
         f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
         f"and a correlation of {found.correlation:g} with it"
     )
+
+
+def show_draft_review(queued: InReview) -> None:
+    made = queued.made
+    print(
+        f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {queued.path}"
+        + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
+    )
+    print_queue_link(made.url, queued.base, queued.store_uri)
+    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+
+
+def show_accepted(out: Path, result: Accepted) -> None:
+    print(
+        f"{result.accepted} accepted, {len(result.rejected)} rejected (dropped), {result.pending} not reviewed yet; "
+        f"wrote {len(result.cases)} cases to {out}"
+    )
+    if result.pending:
+        print(
+            f"the {result.pending} not reviewed stay draft.status 'draft' (ragexp run refuses them): review them "
+            f"and run this again, or drop them from {out}"
+        )

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ragexp.errors import ConfigError, ProviderError, StorageError
+from ragexp.cli.console import emit_json
+from ragexp.errors import ConfigError, ProviderError
 
 
 def draft(
@@ -59,113 +56,41 @@ def draft(
 ) -> None:
     """Draft cases (status: draft) from your documents; people screen them before they count
     (--review puts them in an MLflow review queue, --accept writes the ones people kept)."""
+    from ragexp.cli.views import show_accepted, show_draft_review
+    from ragexp.draft.workflow import accept_draft, draft_set, review_draft
+
     if review is not None and accept is not None:
         raise ConfigError("draft: --review and --accept are two steps: give one of them")
     if review is not None:
         if corpus is None or out is not None or overrides:
             raise ConfigError("draft --review FILE: give --corpus (the chunks the cases came from), and no --out")
-        _review(Path(review), Path(corpus), queue, tracking_uri, ui_url, as_json)
+        queued = review_draft(review, corpus, queue=queue, tracking_uri=tracking_uri, ui_url=ui_url)
+        if as_json:
+            emit_json(queued.to_json())
+        else:
+            show_draft_review(queued)
         return
     if accept is not None:
         if out is None or corpus is not None or queue is not None or overrides:
             raise ConfigError("draft --accept QUEUE: give --out FILE (and no --corpus, --queue or overrides)")
-        _accept(accept, Path(out), tracking_uri, as_json)
+        path, accepted = accept_draft(accept, out, tracking_uri=tracking_uri)
+        if as_json:
+            emit_json({"out": str(path), **accepted.to_json()})
+        else:
+            show_accepted(path, accepted)
         return
     if corpus is None or out is None:
         raise ConfigError("draft: give --corpus and --out (or --review FILE, or --accept QUEUE)")
     if queue is not None or tracking_uri is not None or ui_url is not None:
         raise ConfigError("draft: --queue, --tracking-uri and --ui-url belong to --review and --accept")
-    from ragexp.config.compose import compose
-    from ragexp.draft.corpus import read_corpus
-    from ragexp.draft.drafting import Drafter, Options
-    from ragexp.tracking.store import Store
-
-    config = compose(overrides or [])
-    judge = config.provider.judge
-    if judge is None:
-        raise ConfigError(
-            "ragexp draft needs a model: choose judge=openai (or judge=mindie) and set provider.judge.base_url"
-        )
-    options = Options(n=n, unanswerable=unanswerable, multi=multi, seed=seed)
-    options.counts()
-    out_path = Path(out)
-    if out_path.is_dir():
-        raise ConfigError(f"--out {out}: is a folder")
-    chunks = read_corpus(Path(corpus))
-    cache_path = Path(cache) if cache else Store(config.tracking.uri).state_dir() / "draft-cache.sqlite"
-    drafter = Drafter(judge, cache_path)
-    drafter.preflight()
-    drafted = drafter.draft(chunks, options)
-    write_cases(out_path, drafted.cases)
-    summary = drafted.summary
+    drafted = draft_set(
+        corpus, out, overrides or [], n=n, unanswerable=unanswerable, multi=multi, seed=seed, cache=cache
+    )
     if as_json:
-        sys.stdout.write(json.dumps({"out": str(out_path), **summary.to_json()}, ensure_ascii=False) + "\n")
+        emit_json(drafted.to_json())
     else:
-        for line in summary.lines():
+        for line in drafted.summary.lines():
             print(line)
-        print(f"wrote {out_path}: screen it (set draft.status to 'screened', or drop the case) before it counts")
-    if summary.dropped.get("call_failed"):
-        stopped = f"{drafter.stopped}; " if drafter.stopped else ""
-        raise ProviderError(
-            f"{stopped}{summary.dropped['call_failed']} planned case(s) got no reply (the first failure: "
-            f"{summary.first_failure}); the cases drafted are written; rerun the same command to ask only for the rest"
-        )
-
-
-def write_cases(path: Path, cases: list[dict[str, object]]) -> None:
-    """Write the JSONL at once (a temporary file renamed), so an old file is never half replaced."""
-    temporary = path.with_name(path.name + ".partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with temporary.open("w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(case, ensure_ascii=False) + "\n" for case in cases)
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise StorageError(f"--out {path}: cannot write: {exc.strerror}") from None
-
-
-def _review(
-    path: Path, corpus: Path, queue: str | None, tracking_uri: str | None, ui_url: str | None, as_json: bool
-) -> None:
-    from ragexp.compare.summary import Links
-    from ragexp.draft.corpus import read_corpus
-    from ragexp.draft.review import create_review
-    from ragexp.tracking.store import Store
-
-    chunks = read_corpus(corpus)
-    store = Store(tracking_uri)
-    made = create_review(store, path, chunks, queue)
-    base = Links.for_store(store.uri, ui_url).base
-    if as_json:
-        sys.stdout.write(json.dumps(made.to_json(base), ensure_ascii=False) + "\n")
-        return
-    print(
-        f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {path}"
-        + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
-    )
-    from ragexp.cli.views import print_queue_link
-
-    print_queue_link(made.url, base, store.uri)
-    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
-
-
-def _accept(queue: str, out: Path, tracking_uri: str | None, as_json: bool) -> None:
-    from ragexp.draft.review import accept
-    from ragexp.tracking.store import Store
-
-    if out.is_dir():
-        raise ConfigError(f"--out {out}: is a folder")
-    result = accept(Store(tracking_uri), queue)
-    write_cases(out, result.cases)
-    if as_json:
-        sys.stdout.write(json.dumps({"out": str(out), **result.to_json()}, ensure_ascii=False) + "\n")
-        return
-    print(
-        f"{result.accepted} accepted, {len(result.rejected)} rejected (dropped), {result.pending} not reviewed yet; "
-        f"wrote {len(result.cases)} cases to {out}"
-    )
-    if result.pending:
-        print(
-            f"the {result.pending} not reviewed stay draft.status 'draft' (ragexp run refuses them): review them "
-            f"and run this again, or drop them from {out}"
-        )
+        print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
+    if drafted.failure:
+        raise ProviderError(drafted.failure)
