@@ -6,6 +6,7 @@ every command module.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -56,8 +57,6 @@ UiUrl = Annotated[
 def use_config_dir(config_dir: str | None) -> None:
     """``--config-dir``, given before or after the command name."""
     if config_dir:
-        import os
-
         from ragexp.paths import CONFIG_DIR_ENV  # here: importlib.resources is not for --help
 
         os.environ[CONFIG_DIR_ENV] = config_dir  # read by composition, data paths and sweep workers alike
