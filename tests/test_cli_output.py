@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, write_jsonl
 from tests.test_compare import replay_rows, run_replay
 
@@ -152,3 +154,29 @@ def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Pa
     assert [r["run_id"] for r in ragexp("runs", "--experiment", "elsewhere", "--json").json()["runs"]] == [
         here["run_id"]
     ]
+
+
+def test_diff_and_gate_are_library_functions_the_cli_renders(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    from ragexp.compare.release import compare_runs, run_gate
+    from ragexp.errors import ConfigError
+
+    base = run_replay(ragexp, write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 6)), "+tags.role=prod")
+    cand = run_replay(ragexp, write_jsonl(tmp_path / "b.jsonl", replay_rows([{"rank": 2}] * 6)))
+    said: list[str] = []
+    compared = compare_runs("tag:role=prod", cand["run_id"], say=said.append, seed=3)
+    assert compared.baseline.run_id == base["run_id"] and said[0].startswith("baseline: tag:role=prod -> run ")
+    cli = ragexp("diff", base["run_id"], cand["run_id"], "--json", "--seed", "3")
+    assert cli.code == 0 and cli.json() == compared.result.to_json()
+
+    gated = run_gate("tag:role=prod", overrides=["gates=release"], candidate=cand["run_id"], say=said.append)
+    assert not gated.result.passed and {f.metric for f in gated.result.failures} >= {"mrr"}
+    assert (gated.baseline, gated.candidate, gated.promotion) == (base["run_id"], cand["run_id"], None)
+    cli = ragexp("gate", "--baseline", "tag:role=prod", "--candidate", cand["run_id"], "gates=release", "--json")
+    assert cli.code == 2 and cli.json() == gated.to_json()
+
+    # A candidate that is the baseline is refused the same way, however the two were chosen.
+    itself = f"^the candidate {base['run_id']} is the baseline itself: there is nothing to compare$"
+    with pytest.raises(ConfigError, match=itself):
+        compare_runs(base["run_id"], base["run_id"])
+    with pytest.raises(ConfigError, match=itself):
+        run_gate(base["run_id"], candidate=base["run_id"])
