@@ -20,13 +20,16 @@ import orjson
 
 from ragexp import __version__
 from ragexp.checkpoint import Checkpoint, read_checkpoint
+from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
+from ragexp.draft.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
@@ -34,7 +37,7 @@ from ragexp.paths import data_roots
 from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
-from ragexp.secrets import scrub
+from ragexp.secrets import register_url, scrub
 from ragexp.tracking import limits
 
 if TYPE_CHECKING:
@@ -115,6 +118,8 @@ class RunOutcome:
     """Stage -> p50/p95 seconds, from the timings the system reported."""
     trust: Trust = field(default_factory=lambda: Trust({}, {}))
     """Judge calibration and prediction-powered means from the dataset's human scores."""
+    missed: Missed = field(default_factory=Missed)
+    """The cases scored below full marks (the first few described)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -257,6 +262,31 @@ def execute(
         if resume is not None:
             store.set_running(run_id)
         return _execute(plan, store, run_id, done, resumed=resume is not None)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A finished ``ragexp run``: what was planned and what came of it."""
+
+    plan: Plan
+    outcome: RunOutcome
+
+
+def run_config(
+    overrides: Sequence[str], *, resume: str | None = None, retry_errors: bool = False, allow_draft: bool = False
+) -> Evaluation:
+    """``ragexp run``: compose the config, plan (every check before an MLflow run exists),
+    evaluate every case and log one run; ``resume`` continues an interrupted one."""
+    if retry_errors and not resume:
+        raise ConfigError("--retry-errors goes with --resume RUN_ID")
+    config = compose(list(overrides))
+    store = Store(config.tracking.uri, timeout_s=config.tracking.timeout_s)
+    register_url(store.uri)  # a tracking server's password is masked wherever a secret is
+    plan = plan_run(config, store.state_dir())
+    if not allow_draft:
+        refuse_unscreened(plan.dataset)
+    draft_tags = {DRAFT_TAG: "true"} if unscreened(plan.dataset) else None
+    return Evaluation(plan, execute(plan, store, resume=resume, retry_errors=retry_errors, tags=draft_tags))
 
 
 def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool) -> RunOutcome:
@@ -526,6 +556,7 @@ def _score_and_log(
         plan.specs,
         timings,
         trust,
+        missed_cases(plan.specs, scores, cases, results, cfg.k),
     )
 
 

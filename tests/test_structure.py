@@ -29,7 +29,7 @@ def test_no_metric_name_outside_the_registry() -> None:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _ALIASES:
-                if node.value == STAGE_TIMING and path.name in {"runner.py", "app.py"}:
+                if node.value == STAGE_TIMING and path.name in {"runner.py", "views.py"}:
                     continue
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {node.value}")
     assert found == []
@@ -123,3 +123,220 @@ def test_case_lines_found_with_numpy_are_the_lines_of_the_file() -> None:
     for data in samples:
         found = artifacts.CaseLines(data)
         assert list(found) == artifacts.case_lines(data) and len(found) == len(artifacts.case_lines(data)), data
+
+
+# --- layering: no import cycles, a thin CLI, a light --help ---------------------------------------
+
+PENDING_CYCLES = {
+    frozenset({"ragexp.tracking.store", "ragexp.tracking.sqlite_reader", "ragexp.tracking.sqlite_writer"})
+}
+"""Cycles another change removes (tracking/, issue 18); nothing may join them and no other may appear."""
+COMMANDS_DIR = PACKAGE / "cli" / "commands"
+COMMAND_TOP_IMPORTS = {"__future__", "typing", "typer", "ragexp.cli.options", "ragexp.cli.console", "ragexp.errors"}
+"""What a command module may import at its top: nothing that does a command's work, so that
+``ragexp --help``, which reads every command's options, imports none of it."""
+COMMAND_MAX_LINES = 100
+ENTRY_POINTS = {
+    "init": {"ragexp.cli.init.init_project", "ragexp.cli.init.next_commands"},
+    "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep"},
+    "validate": {"ragexp.datasets.check.check_dataset"},
+    "runs": {"ragexp.compare.listing.list_runs"},
+    "gate": {"ragexp.compare.release.run_gate"},
+    "diff": {"ragexp.compare.release.compare_runs"},
+    "report": {"ragexp.report.publish.publish_report"},
+    "demo": {"ragexp.cli.demo.run_demo"},
+    "power": {"ragexp.compare.release.baseline_power"},
+    "label": {"ragexp.labels.workflow.label_run", "ragexp.labels.workflow.export_labels"},
+    "calibrate": {"ragexp.labels.workflow.calibrate_labels"},
+    "draft": {
+        "ragexp.draft.workflow.draft_set",
+        "ragexp.draft.workflow.review_draft",
+        "ragexp.draft.workflow.accept_draft",
+    },
+}
+"""The library functions each command calls: one per mode of the command (``run`` and ``run -m``,
+``label`` and ``label export``...). Everything else a command module calls is parsing or
+rendering (``ragexp.cli.views``)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    """ragexp modules imported anywhere in ``tree`` (module level or inside functions), except
+    under ``if TYPE_CHECKING:``; ``from package import module`` counts as the module."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for other in child.orelse:
+                    visit_one(other)
+                continue
+            visit_one(child)
+
+    def visit_one(node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                if sub in modules:
+                    found.add(sub)
+                elif node.module in modules:
+                    found.add(node.module)
+        visit(node)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    return {
+        name: _imports(ast.parse(path.read_text(encoding="utf-8")), modules) - {name} for name, path in paths.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [frozenset({"a", "b", "c"})]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x.typed\n"
+        "def f():\n    from x import late\n    import x.other\n"
+    )
+    assert _imports(tree, {"x", "x.late", "x.other", "x.typed"}) == {"x.late", "x.other"}
+
+
+def test_no_import_cycles_among_ragexp_modules() -> None:
+    graph = import_graph()
+    assert "ragexp.cli.app" in graph and graph["ragexp.metrics.judge.client"]  # the graph is the package's
+    assert set(cycles(graph)) - PENDING_CYCLES == set()
+
+
+def test_the_library_does_not_import_the_cli() -> None:
+    graph = import_graph()
+    leaks = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if not name.startswith("ragexp.cli")
+        for target in targets
+        if target.startswith("ragexp.cli")
+    )
+    assert leaks == []
+
+
+def test_every_command_module_is_thin() -> None:
+    from ragexp.cli.commands import COMMANDS
+
+    modules = sorted(path for path in COMMANDS_DIR.glob("*.py") if path.name != "__init__.py")
+    assert [path.stem for path in modules] == sorted(COMMANDS)
+    for path in modules:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        assert len(text.splitlines()) <= COMMAND_MAX_LINES, path.name
+        top = set()
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                top.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                top.add(node.module)
+        assert top - COMMAND_TOP_IMPORTS - {"json", "os", "sys", "pathlib"} == set(), path.name
+        public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        assert public == [path.stem], path.name
+        assert _library_calls(tree) == ENTRY_POINTS[path.stem], path.name
+        # No command module reaches into another (shared rendering is in cli/views.py).
+        assert not any(target.startswith("ragexp.cli.commands.") for target in _imports(tree, _command_modules()))
+
+
+def _library_calls(tree: ast.AST) -> set[str]:
+    """``module.name`` of every function the module calls that it imports from outside the CLI's
+    own plumbing (options, console, views, render) and the error classes."""
+    plumbing = ("ragexp.cli.options", "ragexp.cli.console", "ragexp.cli.views", "ragexp.cli.render", "ragexp.errors")
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ragexp.")
+        if not node.module.startswith(plumbing)
+        for alias in node.names
+    }
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return {f"{imported[name]}.{name}" for name in called & set(imported)}
+
+
+def _command_modules() -> set[str]:
+    return {f"ragexp.cli.commands.{path.stem}" for path in COMMANDS_DIR.glob("*.py")}
+
+
+def _imported_by(*args: str) -> tuple[list[str], list[str], str]:
+    """``ragexp ARGS`` in a fresh process: the heavy modules and the command modules it imported."""
+    import subprocess
+    import sys
+
+    probe = (
+        f"import sys\nsys.argv = ['ragexp', *{list(args)!r}]\nfrom ragexp.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = {'mlflow', 'hydra', 'numpy', 'ragas', 'pandas', 'omegaconf'}\n"
+        "work = {'ragexp.runner', 'ragexp.compare.release', 'ragexp.tracking.store', 'ragexp.cli.views'}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in work), file=sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ragexp.cli.commands.')), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    heavy, commands = done.stderr.strip().splitlines()[-2:]
+    return ast.literal_eval(heavy), ast.literal_eval(commands), done.stdout
+
+
+def test_help_imports_no_command_work() -> None:
+    from ragexp.cli.commands import COMMANDS
+
+    heavy, commands, shown = _imported_by("--help")
+    assert heavy == []
+    assert "Commands" in shown and all(name in shown for name in COMMANDS)
+    # Every command is listed with its options read from its own module, and nothing more.
+    assert commands == sorted(f"ragexp.cli.commands.{name}" for name in COMMANDS)
+    # One command's help imports that command's module alone.
+    heavy, commands, shown = _imported_by("gate", "--help")
+    assert heavy == [] and commands == ["ragexp.cli.commands.gate"] and "--promote-tag" in shown

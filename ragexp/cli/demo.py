@@ -1,8 +1,9 @@
 """``ragexp demo``: the whole loop on the bundled sample system, in a fresh store of its own.
 
 baseline run -> candidate run (one knob changed) -> ``diff`` -> ``gate`` (fails, on purpose) ->
-``report``, then where to look in the MLflow UI. Each step is the real command, run in this
-process (MLflow is imported once) and printed first as the line a user would type.
+``report``, then where to look in the MLflow UI. Each step calls the library function of the
+real command and prints what the command prints, in this process (MLflow is imported once),
+preceded by the line a user would type.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import typer
-
+from ragexp.cli.console import info
+from ragexp.cli.views import gate_exit, report_line, run_warning, show_diff, show_gate, show_run
+from ragexp.compare.release import compare_runs, run_gate
 from ragexp.errors import ConfigError
+from ragexp.report.publish import publish_report
+from ragexp.runner import Evaluation, run_config
+from ragexp.tracking.store import Store
 
 EXPERIMENT = "ragexp-demo"
 MARKER = ".ragexp-demo"
@@ -59,8 +64,6 @@ def step(number: int, title: str, command: list[str]) -> None:
 
 
 def new_run(store_uri: str, before: set[str]) -> str:
-    from ragexp.tracking.store import Store
-
     runs = Store(store_uri).search(EXPERIMENT, limit=len(before) + 5)
     fresh = [record.run_id for record in runs if record.run_id not in before]
     if len(fresh) != 1:  # the demo's own store: exactly one new run per step, or something is wrong
@@ -68,10 +71,12 @@ def new_run(store_uri: str, before: set[str]) -> str:
     return fresh[0]
 
 
-def run_demo(folder: Path) -> None:
-    from ragexp.cli.app import diff, gate, report, run
-    from ragexp.tracking.store import Store
+def show_evaluation(evaluation: Evaluation) -> None:
+    run_warning(evaluation.outcome)
+    show_run(evaluation)
 
+
+def run_demo(folder: Path) -> None:
     started = time.perf_counter()
     folder = prepare(folder)
     db = folder / "mlflow.db"
@@ -84,10 +89,10 @@ def run_demo(folder: Path) -> None:
     print("an extractive answer) on kb_zh, 35 Chinese customer-service questions, run in-process.")
 
     step(1, "baseline: the sample system as shipped (one chunk per document)", ["ragexp", "run", *common])
-    run(overrides=[f"tracking.uri={uri}", *common[1:]])
+    show_evaluation(run_config([f"tracking.uri={uri}", *common[1:]]))
     baseline = new_run(uri, set())
     step(2, "candidate: one knob changed, one chunk per sentence", ["ragexp", "run", *common, KNOB])
-    run(overrides=[f"tracking.uri={uri}", *common[1:], KNOB])
+    show_evaluation(run_config([f"tracking.uri={uri}", *common[1:], KNOB]))
     candidate = new_run(uri, {baseline})
     store = Store(uri)
     store.set_tags(baseline, {"mlflow.runName": "demo-baseline"})
@@ -97,16 +102,14 @@ def run_demo(folder: Path) -> None:
     step(3, "diff: per metric with paired confidence intervals, then the cases that got worse", [
         "ragexp", "diff", baseline, candidate, "--top", "5", *flag
     ])  # fmt: skip
-    diff(baseline, candidate, top=5, tracking_uri=uri)
+    show_diff(compare_runs(baseline, candidate, top=5, tracking_uri=uri, say=info).result)
 
     step(4, "gate: the release rules (P95 left out, see below)", [
         "ragexp", "gate", "--baseline", baseline, "--candidate", candidate, *GATE, *flag
     ])  # fmt: skip
-    code = 0
-    try:
-        gate(baseline, overrides=GATE, candidate=candidate, tracking_uri=uri)
-    except typer.Exit as exc:
-        code = exc.exit_code
+    gated = run_gate(baseline, overrides=GATE, candidate=candidate, tracking_uri=uri, say=info)
+    show_gate(gated)
+    code = gate_exit(gated)
     if code == 2:
         print(
             "\nexit 2: the gate FAILED, which is what this demo expects. Sentence chunking fixes one case\n"
@@ -128,7 +131,9 @@ def run_demo(folder: Path) -> None:
     step(5, "report: Markdown and HTML with plots, also logged to the candidate run", [
         "ragexp", "report", candidate, "--baseline", baseline, "--out", shown(out), *flag
     ])  # fmt: skip
-    report(candidate, baseline=baseline, out=str(out), language=None, tracking_uri=uri)
+    print(
+        report_line(candidate, publish_report(candidate, baseline=baseline, out=str(out), tracking_uri=uri, say=info))
+    )
 
     mlflow = Path(sys.executable).parent / "mlflow"
     experiment_id = Store(uri).experiment_id(EXPERIMENT, create=False)
@@ -141,7 +146,9 @@ def run_demo(folder: Path) -> None:
     print(f"  or click: Experiments -> {EXPERIMENT} -> 'Model training' (top left) -> Training runs: tick")
     print("  demo-baseline and demo-candidate -> Compare. The one parameter that differs,")
     print("  provider.system.sample.chunking, is preselected; Run details lists every metric side by side.")
-    print("  Per case: 'GenAI' -> Evaluation runs: tick both -> Actions -> Compare pairs the two runs' traces")
-    print("  case by case (once ragexp logs per-case traces); each run's Artifacts hold cases.jsonl,")
-    print("  the cases table and the report.")
+    print("  Per case: every case is a trace of its run, with one assessment per metric. Evaluation runs")
+    print("  (left menu): select demo-candidate, choose demo-baseline in 'Compare to': one row per case with")
+    print("  both runs' traces, each metric's AVG and delta; Columns adds the other metrics, a row opens the")
+    print("  case's retrieved documents and stage spans (docs/traces.md). Each run's Artifacts hold")
+    print("  cases.jsonl, the cases table and the report.")
     print(f"  The report itself: {shown(out / 'report.html')}")

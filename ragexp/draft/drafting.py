@@ -26,7 +26,8 @@ from ragexp.draft.corpus import Chunk
 from ragexp.draft.rules import RETRIEVE_K, Retriever, found_in, missing_facts, near_duplicates, stratified
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.metrics.judge.cache import cache_key
-from ragexp.metrics.judge.scorer import JSON_MODE, Usage
+from ragexp.metrics.judge.scorer import JSON_MODE
+from ragexp.metrics.judge.usage import Usage
 from ragexp.transport import check_reachable, ssl_context
 
 KINDS = ("single", "multi", "unanswerable")

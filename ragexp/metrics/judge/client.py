@@ -23,7 +23,7 @@ from ragas.embeddings.base import BaseRagasEmbedding
 from ragas.llms.base import InstructorBaseRagasLLM
 
 from ragexp.config.models import JudgeConfig
-from ragexp.metrics.judge.scorer import Usage
+from ragexp.metrics.judge.usage import Usage
 from ragexp.secrets import mask_url, scrub, without_userinfo
 from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
 

@@ -32,6 +32,7 @@ from ragexp.metrics.judge.prompts import (
     saved_path,
     write_saved,
 )
+from ragexp.metrics.judge.usage import Usage
 from ragexp.metrics.registry import MetricSpec
 from ragexp.progress import Progress
 from ragexp.records import Case, CaseResult
@@ -43,32 +44,6 @@ JSON_MODE = {"openai": True, "mindie": False}
 SYNC_EMBEDDINGS = frozenset({"SemanticSimilarity"})
 """ragas classes whose ``ascore`` calls the synchronous ``embed_text``: run in a worker thread."""
 RAGAS_VERSION = version("ragas")
-
-
-@dataclass
-class Usage:
-    """Judge calls and tokens of a run."""
-
-    chat_calls: int = 0
-    embedding_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    failed_calls: int = 0
-    transport_failures: int = 0
-    successes: int = 0
-
-    def add(self, other: Usage) -> None:
-        for name in vars(self):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def as_metrics(self) -> dict[str, float]:
-        return {
-            "judge.chat_calls": self.chat_calls,
-            "judge.embedding_calls": self.embedding_calls,
-            "judge.prompt_tokens": self.prompt_tokens,
-            "judge.completion_tokens": self.completion_tokens,
-            "judge.failed_calls": self.failed_calls,
-        }
 
 
 class JudgeScoreError(Exception):

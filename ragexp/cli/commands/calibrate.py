@@ -1,0 +1,31 @@
+"""``ragexp calibrate RUN_ID``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from ragexp.cli.console import emit_json
+from ragexp.cli.options import JsonFlag, TrackingUri
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def calibrate(
+    run_id: Annotated[str, typer.Argument(help="Run id whose traces people labelled.")],
+    tracking_uri: TrackingUri = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Judge calibration and prediction-powered means from the labels on a run's traces, logged on the run."""
+    from ragexp.cli.views import show_calibration
+    from ragexp.labels.workflow import calibrate_labels
+
+    calibrated = calibrate_labels(run_id, tracking_uri=tracking_uri, say=_stderr)
+    if as_json:
+        emit_json(calibrated.to_json())
+    else:
+        show_calibration(calibrated)

@@ -1,0 +1,52 @@
+"""``ragexp diff BASELINE CANDIDATE``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragexp.cli.console import emit_json, info
+from ragexp.cli.options import AllowIncomparable, JsonFlag, Language, SummaryFile, TrackingUri, UiUrl
+
+
+def diff(
+    baseline: Annotated[
+        str, typer.Argument(help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT.", show_default=False)
+    ],
+    candidate: Annotated[str, typer.Argument(help="Run id of the candidate.")],
+    top: Annotated[int, typer.Option("--top", min=0, help="How many of the most regressed cases to show.")] = 10,
+    tracking_uri: TrackingUri = None,
+    allow_incomparable: AllowIncomparable = False,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-value and interval).")
+    ] = 10_000,
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.999)] = 0.95,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same figures.")] = 0,
+    summary: SummaryFile = None,
+    language: Language = None,
+    ui_url: UiUrl = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Per-metric and per-case comparison with paired confidence intervals and p-values."""
+    from ragexp.cli.views import show_diff
+    from ragexp.compare.release import compare_runs
+
+    compared = compare_runs(
+        baseline,
+        candidate,
+        top=top,
+        tracking_uri=tracking_uri,
+        allow_incomparable=allow_incomparable,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+        summary=summary,
+        language=language,
+        ui_url=ui_url,
+        say=info,
+    )
+    if as_json:
+        emit_json(compared.result.to_json())
+    else:
+        show_diff(compared.result)

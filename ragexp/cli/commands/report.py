@@ -1,0 +1,38 @@
+"""``ragexp report RUN_ID``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragexp.cli.console import info
+from ragexp.cli.options import AllowIncomparable, TrackingUri
+
+
+def report(
+    run_id: Annotated[str, typer.Argument(help="Run id to report on.")],
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this run.")] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", help="Folder for report.md, report.html and plots (default: reports/RUN_ID).")
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option("--language", help="zh or en (default: the run's report.language).")
+    ] = None,
+    tracking_uri: TrackingUri = None,
+    allow_incomparable: AllowIncomparable = False,
+) -> None:
+    """Markdown + self-contained HTML report with plots, also logged to the run."""
+    from ragexp.cli.views import report_line
+    from ragexp.report.publish import publish_report
+
+    done = publish_report(
+        run_id,
+        baseline=baseline,
+        out=out,
+        language=language,
+        tracking_uri=tracking_uri,
+        allow_incomparable=allow_incomparable,
+        say=info,
+    )
+    print(report_line(run_id, done))

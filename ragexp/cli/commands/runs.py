@@ -1,0 +1,41 @@
+"""``ragexp runs``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragexp.cli.console import emit_json, info
+from ragexp.cli.options import JsonFlag, TrackingUri
+
+
+def runs(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many runs, newest first.")] = 20,
+    experiment: Annotated[
+        str | None,
+        typer.Option("--experiment", help="MLflow experiment (default: ragexp; with --config-hash: every experiment)."),
+    ] = None,
+    sweep: Annotated[str | None, typer.Option("--sweep", help="Only the points of this sweep (parent run id).")] = None,
+    config_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--config-hash", help="Only runs whose config hash starts with this (e.g. the 12 characters run prints)."
+        ),
+    ] = None,
+    tracking_uri: TrackingUri = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Recent runs: id, time, config hash, dataset, provider, headline metrics."""
+    from ragexp.cli.views import show_runs
+    from ragexp.compare.listing import list_runs
+
+    found = list_runs(
+        limit=limit, experiment=experiment, sweep=sweep, config_hash=config_hash, tracking_uri=tracking_uri
+    )
+    if as_json:
+        emit_json(found.to_json())
+    elif not found.runs:
+        info(f"no runs in {found.where()}")
+    else:
+        show_runs(found.runs, with_experiment=found.experiment is None)

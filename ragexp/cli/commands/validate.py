@@ -1,0 +1,68 @@
+"""``ragexp validate [OVERRIDES]``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragexp.cli.console import emit_json, info
+from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, use_config_dir
+
+
+def validate(
+    overrides: Overrides = None,
+    config_dir: ConfigDir = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="Check this file instead of the configured dataset.")
+    ] = None,
+    fmt_: Annotated[str, typer.Option("--format", help="auto, jsonl or columns")] = "auto",
+    corpus: Annotated[
+        str | None,
+        typer.Option(
+            "--corpus",
+            help="Audit the labels against this JSONL of {id, text} chunks (default: the configured dataset.corpus).",
+        ),
+    ] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the label audit finds anything.")] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Ask the configured system about the first case, once: show the raw reply and what each "
+            "response expression read from it.",
+        ),
+    ] = False,
+    allow_draft: AllowDraft = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check a dataset without running anything; with a corpus, audit its labels too; with
+    --probe, ask the system under test about the first case."""
+    use_config_dir(config_dir)
+    from ragexp.cli.views import show_validation
+    from ragexp.datasets.check import check_dataset
+    from ragexp.errors import DatasetErrors
+
+    try:
+        checked = check_dataset(
+            overrides or [],
+            path=path,
+            file_format=fmt_,
+            corpus=corpus,
+            probe=probe,
+            allow_draft=allow_draft,
+            say=info,
+        )
+    except DatasetErrors as exc:
+        if as_json:
+            emit_json({"valid": False, "errors": [str(error) for error in exc.errors]})
+        else:
+            for error in exc.errors:
+                info(f"ragexp: {error}")
+        raise typer.Exit(1) from None
+    if as_json:
+        emit_json(checked.summary)
+    else:
+        show_validation(checked.summary, checked.findings)
+    if (checked.findings and strict) or checked.probe_failed:
+        raise typer.Exit(1)

@@ -1,0 +1,62 @@
+"""Options several commands share, declared once (help texts included).
+
+Imports nothing but typer: every command module imports this one, and ``ragexp --help`` imports
+every command module.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+Overrides = Annotated[
+    list[str] | None, typer.Argument(help="Hydra overrides, e.g. k=10 dataset=scifacts_zh provider=replay")
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
+AllowDraft = Annotated[
+    bool, typer.Option("--allow-draft", help="Accept cases still draft.status 'draft' (a run is tagged ragexp.draft).")
+]
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
+    ),
+]
+ConfigDir = Annotated[
+    str | None,
+    typer.Option(
+        "--config-dir",
+        help="Your config folder, composed over the packaged defaults "
+        "(default: $RAGEXP_CONFIG_DIR, else ./conf when it exists).",
+    ),
+]
+Baseline = Annotated[
+    str,
+    typer.Option(
+        "--baseline",
+        help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT (the newest finished comparable run).",
+    ),
+]
+AllowIncomparable = Annotated[
+    bool, typer.Option("--allow-incomparable", help="Compare runs with different dataset, cases, K, metrics or judge.")
+]
+SummaryFile = Annotated[
+    str | None, typer.Option("--summary", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
+]
+Language = Annotated[
+    str | None, typer.Option("--language", help="Language of --summary: zh or en (default: report.language).")
+]
+UiUrl = Annotated[
+    str | None,
+    typer.Option("--ui-url", help="MLflow UI address for links in --summary (default: the tracking URI if a server)."),
+]
+
+
+def use_config_dir(config_dir: str | None) -> None:
+    """``--config-dir``, given before or after the command name."""
+    if config_dir:
+        from ragexp.paths import CONFIG_DIR_ENV  # here: importlib.resources is not for --help
+
+        os.environ[CONFIG_DIR_ENV] = config_dir  # read by composition, data paths and sweep workers alike

@@ -1,0 +1,385 @@
+"""What each command prints for people (``--json`` prints the library's ``to_json`` instead).
+
+One function per output; the command modules and ``ragexp demo`` call them, so a command's output
+looks the same wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ragexp.cli.console import info
+from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
+from ragexp.compare.power import POWER
+from ragexp.compare.release import POWER_ASSUMPTION
+from ragexp.compare.tables import failure_table, metric_table
+from ragexp.metrics.registry import headline_metrics
+from ragexp.secrets import mask_url
+
+if TYPE_CHECKING:
+    from ragexp.compare.diff import DiffResult
+    from ragexp.compare.gate import GateResult
+    from ragexp.compare.release import BaselinePower, GateOutcome
+    from ragexp.draft.review import Accepted
+    from ragexp.draft.workflow import InReview
+    from ragexp.labels.workflow import Calibrated, Queued
+    from ragexp.report.publish import Published
+    from ragexp.runner import Evaluation, RunOutcome
+    from ragexp.sweep import SweepOutcome
+
+MISSED_SHOWN = 5
+"""Cases a run lists among those it missed; the rest are counted."""
+
+
+def show_run(evaluation: Evaluation) -> None:
+    """The metric table, the cases the run missed, stage timings, where the run is, and trust."""
+    outcome, config = evaluation.outcome, evaluation.plan.config
+    errors = f"{outcome.error_count} of {outcome.case_count} cases errored"
+    rows = []
+    for spec in outcome.specs:
+        value = outcome.summary.get(spec.name)
+        scored = outcome.scored.get(spec.name)
+        rows.append(
+            [spec.name, fmt(value), spec.direction, f"{scored}/{outcome.case_count}" if scored is not None else "run"]
+        )
+    print(table(["metric", "value", "better", "scored"], rows, "lrll"))
+    print()
+    missed = missed_lines(evaluation)
+    if missed:
+        for line in missed:
+            print(line)
+        print()
+    for stage, figures in outcome.timings.items():
+        p50, p95 = duration(figures["p50_seconds"]), duration(figures["p95_seconds"])
+        print(f"stage {terminal(stage):10} p50 {p50:>10}  p95 {p95:>10}")
+    if outcome.timings:
+        print()
+    shown = terminal(mask_url(outcome.tracking_uri))
+    print(f"run {outcome.run_id}  experiment {terminal(outcome.experiment)}  ({shown})")
+    print(
+        f"config {outcome.config_hash[:12]}  dataset {terminal(config.dataset.name)} "
+        f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {terminal(config.provider.name)}  "
+        f"k={config.k}  {errors}"
+    )
+    for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings):
+        print(line)
+
+
+def missed_lines(evaluation: Evaluation) -> list[str]:
+    """The first :data:`MISSED_SHOWN` cases scored below full marks: each metric it missed, what
+    the case expected and what came back; then how many more."""
+    missed = evaluation.outcome.missed
+    if not missed.count:
+        return []
+    lines = [f"cases it missed: {missed.count} of {evaluation.outcome.case_count} (a score below full marks)"]
+    for case in missed.first:
+        scores = ", ".join(f"{name} {fmt(value)}" for name, value in case.metrics.items())
+        lines.append(terminal(f"  {case.case_id}: {scores}"))
+        for what, value in case.expected.items():
+            lines.append(terminal(f"    expected  {what}: {_short(value)}"))
+        for what, value in case.got.items():
+            lines.append(terminal(f"    came back {what}: {_short(value)}"))
+    rest = missed.count - len(missed.first)
+    if rest:
+        lines.append(f"  ... and {rest} more (every case's scores are in the run's cases.jsonl)")
+    return lines
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def show_sweep(outcome: SweepOutcome) -> None:
+    headline = headline_metrics()
+    shown = [name for name in headline if any(name in r.metrics for r in outcome.runs)]
+    rows = [
+        [r.tag("sweep.num"), r.tag("sweep.point"), r.run_id, *(fmt(r.metrics.get(n)) for n in shown)]
+        for r in outcome.runs
+    ]
+    print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
+    print(f"\nsweep {outcome.parent}: {len(outcome.runs)} runs, {len(outcome.failures)} failed points")
+
+
+def sweep_json(outcome: SweepOutcome) -> dict[str, Any]:
+    headline = headline_metrics()
+    return {
+        "sweep": outcome.parent,
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "point": r.tag("sweep.point"),
+                "config_hash": r.tag("config_hash"),
+                "status": r.status,
+                "metrics": {k: v for k, v in r.metrics.items() if k in headline},
+            }
+            for r in outcome.runs
+        ],
+        "failed": outcome.failures,
+    }
+
+
+def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> None:
+    print(
+        f"ok: {terminal(summary['path'])}: {summary['case_count']} cases ({summary['unanswerable']} unanswerable), "
+        f"format {summary['format']}, dataset hash {summary['dataset_hash'][:12]}"
+    )
+    print(f"labels: {terminal(', '.join(summary['label_fields']))}")
+    print(f"recorded outputs: {terminal(', '.join(summary['output_fields']) or 'none')}")
+    if summary["human_labels"]:
+        counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
+        print(f"human scores: {terminal(counts)}")
+    if findings is not None:
+        print(f"label audit against {terminal(summary['corpus'])}: {len(findings)} finding(s)")
+        for finding in findings:
+            print(f"  warning: {terminal(finding)}")
+    if "probe" in summary:
+        show_probe(summary["probe"])
+
+
+def show_probe(report: dict[str, Any]) -> None:
+    sent = report.get("params" if report.get("method") == "GET" else "body")
+    print(terminal(f"probe: case {report['case_id']}: {report['method']} {report['url']}"))
+    print(terminal(f"  sent: {json.dumps(sent, ensure_ascii=False)}"))
+    if "status" in report:
+        print(
+            f"  reply: HTTP {report['status']} in {report['seconds']:g} s, {report['bytes']:,} bytes "
+            f"({report['content_type'] or 'no content type'})"
+        )
+    elif "raw" in report:
+        print(f"  returned in {report['seconds']:g} s, as plain data:")
+    if "raw" in report:
+        for line in str(report["raw"]).splitlines() or [""]:
+            print(f"  | {terminal(line)}")
+    for key, value in report.get("extracted", {}).items():
+        print(terminal(f"  {key} -> {json.dumps(value, ensure_ascii=False)}"))
+    if report.get("error"):
+        print(terminal(f"  error: {report['error']}"))
+    elif report.get("output") is not None:
+        print(terminal(f"  output: {json.dumps(report['output'], ensure_ascii=False)}"))
+
+
+def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False) -> None:
+    """One row per run; ``with_experiment``: the runs come from several experiments."""
+    headline = headline_metrics()
+    shown = [name for name in headline if any(name in item["metrics"] for item in items)]
+    rows = [
+        [
+            item["run_id"],
+            *([item["experiment"]] if with_experiment else []),
+            item["start_time"].replace("T", " "),
+            item["status"].lower(),
+            item["config_hash"][:12],
+            item["dataset"],
+            item["provider"],
+            item["k"],
+            *(fmt(item["metrics"].get(name)) for name in shown),
+            f"{item['error_count']}/{item['case_count']}",
+        ]
+        for item in items
+    ]
+    print(
+        table(
+            [
+                "run",
+                *(["experiment"] if with_experiment else []),
+                "started",
+                "status",
+                "config",
+                "dataset",
+                "provider",
+                "k",
+                *shown,
+                "errors",
+            ],
+            rows,
+            "l" * (7 + with_experiment) + "r" * len(shown) + "r",
+        )
+    )
+
+
+def show_diff(result: DiffResult) -> None:
+    base, cand = result.baseline, result.candidate
+    print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
+    if result.differences:
+        info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
+    print(to_terminal(metric_table(result, "en")))
+    print_diff_power(result)
+    with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
+    if with_ppi:
+        print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
+        for name, ppi in with_ppi:
+            print(
+                f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
+                f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+            )
+    if result.diagnosis:
+        print("\nlikely stage:")
+        for line in result.diagnosis:
+            print(f"  - {terminal(line)}")
+    if result.cases:
+        print(f"\nmost regressed cases (top {len(result.cases)}):")
+        for case in result.cases:
+            changes = ", ".join(
+                f"{name} {fmt(v['baseline'], 2)}->{fmt(v['candidate'], 2)}"
+                for name, v in case["metrics"].items()
+                if v["baseline"] != v["candidate"]
+            )
+            print(f"  {terminal(case['id'])}: {terminal(changes) or 'errored'}")
+            for side in ("baseline", "candidate"):
+                did = case[side]
+                answer = (did["answer"] or "").replace("\n", " ")[:80]
+                error = f"  error: {did['error']}" if did["error"] else ""
+                print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
+
+
+def show_gate(outcome: GateOutcome) -> None:
+    result, diff = outcome.result, outcome.diff
+    verdict = "PASSED" if result.passed else "FAILED"
+    print(f"gate {terminal(result.gates)}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
+    print(f"baseline {outcome.baseline}  candidate {outcome.candidate}")
+    if diff.differences:
+        info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
+    if result.failures:
+        print(to_terminal(failure_table(result, "en")))
+    for r in result.rules:
+        if r.method == "prediction-powered" and r.passed:
+            print(f"note: {terminal(r.message)}")
+    print_gate_power(result)
+
+
+def gate_exit(outcome: GateOutcome) -> int:
+    """Say what became of the promotion; the exit code: 0 passed, 2 failed, 1 promotion lost."""
+    if outcome.tag and not outcome.result.passed:
+        info(f"not promoted: the gate failed, so tag {outcome.tag} stays where it is")
+    promotion = outcome.promotion
+    if promotion is not None:
+        for warning in promotion.warnings:
+            info(f"warning: {warning}")
+        if not promotion.promoted:
+            info(f"ragexp: error: {promotion.message}")
+            return 1
+        info(promotion.message)
+    return 0 if outcome.result.passed else 2
+
+
+def report_line(run_id: str, published: Published) -> str:
+    folder = published.folder
+    return (
+        f"report ({published.used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} "
+        "under report/"
+    )
+
+
+def run_warning(outcome: RunOutcome) -> None:
+    """Errored cases are counted, never scored: say so before anything else."""
+    if outcome.error_count:
+        info(
+            f"warning: {outcome.error_count} of {outcome.case_count} cases errored; their scores are missing, "
+            "not zero (see cases.jsonl)"
+        )
+
+
+def print_gate_power(result: GateResult) -> None:
+    """Per metric of the gate's rules, what the comparison can detect; then each underpowered rule."""
+    seen: dict[str, str] = {}
+    for rule in result.rules:
+        if rule.power is not None and rule.metric not in seen:
+            seen[rule.metric] = f"{fmt(rule.detectable_effect)} with {rule.power.n} cases"
+    if seen:
+        print("detectable change (two-sided, 80% power):")
+        for name, text in seen.items():
+            print(f"  {name:22} {text}")
+    for rule in result.rules:
+        line = rule.cannot_tell()
+        if line:
+            print(f"note: {rule.metric} {rule.rule} {rule.threshold:g}: {line}")
+
+
+def print_diff_power(result: DiffResult) -> None:
+    """The footnote saying what the 'detectable' column means."""
+    if any(m.power is not None for m in result.metrics):
+        print(
+            f"\ndetectable: the smallest true change each paired comparison finds 4 times in 5 "
+            f"(two-sided, {result.confidence:.0%} confidence); a smaller change may well be missed"
+        )
+
+
+def print_queue_link(url_of: Callable[[str | None], str | None], base: str | None, store_uri: str) -> None:
+    """Where to open a review queue: its link on a known UI, else how to start one on this store."""
+    url = url_of(base)
+    if url:
+        print(f"open: {url}")
+    else:
+        print(
+            f"open: start the MLflow UI on this store (mlflow ui --backend-store-uri {mask_url(store_uri)}), then "
+            f"{url_of('http://127.0.0.1:5000')}"
+        )
+
+
+def show_label_queue(queued: Queued) -> None:
+    made = queued.made
+    print(
+        f"review queue '{made.queue}' ({made.queue_id}): {len(made.traces)} of {made.cases} traces of run "
+        f"{made.run_id}, {made.kept} already labelled"
+    )
+    print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
+    print_queue_link(made.url, queued.base, queued.store_uri)
+    print(f"then: ragexp calibrate {made.run_id}")
+
+
+def show_calibration(calibrated: Calibrated) -> None:
+    run_id, labels = calibrated.run_id, calibrated.labels
+    labelled = ", ".join(f"{name} {n}" for name, n in labels.counts().items()) or "none"
+    print(f"run {run_id}: labelled cases {labelled} ({labels.carried} carried over from identical outputs)")
+    for line in trust_lines(calibrated.trust, calibrated.threshold, None):
+        print(line)
+    if not calibrated.logged:
+        print("not calibrated: fewer labelled, scored cases than calibration.min_labelled for every metric")
+    else:
+        print(f"logged on run {run_id}: {len(calibrated.logged)} calibration.* and ppi.* metrics")
+
+
+def show_power(found: BaselinePower) -> None:
+    run, effect, confidence = found.baseline, found.effect, found.confidence
+    print(f"baseline {run.run_id}  ({len(run.case_ids)} cases)")
+    headers = ["metric", "cases", "sd of difference", "detectable"]
+    if effect is not None:
+        headers.append(f"cases for {effect:g}")
+    rows = []
+    for p in found.plans:
+        row = [p.metric, str(p.n), fmt(p.sd), fmt(p.detectable)]
+        if effect is not None:
+            row.append(f"{p.needed:,}" if p.needed is not None else "not reachable")
+        rows.append(row)
+    print(table(headers, rows, "lrrr" + "r" * (effect is not None)))
+    print(
+        f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
+        f"and a correlation of {found.correlation:g} with it"
+    )
+
+
+def show_draft_review(queued: InReview) -> None:
+    made = queued.made
+    print(
+        f"review queue '{made.queue}' ({made.queue_id}): {made.traces} drafted cases of {queued.path}"
+        + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
+    )
+    print_queue_link(made.url, queued.base, queued.store_uri)
+    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+
+
+def show_accepted(out: Path, result: Accepted) -> None:
+    print(
+        f"{result.accepted} accepted, {len(result.rejected)} rejected (dropped), {result.pending} not reviewed yet; "
+        f"wrote {len(result.cases)} cases to {out}"
+    )
+    if result.pending:
+        print(
+            f"the {result.pending} not reviewed stay draft.status 'draft' (ragexp run refuses them): review them "
+            f"and run this again, or drop them from {out}"
+        )

@@ -1,0 +1,106 @@
+"""The cases a run missed: scored below full marks on a per-case metric, with what the case
+expected and what came back (``ragexp run`` lists the first few).
+
+A case that errored is not among them: it has no score (it is an error, counted apart). Which
+labels and outputs are shown for a metric follows from the fields the registry says it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragexp.metrics.registry import MetricSpec
+from ragexp.records import Case, CaseResult, SystemOutput
+
+TOLERANCE = 1e-9
+
+EXPECTED: dict[str, tuple[str, Callable[[Case], Any]]] = {
+    "relevant_ids": ("relevant ids", lambda case: case.relevant_ids),
+    "expected_facts": ("facts", lambda case: case.expected_facts),
+    "reference": ("reference", lambda case: case.reference or ""),
+}
+"""Label field a metric reads -> how it is shown and where it is in a case (in this order)."""
+CAME_BACK: dict[str, tuple[str, Callable[[SystemOutput, int], Any]]] = {
+    "retrieved_ids": ("retrieved", lambda output, k: output.ranked_ids[:k]),
+    "citations": ("cited", lambda output, k: [_cited(output, i) for i in output.citations]),
+    "response": ("answer", lambda output, k: output.answer),
+    "retrieved_contexts": ("first context", lambda output, k: output.contexts[0] if output.contexts else ""),
+}
+"""Output field a metric reads -> how it is shown and where it is in the system's output."""
+
+
+def _cited(output: SystemOutput, index: int) -> Any:
+    """The id a citation points at (citations are 1-based indexes into the ranking)."""
+    return output.ranked_ids[index - 1] if 0 < index <= len(output.ranked_ids) else index
+
+
+REFUSAL = "a refusal (the case is unanswerable)"
+
+
+@dataclass(frozen=True)
+class MissedCase:
+    case_id: str
+    metrics: dict[str, float]
+    """Metric -> the case's score, below full marks."""
+    expected: dict[str, Any]
+    """What the case's labels ask for, by what it is (``relevant ids``, ``facts``...)."""
+    got: dict[str, Any]
+    """What the system returned, by what it is (``retrieved``, ``answer``...)."""
+
+
+@dataclass(frozen=True)
+class Missed:
+    count: int = 0
+    """Cases scored below full marks on at least one metric."""
+    first: list[MissedCase] = field(default_factory=list)
+    """The first of them, in dataset order."""
+
+
+def missed_cases(
+    specs: Sequence[MetricSpec],
+    scores: Mapping[str, np.ndarray],
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    k: int,
+    *,
+    first: int = 5,
+) -> Missed:
+    """The cases scored below full marks, counted; the first ``first`` of them described."""
+    n = len(cases)
+    unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=n)
+    masks: dict[str, np.ndarray] = {}
+    for spec in specs:
+        values = scores.get(spec.name)
+        best = spec.high if spec.direction == "higher" else spec.low
+        if values is None or best is None or not spec.per_case or spec.case_values != "score":
+            continue
+        with np.errstate(invalid="ignore"):
+            short = values < best - TOLERANCE if spec.direction == "higher" else values > best + TOLERANCE
+        if spec.population == "answerable":
+            short &= ~unanswerable
+        masks[spec.name] = short
+    if not masks:
+        return Missed()
+    any_missed = np.logical_or.reduce(list(masks.values()))
+    indices = np.flatnonzero(any_missed)
+    by_name = {spec.name: spec for spec in specs}
+    described = []
+    for index in indices[:first].tolist():
+        case, output = cases[index], results[index].output
+        names = [name for name, mask in masks.items() if mask[index]]
+        labels = {label for name in names for label in by_name[name].needs_labels}
+        outputs = {out for name in names for out in by_name[name].needs_output}
+        expected = {what: read(case) for label, (what, read) in EXPECTED.items() if label in labels}
+        if case.unanswerable:
+            expected = {"answer": REFUSAL}
+        got = (
+            {}
+            if output is None
+            else {what: read(output, k) for out, (what, read) in CAME_BACK.items() if out in outputs}
+        )
+        described.append(MissedCase(case.id, {name: float(scores[name][index]) for name in names}, expected, got))
+    return Missed(int(indices.size), described)

@@ -1,0 +1,44 @@
+"""``ragexp report``: build a run's report, write it to a folder and log it to the run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragexp.errors import ConfigError, TrackingError
+from ragexp.report.build import build_report, write_report
+from ragexp.tracking.store import Store
+
+
+@dataclass(frozen=True)
+class Published:
+    folder: Path
+    """Where report.md, report.html and the plots are."""
+    used: str
+    """What the report compares (as :func:`build_report` words it)."""
+
+
+def publish_report(
+    run_id: str,
+    *,
+    baseline: str | None = None,
+    out: str | None = None,
+    language: str | None = None,
+    tracking_uri: str | None = None,
+    allow_incomparable: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> Published:
+    """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
+    if language not in (None, "zh", "en"):
+        raise ConfigError(f"--language: expected zh or en, got {language!r}")
+    store = Store(tracking_uri, read_only=True)
+    built, used = build_report(store, run_id, baseline, language, allow_incomparable)
+    folder = Path(out) if out else Path("reports") / run_id
+    written = write_report(built, folder)
+    files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
+    try:
+        store.log_files(run_id, files)
+    except TrackingError as exc:  # a read-only copy of a store: the report is on disk all the same
+        say(f"warning: the report is not logged to run {run_id}: {exc}")
+    return Published(folder, used)
