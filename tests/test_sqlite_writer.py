@@ -21,9 +21,10 @@ from mlflow.utils.uri import append_to_uri_path
 from mlflow.utils.validation import _validate_tag
 
 from ragexp.errors import TrackingError
-from ragexp.tracking.sqlite_writer import TABLES, SqliteWriter, append_path, valid_key
+from ragexp.tracking.mlflow_sql.trace_rows import aggregate
+from ragexp.tracking.mlflow_sql.writer import TABLES, SqliteWriter, append_path, valid_key
 from ragexp.tracking.store import DIRECT_ENV, Store
-from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _aggregate, _plan
+from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan
 from tests.conftest import IMPORT_PROBE, ROOT
 
 RUN_TABLES = ("runs", "tags", "params", "metrics", "latest_metrics", "datasets", "inputs", "input_tags")
@@ -200,7 +201,7 @@ def test_traces_are_the_rows_mlflow_writes(tmp_path: Path) -> None:
 
 def test_its_copies_of_mlflow_rules_agree_with_mlflow(tmp_path: Path) -> None:
     for value in (True, False, 0, 1, 0.5, -2, 1e400, math.nan, math.inf, 10**400, "yes", " No ", "maybe", None, [1]):
-        assert _aggregate(value) == assessment_aggregate(value), value
+        assert aggregate(value) == assessment_aggregate(value), value
     for location in (
         (tmp_path / "artifacts").as_uri(),
         (tmp_path / "artifacts").as_uri() + "/",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -956,6 +957,9 @@ def main() -> None:
     # the cyclic collector would rescan them again and again (measured: a third of a 100k-case
     # run, two thirds of a 100k-case diff). Nothing here relies on collecting cycles.
     gc.disable()
+    if "--allow-store-upgrade" in sys.argv[1:]:  # any command: read by Store before MLflow opens a store
+        sys.argv.remove("--allow-store-upgrade")
+        os.environ["RAGEXP_ALLOW_STORE_UPGRADE"] = "1"
     try:
         code = app(standalone_mode=False)
     except RagexpError as exc:

@@ -1,0 +1,119 @@
+"""The compatibility check of every direct path (the store's alembic revision, read again inside
+each write, and the installed MLflow): on anything it was not checked against, ragexp writes
+nothing itself, MLflow's public API writes instead and one line on stderr says why; and no store
+is migrated, or opened against MLflow's own advice, without being asked."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+import pytest
+import sqlalchemy
+from alembic import command
+from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+from mlflow.store.db.utils import _get_alembic_config
+from mlflow.tracking import MlflowClient
+
+from ragexp.errors import TrackingError
+from ragexp.tracking.mlflow_sql.schema import installed_mlflow
+from ragexp.tracking.store import UPGRADE_ENV, Store
+from tests.conftest import invoke
+
+OLDER = "b7e2c1a4d9f3"
+"""MLflow 3.16's newest migration: a real schema the installed MLflow migrates on open."""
+
+
+def revision(db: Path) -> str:
+    return str(sqlite3.connect(db).execute("SELECT version_num FROM alembic_version").fetchone()[0])
+
+
+def older_store(folder: Path) -> tuple[str, Path]:
+    """A store created by MLflow's own migrations up to an older revision than the installed head."""
+    folder.mkdir(parents=True)
+    db = folder / "mlflow.db"
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    InitialBase.metadata.create_all(engine)  # what MLflow creates before its migrations
+    engine.dispose()
+    command.upgrade(_get_alembic_config(f"sqlite:///{db}"), OLDER)
+    return f"sqlite:///{db}", db
+
+
+def test_an_older_store_is_not_migrated_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri, db = older_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(UPGRADE_ENV, "")
+    refused = invoke("run", "provider=fake", "--json")
+    assert refused.code == 1 and refused.stdout == ""
+    line = refused.stderr.strip()
+    assert len(line.splitlines()) == 1, refused.stderr
+    assert f"schema revision {OLDER}" in line and f"MLflow {installed_mlflow()}" in line
+    assert "older MLflow clients could no longer open it" in line
+    assert "back the store up" in line and "--allow-store-upgrade" in line and "mlflow db upgrade" in line
+    assert revision(db) == OLDER  # untouched
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+def test_an_unknown_revision_is_written_by_mlflows_public_api_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, db = older_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(UPGRADE_ENV, "")  # restored after the test: --allow-store-upgrade sets it
+    monkeypatch.delenv("RAGEXP_SQLITE_DIRECT", raising=False)
+    done = invoke("run", "provider=fake", "--allow-store-upgrade", "--json")
+    assert done.code == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "using MLflow's API instead" in line]
+    assert len(said) == 1 and f"schema revision {OLDER}" in said[0], done.stderr
+    result = done.json()
+    # MLflow migrated the store when asked to, and wrote every row itself: its public tracing API
+    # leaves client_request_id empty where ragexp's rows carry the case id.
+    assert revision(db) != OLDER
+    rows = sqlite3.connect(db).execute("SELECT client_request_id FROM trace_info").fetchall()
+    assert len(rows) == result["case_count"] and all(row[0] is None for row in rows)
+    client = MlflowClient(uri)
+    run = client.get_run(result["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["ragexp.status"] == "finished"
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=result["run_id"])
+    assert len(traces) == result["case_count"] == int(run.data.tags["ragexp.traces.count"])
+    metrics = set(result["summary"]) - {"p95_seconds", "error_rate"}
+    for trace in traces:
+        names = {a.name for a in trace.info.assessments}
+        assert {"relevant_ids", "unanswerable"} <= names, names
+        assert len(trace.data.spans) >= 2 and trace.data.spans[0].name == "rag_case"
+        assert names & metrics
+        assert trace.info.trace_metadata["ragexp.case_id"]
+
+
+def test_a_store_migrated_in_the_middle_of_a_process_is_not_written_directly_again(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(uri).search_experiments()
+    store = Store(uri)
+    run = store.create_run("mid", "run", {}, {})
+    store.log_metrics(run, {"before": 1.0})
+    assert store.sql_writer() is not None
+    db = tmp_path / "mlflow.db"
+    # Another process with a newer MLflow migrates the store (its revision is all that shows).
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    with pytest.raises(TrackingError, match="migrated by a newer MLflow") as refused:
+        store.log_metrics(run, {"after": 2.0})
+    assert "ffffffffffff" in str(refused.value) and "mlflow db upgrade" in str(refused.value)
+    keys = {row[0] for row in sqlite3.connect(db).execute("SELECT key FROM metrics")}
+    assert keys == {"before"}
+    assert store.sql_writer() is None  # no direct path for the rest of the process
+
+
+def test_a_store_of_a_newer_mlflow_is_named_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    MlflowClient(uri).search_experiments()
+    db = tmp_path / "mlruns" / "mlflow.db"
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    for args in (("run", "provider=fake"), ("runs",)):
+        done = invoke(*args)
+        assert done.code == 1
+        line = done.stderr.strip()
+        assert len(line.splitlines()) == 1, done.stderr
+        assert f"migrated by a newer MLflow than the installed {installed_mlflow()}" in line
+        assert "ffffffffffff" in line and "out-of-date" not in line
