@@ -78,7 +78,7 @@ def test_an_unknown_revision_is_written_by_mlflows_public_api_only(
     metrics = set(result["summary"]) - {"p95_seconds", "error_rate"}
     for trace in traces:
         names = {a.name for a in trace.info.assessments}
-        assert {"relevant_ids", "unanswerable"} <= names, names
+        assert "unanswerable" in names, names
         assert len(trace.data.spans) >= 2 and trace.data.spans[0].name == "rag_case"
         assert names & metrics
         assert trace.info.trace_metadata["ragexp.case_id"]

@@ -364,14 +364,14 @@ class TraceWriter:
             for trace in chunk:
                 live: dict[int, Any] = {}
                 for span in trace.spans:
+                    # A child given an experiment starts a trace of its own.
+                    where: dict[str, Any] = (
+                        {"metadata": self._trace_metadata(trace), "experiment_id": self.experiment_id}
+                        if span.parent_id is None
+                        else {"parent_span": live[span.parent_id]}
+                    )
                     live[span.span_id] = mlflow.start_span_no_context(
-                        span.name,
-                        span_type=span.kind,
-                        parent_span=live.get(span.parent_id) if span.parent_id is not None else None,
-                        inputs=span.inputs,
-                        metadata=self._trace_metadata(trace) if span.parent_id is None else None,
-                        experiment_id=self.experiment_id,
-                        start_time_ns=span.start_ns,
+                        span.name, span_type=span.kind, inputs=span.inputs, start_time_ns=span.start_ns, **where
                     )
                 for span in reversed(trace.spans):
                     status = (
