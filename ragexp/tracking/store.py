@@ -546,13 +546,13 @@ class Store:
 
         reason = getattr(declined, "reason", None)
         if reason is not None:
-            # A store MLflow would migrate, or cannot open, is refused in one line of its own.
-            self._refuse_migration(_sqlite_path(self.uri))
-            say_once(reason)
             _DECLINED.add(self.uri)
             if self._direct_store is not None:
                 self._direct_store.close()
             self._direct_store = None
+            # A store MLflow would migrate, or cannot open, is refused in one line of its own.
+            self._refuse_migration(_sqlite_path(self.uri))
+            say_once(reason)
 
     @property
     def declined_for_good(self) -> bool:
