@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
 import pytest
 import sqlalchemy
 from alembic import command
-from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
 from mlflow.store.db.utils import _get_alembic_config
+from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
 from mlflow.tracking import MlflowClient
 
 from ragexp.errors import TrackingError

@@ -34,12 +34,17 @@ def private_uses(path: Path) -> list[str]:
                 parts = alias.name.split(".")
                 if parts[0] == "mlflow" and (parts[:2] == ["mlflow", "store"] or any(p.startswith("_") for p in parts)):
                     found.append(f"import {alias.name}")
-        elif isinstance(node, ast.Attribute) and PRIVATE_NAMES.match(node.attr) and node.attr in (
-            "_tracking_client",
-            "_get_server_version",
-            "_get_trace_artifact_location_tag",
-            "ManagedSessionMaker",
-            "dbmodels",
+        elif (
+            isinstance(node, ast.Attribute)
+            and PRIVATE_NAMES.match(node.attr)
+            and node.attr
+            in (
+                "_tracking_client",
+                "_get_server_version",
+                "_get_trace_artifact_location_tag",
+                "ManagedSessionMaker",
+                "dbmodels",
+            )
         ):
             found.append(f".{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value):
