@@ -721,10 +721,11 @@ class _RegistryLock:
         self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
     def acquire(self, wait_s: float) -> None:
-        import random
         import time
 
         from mlflow.exceptions import MlflowException
+
+        from ragexp.transport import backoff
 
         deadline = time.monotonic() + wait_s
         while True:
@@ -754,7 +755,7 @@ class _RegistryLock:
                     f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
                     f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
                 )
-            time.sleep(0.1 + random.random() * 0.2)
+            time.sleep(backoff(0.2, 0))
 
     def release(self) -> str | None:
         """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried

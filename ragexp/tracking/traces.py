@@ -47,6 +47,7 @@ from ragexp.tracking.mlflow_sql.trace_rows import (
 )
 from ragexp.tracking.mlflow_sql.writer import append_path
 from ragexp.tracking.store import _one_line, connection_lost
+from ragexp.transport import backoff
 
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
@@ -302,7 +303,7 @@ class TraceWriter:
         chunk, infos = pending
         for info in infos:
             info.result()  # raises the first failure
-        spans = [span for trace in chunk for span in _spans(trace)]
+        spans = [span for trace in chunk for span in span_entities(trace)]
         span_requests.append((len(chunk), pool.submit(self._log_spans, spans)))
 
     def _log_spans(self, spans: list[Any]) -> None:
@@ -318,7 +319,7 @@ class TraceWriter:
                 self.backend.log_spans(self.experiment_id, spans)
                 return
             except Exception as exc:  # HTTP and MLflow errors alike: the last one is raised
-                pause = 0.5 * 2**attempt
+                pause = backoff(0.5, attempt)
                 # No answer after MLflow's own retries: the server is gone, not busy.
                 if connection_lost(exc) or time.monotonic() + pause >= deadline:
                     raise
@@ -603,7 +604,7 @@ def _plan(case: CaseTrace) -> _Trace:
     )
 
 
-def _spans(trace: _Trace) -> list[Any]:
+def span_entities(trace: _Trace) -> list[Any]:
     """MLflow ``Span`` entities (for the OTLP path)."""
     from mlflow.entities import Span
     from mlflow.tracing.utils import build_otel_context
@@ -746,7 +747,8 @@ class _TraceInfoSender:
         with self.slots.held():
             deadline = time.monotonic() + self.timeout_s
             for attempt in range(self.ATTEMPTS):
-                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
+                pause = backoff(0.5, attempt)
+                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + pause >= deadline
                 remaining = max(deadline - time.monotonic(), 1.0)
                 if self.gone is not None:
                     raise self.gone
@@ -765,7 +767,7 @@ class _TraceInfoSender:
                     if (response.status_code not in self.RETRY_STATUS and not saturated) or last:
                         raise TrackingError(f"StartTraceV3 answered {response.status_code}: {text}")
                 self.slots.saturated()
-                time.sleep(0.5 * 2**attempt)
+                time.sleep(pause)
 
     def close(self) -> None:
         self.client.close()

@@ -18,9 +18,11 @@ from contextlib import closing
 from functools import cache
 from pathlib import Path
 
-KNOWN_REVISIONS = frozenset({"dc11669786a5"})
-"""Alembic revisions of MLflow's schema the direct paths were checked against (MLflow 3.17's head)."""
-KNOWN_MLFLOW = frozenset({"3.17"})
+KNOWN_REVISIONS = frozenset({"dc11669786a5", "e7d1f4b2a9c6", "8b6ad64cb8f5", "f4a9b2c7d1e6"})
+"""Alembic revisions of MLflow's schema the direct paths were checked against: MLflow 3.17's
+head and 3.18's three migrations (skill registry, issues, MCP versions; none touches a table
+ragexp reads or writes)."""
+KNOWN_MLFLOW = frozenset({"3.17", "3.18"})
 """MLflow releases (major.minor) the differential tests passed with."""
 HEADS = {"dc11669786a5": "3.17", "f4a9b2c7d1e6": "3.18"}
 """The MLflow release whose newest migration each revision is."""
