@@ -5,7 +5,10 @@ is migrated, or opened against MLflow's own advice, without being asked."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ragexp.errors import TrackingError
 from ragexp.tracking.mlflow_sql.schema import installed_mlflow
 from ragexp.tracking.store import UPGRADE_ENV, Store
-from tests.conftest import invoke
+from tests.conftest import ROOT, invoke
 
 OLDER = "b7e2c1a4d9f3"
 """MLflow 3.16's newest migration: a real schema the installed MLflow migrates on open."""
@@ -118,3 +121,69 @@ def test_a_store_of_a_newer_mlflow_is_named_so(tmp_path: Path, monkeypatch: pyte
         assert len(line.splitlines()) == 1, done.stderr
         assert f"migrated by a newer MLflow than the installed {installed_mlflow()}" in line
         assert "ffffffffffff" in line and "out-of-date" not in line
+
+
+CLI = "import sys\nfrom ragexp.cli.app import main\nsys.argv = ['ragexp', *sys.argv[1:]]\nmain()\n"
+NEXT = ROOT / ".venv-next" / "bin" / "python"
+"""A second virtualenv with a newer MLflow (see docs/mlflow.md), when one is set up."""
+
+
+def next_mlflow() -> str | None:
+    if not NEXT.exists():
+        return None
+    done = subprocess.run(
+        [str(NEXT), "-c", "import importlib.metadata as m; print(m.version('mlflow'))"], capture_output=True, text=True
+    )
+    version = done.stdout.strip()
+    return version if done.returncode == 0 and version != installed_mlflow() else None
+
+
+@pytest.mark.skipif(next_mlflow() is None, reason="no .venv-next with an MLflow newer than the installed one")
+def test_stores_across_two_mlflow_releases_are_never_migrated_or_misread(tmp_path: Path) -> None:
+    newer = str(next_mlflow())
+    env = {**os.environ, "RAGEXP_ALLOW_STORE_UPGRADE": ""}
+    # A store the newer MLflow created, opened here: read directly (its tables are the same),
+    # and the call MLflow would have to make here is refused naming the MLflow that reads it.
+    ahead = tmp_path / "ahead" / "mlflow.db"
+    ahead.parent.mkdir()
+    made = subprocess.run(
+        [
+            str(NEXT),
+            "-W",
+            "ignore",
+            "-c",
+            f"from mlflow import MlflowClient; MlflowClient('sqlite:///{ahead}').search_experiments()",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    head = revision(ahead)
+    monkeypatched = {**env, "MLFLOW_TRACKING_URI": f"sqlite:///{ahead}"}
+    listed = subprocess.run(
+        [sys.executable, "-c", CLI, "runs"], capture_output=True, text=True, env=monkeypatched, cwd=ROOT
+    )
+    assert listed.returncode == 0, listed.stderr
+    refused = subprocess.run(
+        [sys.executable, "-c", CLI, "run", "provider=fake"], capture_output=True, text=True, env=monkeypatched, cwd=ROOT
+    )
+    assert refused.returncode == 1
+    line = refused.stderr.strip().splitlines()[-1]
+    assert f"migrated by a newer MLflow than the installed {installed_mlflow()}" in line and head in line, line
+    assert f"MLflow {'.'.join(newer.split('.')[:2])}" in line
+    # A store of this MLflow, opened by the newer one: refused before it would migrate it.
+    behind = tmp_path / "behind" / "mlflow.db"
+    behind.parent.mkdir()
+    MlflowClient(f"sqlite:///{behind}").search_experiments()
+    before = revision(behind)
+    late = subprocess.run(
+        [str(NEXT), "-W", "ignore", "-c", CLI, "run", "provider=fake", "experiment=fresh"],
+        capture_output=True,
+        text=True,
+        env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{behind}"},
+        cwd=ROOT,
+    )
+    assert late.returncode == 1
+    line = late.stderr.strip().splitlines()[-1]
+    assert f"schema revision {before}" in line and f"installed MLflow {newer} would migrate it" in line, line
+    assert revision(behind) == before
