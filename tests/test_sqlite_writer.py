@@ -21,9 +21,10 @@ from mlflow.utils.uri import append_to_uri_path
 from mlflow.utils.validation import _validate_tag
 
 from ragexp.errors import TrackingError
-from ragexp.tracking.sqlite_writer import TABLES, SqliteWriter, append_path, valid_key
+from ragexp.tracking.mlflow_sql.trace_rows import aggregate, trace_rows
+from ragexp.tracking.mlflow_sql.writer import TABLES, SqliteWriter, append_path, valid_key
 from ragexp.tracking.store import DIRECT_ENV, Store
-from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _aggregate, _plan
+from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, span_entities
 from tests.conftest import IMPORT_PROBE, ROOT
 
 RUN_TABLES = ("runs", "tags", "params", "metrics", "latest_metrics", "datasets", "inputs", "input_tags")
@@ -200,7 +201,7 @@ def test_traces_are_the_rows_mlflow_writes(tmp_path: Path) -> None:
 
 def test_its_copies_of_mlflow_rules_agree_with_mlflow(tmp_path: Path) -> None:
     for value in (True, False, 0, 1, 0.5, -2, 1e400, math.nan, math.inf, 10**400, "yes", " No ", "maybe", None, [1]):
-        assert _aggregate(value) == assessment_aggregate(value), value
+        assert aggregate(value) == assessment_aggregate(value), value
     for location in (
         (tmp_path / "artifacts").as_uri(),
         (tmp_path / "artifacts").as_uri() + "/",
@@ -274,3 +275,20 @@ def test_a_run_on_an_existing_store_does_not_import_mlflow(tmp_path: Path) -> No
         assert len(traced) == int(found.data.tags["ragexp.traces.count"]) > 0
         assert found.data.tags["mlflow.loggedArtifacts"] == '[{"path": "cases_table.json", "type": "table"}]'
         assert len(found.inputs.dataset_inputs) == 1
+
+
+def test_each_span_row_is_mlflows_own_encoding_of_the_span() -> None:
+    """The one encoding of a span (plan -> ``spans.content``) against MLflow's entity, the oracle:
+    the installed MLflow's ``Span.to_dict`` of the same span, key order and ``kind`` included."""
+    import json
+
+    from mlflow.entities import Span
+
+    for trace in (_plan(case) for case in traces()):
+        rows = trace_rows([trace], "1", "run", lambda _: {}, lambda tid: "file:///x")
+        entities = span_entities(trace)
+        assert len(rows["spans"]) == len(entities) == len(trace.spans)
+        for row, entity in zip(rows["spans"], entities, strict=True):
+            assert json.loads(row["content"]) == entity.to_dict()
+            assert list(json.loads(row["content"])) == list(entity.to_dict())
+            assert Span.from_dict(json.loads(row["content"])).name == entity.name

@@ -19,7 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.tracking import artifacts
-from ragexp.tracking.sqlite_reader import KNOWN_SCHEMAS, SqliteReader, parse_filter
+from ragexp.tracking.mlflow_sql.reader import SqliteReader, parse_filter
+from ragexp.tracking.mlflow_sql.schema import KNOWN_REVISIONS, Declined
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
 from tests.conftest import IMPORT_PROBE, ROOT
 
@@ -45,9 +46,9 @@ def mlflow_head_revision() -> str:
 
 def test_the_reader_knows_the_installed_mlflow_schema(ragexp: Any, store_uri: str) -> None:
     # An mlflow upgrade with a new migration fails here: check the reader's queries against the
-    # new schema, then add the revision to KNOWN_SCHEMAS (until then MLflow reads, slowly).
+    # new schema, then add the revision to KNOWN_REVISIONS (until then MLflow reads, slowly).
     head = mlflow_head_revision()
-    assert head in KNOWN_SCHEMAS
+    assert head in KNOWN_REVISIONS
     assert ragexp("run", "provider=fake", "--json").code == 0
     db = store_uri.removeprefix("sqlite:///")
     assert sqlite3.connect(db).execute("SELECT version_num FROM alembic_version").fetchone()[0] == head
@@ -126,15 +127,26 @@ def test_an_unknown_schema_or_workspaces_leave_reading_to_mlflow(
     history: dict[str, Any], store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = Path(store_uri.removeprefix("sqlite:///"))
-    assert SqliteReader.open(db, store_uri) is not None
+    SqliteReader.open(db, store_uri).close()
     monkeypatch.setenv("MLFLOW_ENABLE_WORKSPACES", "true")
-    assert SqliteReader.open(db, store_uri) is None
+    with pytest.raises(Declined) as declined:
+        SqliteReader.open(db, store_uri)
+    assert declined.value.reason is None  # this store's calls only: nothing to say
     monkeypatch.delenv("MLFLOW_ENABLE_WORKSPACES")
     copy = tmp_path / "copy.db"
     shutil.copy(db, copy)
     with sqlite3.connect(copy) as connection:
         connection.execute("UPDATE alembic_version SET version_num = 'a1b2c3d4e5f6'")
-    assert SqliteReader.open(copy, f"sqlite:///{copy}") is None
+    with pytest.raises(Declined) as declined:
+        SqliteReader.open(copy, f"sqlite:///{copy}")
+    assert declined.value.reason is not None and "schema revision a1b2c3d4e5f6" in declined.value.reason
+    # Checked again at every read: a reader opened before a migration reads no more.
+    reader = SqliteReader.open(db, store_uri)
+    assert reader.get_run(history["fake"]).run_id == history["fake"]
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'a1b2c3d4e5f6'")
+    with pytest.raises(Declined, match="a1b2c3d4e5f6"):
+        reader.get_run(history["fake"])
 
 
 def test_diff_and_gate_read_without_mlflow_and_record_where_mlflow_sees_it(

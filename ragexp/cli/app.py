@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 from difflib import get_close_matches
 from typing import Any
@@ -67,8 +68,19 @@ app = typer.Typer(
 )
 
 
+UPGRADE_FLAG = "--allow-store-upgrade"
+
+
 @app.callback()
-def _options(config_dir: ConfigDir = None) -> None:
+def _options(
+    config_dir: ConfigDir = None,
+    allow_store_upgrade: bool = typer.Option(
+        False,
+        UPGRADE_FLAG,
+        help="Let the installed MLflow migrate an existing tracking store (older MLflow clients then "
+        "cannot open it; back it up first). Accepted before or after the command name.",
+    ),
+) -> None:
     """Config-driven RAG evaluation: run, compare and gate experiments tracked in MLflow."""
     use_config_dir(config_dir)
 
@@ -79,6 +91,9 @@ def main() -> None:
     # the cyclic collector would rescan them again and again (measured: a third of a 100k-case
     # run, two thirds of a 100k-case diff). Nothing here relies on collecting cycles.
     gc.disable()
+    if UPGRADE_FLAG in sys.argv[1:]:  # every command opens a store: taken wherever it is given
+        sys.argv.remove(UPGRADE_FLAG)
+        os.environ["RAGEXP_ALLOW_STORE_UPGRADE"] = "1"  # read by Store before MLflow opens a store
     code: Any
     try:
         code = app(standalone_mode=False)

@@ -1,9 +1,11 @@
 """A thin, typed layer over ``MlflowClient``; mlflow is imported on first use only.
 
-On a local SQLite store of a schema ragexp knows, reads and the writes of a run go straight to the
-database (:mod:`ragexp.tracking.sqlite_reader`, :mod:`ragexp.tracking.sqlite_writer`), the same
-rows MLflow's store would read and write, without importing mlflow; everything else, and every
-call those modules decline, goes through ``MlflowClient``.
+Two backends, chosen once per store: MLflow's client is the reference (every method's body), and
+on a local SQLite store the direct backend (:mod:`ragexp.tracking.mlflow_sql`) overrides the
+methods marked :func:`native` with the same rows MLflow's store would read and write, without
+importing mlflow. A call the direct backend cannot make as MLflow would is declined (one way:
+:class:`~ragexp.tracking.mlflow_sql.schema.Declined`) and made through MLflow; a store or an
+MLflow it was not checked against turns it off for good, said once on stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from ragexp.errors import PromotionConflict, RunLockedError, StorageError, StoreUnreachable, TrackingError
@@ -29,10 +31,11 @@ from ragexp.secrets import mask_url
 from ragexp.tracking import limits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mlflow.tracking import MlflowClient
 
-    from ragexp.tracking.sqlite_reader import RunRow
-    from ragexp.tracking.sqlite_writer import SqliteWriter
+    from ragexp.tracking.mlflow_sql.writer import SqliteWriter
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 TAG_PREFIX = "ragexp."
@@ -51,6 +54,36 @@ _USER_SET = frozenset(name for name in _HTTP_SETTINGS if name in os.environ)
 DIRECT_ENV = "RAGEXP_SQLITE_DIRECT"
 """Set to 0 to make every call of a SQLite store go through ``MlflowClient`` (slower by the ~3 s
 that importing mlflow costs; the rows written are the same)."""
+UPGRADE_ENV = "RAGEXP_ALLOW_STORE_UPGRADE"
+"""Set to 1 (``--allow-store-upgrade``) to let the installed MLflow migrate an existing store."""
+_DECLINED: set[str] = set()
+"""Stores whose direct backend was declined for good: MLflow's client serves them until the process ends."""
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def native(name: str) -> Callable[[Callable[Concatenate[Store, P], R]], Callable[Concatenate[Store, P], R]]:
+    """Mark a ``Store`` method the direct backend overrides with its method ``name`` (same
+    arguments, same answer); the decorated body is the MLflow reference, used when there is no
+    direct backend or it declines."""
+
+    def decorate(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[Store, P], R]:
+        def call(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            from ragexp.tracking.mlflow_sql.schema import Declined
+
+            direct = self._direct()
+            if direct is not None:
+                try:
+                    result: R = getattr(direct, name)(*args, **kwargs)
+                    return result
+                except Declined as declined:
+                    self.declined(declined)
+            return method(self, *args, **kwargs)
+
+        call.__name__, call.__doc__ = method.__name__, method.__doc__
+        return call
+
+    return decorate
 
 
 def resolve_uri(explicit: str | None) -> str:
@@ -153,12 +186,24 @@ class Store:
                     lock = db.parent / ".ragexp-init.lock"
             try:
                 with _file_lock(lock):
+                    self._refuse_migration(db)
                     self._client = MlflowClient(tracking_uri=self.uri)
             except OSError as exc:
                 raise store_os_error(exc, self.uri, "opening the tracking store") from None
             except Exception as exc:  # mlflow raises many types for a bad store
                 raise TrackingError(f"tracking store {self.uri}: {_one_line(exc)}") from None
         return self._client
+
+    def _refuse_migration(self, db: Path | None) -> None:
+        """Stop before MLflow opens an existing SQL store it would migrate (or cannot open)."""
+        from ragexp.tracking.mlflow_sql.schema import refusal, store_revision
+
+        if db is not None and (str(db) == ":memory:" or not db.exists()):
+            return
+        revision = store_revision(self.uri)
+        reason = refusal(revision, mask_url(self.uri), allow_upgrade=os.environ.get(UPGRADE_ENV, "") == "1")
+        if reason is not None:
+            raise TrackingError(reason)
 
     def _check_location(self) -> None:
         """Fail at once, in one line, where MLflow would create, hang or retry for minutes."""
@@ -225,11 +270,8 @@ class Store:
 
     # --- experiments and runs -----------------------------------------------------------------
 
+    @native("experiment_id")
     def experiment_id(self, name: str, *, create: bool) -> str | None:
-        if (direct := self._direct()) is not None:
-            found = direct.experiment_id(name)
-            if found is not None or not create:
-                return found
         with self._calling(f"experiment '{name}'"):
             experiment = self.client.get_experiment_by_name(name)
             if experiment is not None:
@@ -252,12 +294,8 @@ class Store:
                     raise
                 return str(experiment.experiment_id)
 
+    @native("experiment_name")
     def experiment_name(self, experiment_id: str) -> str:
-        if (direct := self._direct()) is not None:
-            name = direct.experiment_name(experiment_id)
-            if name is None:
-                raise TrackingError(f"experiment {experiment_id}: no such experiment in tracking store {self.uri}")
-            return name
         with self._calling(f"experiment {experiment_id}"):
             return str(self.client.get_experiment(experiment_id).name)
 
@@ -265,13 +303,16 @@ class Store:
         experiment_id = self.experiment_id(experiment, create=True)
         assert experiment_id is not None  # create=True always returns an id
         params = {key: value[: limits.PARAM_VALUE.chars] for key, value in params.items()}
-        if (direct := self._direct()) is not None:
-            created = direct.create_run(experiment_id, run_name, tags, params)
-            if created is not None:
-                return created
+        return self.create_run_in(experiment_id, run_name, tags, params)
+
+    @native("create_run_in")
+    def create_run_in(
+        self, experiment_id: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]
+    ) -> str:
+        """``create_run`` in an experiment known by its id, with params MLflow takes as they are."""
         remote = urlsplit(self.uri).scheme in ("http", "https")
         creation = {CREATION_TAG: uuid.uuid4().hex} if remote else {}
-        with self._calling(f"creating a run in experiment '{experiment}'"):
+        with self._calling(f"creating a run in experiment {experiment_id}"):
             run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, **creation})
             run_id: str = run.info.run_id
             if remote:
@@ -294,11 +335,9 @@ class Store:
         for start in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[start : start + 100])
 
+    @native("log_metrics")
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         import time
-
-        if (direct := self._direct()) is not None and direct.log_metrics(run_id, metrics, step):
-            return
 
         from mlflow.entities import Metric
 
@@ -308,19 +347,16 @@ class Store:
             for start in range(0, len(items), 1000):
                 self.client.log_batch(run_id, metrics=items[start : start + 1000])
 
+    @native("set_tags")
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
-        if (direct := self._direct()) is not None and direct.set_tags(run_id, tags):
-            return
         from mlflow.entities import RunTag
 
         with self._calling(f"tagging run {run_id}"):
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
+    @native("log_files")
     def log_files(self, run_id: str, files: Mapping[str, bytes]) -> None:
         """Write ``name -> bytes`` as artifacts of the run."""
-        if (direct := self._direct()) is not None and (root := direct.artifact_folder(run_id)) is not None:
-            self._write_files(root, run_id, files)
-            return
         with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp:
             for name, data in files.items():
                 target = Path(tmp, name)
@@ -328,17 +364,11 @@ class Store:
                 target.write_bytes(data)
             self.log_dir(run_id, Path(tmp))
 
+    @native("log_dir")
     def log_dir(self, run_id: str, folder: Path, tables: Sequence[str] = ()) -> None:
         """Log a folder's files as artifacts; ``tables`` (written by :func:`write_table`) are
         registered so the MLflow UI shows them in its evaluation view."""
         entries = json.dumps([{"path": name, "type": "table"} for name in tables])
-        if (direct := self._direct()) is not None and (root := direct.artifact_folder(run_id)) is not None:
-            try:
-                direct.copy_tree(folder, root)
-            except OSError as exc:
-                raise store_os_error(exc, self.uri, f"logging artifacts of run {run_id}") from None
-            if not tables or direct.set_tags(run_id, {"mlflow.loggedArtifacts": entries}):
-                return
         with self._calling(f"logging artifacts of run {run_id}"):
             self.client.log_artifacts(run_id, str(folder))
             if tables:
@@ -355,16 +385,16 @@ class Store:
             "source": json.dumps({"uri": source}, ensure_ascii=False),
             "profile": json.dumps(dict(profile), ensure_ascii=False),
         }
-        if (direct := self._direct()) is not None and direct.log_dataset(
-            run_id, fields, {"mlflow.data.context": context}
-        ):
-            return
-        from mlflow.entities import Dataset, DatasetInput, InputTag
+        self.log_inputs(run_id, fields, {"mlflow.data.context": context})
 
-        dataset = Dataset(**fields)
+    @native("log_inputs")
+    def log_inputs(self, run_id: str, fields: Mapping[str, str], input_tags: Mapping[str, str]) -> None:
+        """``log_inputs`` of one dataset (its fields as MLflow's ``Dataset`` takes them)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
         from mlflow.exceptions import MlflowException
 
-        inputs = [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
+        dataset = Dataset(**fields)
+        inputs = [DatasetInput(dataset, [InputTag(key, value) for key, value in input_tags.items()])]
         with self._calling(f"logging the dataset of run {run_id}"):
             try:
                 self.client.log_inputs(run_id, datasets=inputs)
@@ -375,10 +405,9 @@ class Store:
                     raise
                 self.client.log_inputs(run_id, datasets=inputs)
 
+    @native("set_running")
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
-        if (direct := self._direct()) is not None and direct.set_status(run_id, RUNNING):
-            return
         with self._calling(f"reopening run {run_id}"):
             self.client.update_run(run_id, status=RUNNING)
 
@@ -463,9 +492,8 @@ class Store:
             self._reserve.unlink(missing_ok=True)
             self._reserve = None
 
+    @native("delete_tags")
     def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
-        if (direct := self._direct()) is not None and direct.delete_tags(run_id, names):
-            return
         from mlflow.exceptions import MlflowException
 
         record = self.get_run(run_id)
@@ -475,13 +503,8 @@ class Store:
                     with suppress(MlflowException):  # removed in the meantime
                         self.client.delete_tag(run_id, name)
 
+    @native("end_run")
     def end_run(self, run_id: str, status: str) -> None:
-        import time
-
-        if (direct := self._direct()) is not None and direct.set_status(
-            run_id, status, end_time=int(time.time() * 1000)
-        ):
-            return
         with self._calling(f"ending run {run_id}"):
             self.client.set_terminated(run_id, status=status)
 
@@ -491,41 +514,57 @@ class Store:
     _direct_store: SqliteWriter | None = None
 
     def _direct(self) -> SqliteWriter | None:
-        """The mlflow-free reader and writer of an existing SQLite store, when it can read and
-        write like MLflow (see :mod:`ragexp.tracking.sqlite_reader`); None: go through
-        ``MlflowClient``. A store that does not exist yet is created by MLflow (its schema
-        migrations), then written directly like any other."""
+        """The direct backend of an existing SQLite store, chosen once; None: MLflow's client. A
+        store that does not exist yet is created by MLflow (its schema migrations), then written
+        directly like any other."""
         if not self._direct_checked:
             self._direct_checked = True
             db = _sqlite_path(self.uri)
-            if self._direct_allowed and db is not None and str(db) != ":memory:":
+            if self._direct_allowed and db is not None and str(db) != ":memory:" and self.uri not in _DECLINED:
                 self._check_location()
                 if not db.exists() and not self.read_only:
                     self.client  # noqa: B018 - opening MLflow's store creates the database
                 if db.exists():
-                    from ragexp.tracking.sqlite_writer import SqliteWriter
+                    from ragexp.tracking.mlflow_sql.schema import Declined
+                    from ragexp.tracking.mlflow_sql.writer import SqliteWriter
 
                     # A store another process is still migrating is opened once it is done.
                     lock = None
                     if not self.read_only and os.access(db.parent, os.W_OK):
                         lock = db.parent / ".ragexp-init.lock"
                     with _file_lock(lock):
-                        self._direct_store = SqliteWriter.open(db, self.uri)
+                        try:
+                            self._direct_store = SqliteWriter.open(db, self.uri)
+                        except Declined as declined:
+                            self.declined(declined)
         return self._direct_store
+
+    def declined(self, declined: Exception) -> None:
+        """A direct call declined: for good (said once on stderr) when the store or the installed
+        MLflow is not one the direct backend knows, else for this call only."""
+        from ragexp.tracking.mlflow_sql.schema import say_once
+
+        reason = getattr(declined, "reason", None)
+        if reason is not None:
+            _DECLINED.add(self.uri)
+            if self._direct_store is not None:
+                self._direct_store.close()
+            self._direct_store = None
+            # A store MLflow would migrate, or cannot open, is refused in one line of its own.
+            self._refuse_migration(_sqlite_path(self.uri))
+            say_once(reason)
+
+    @property
+    def declined_for_good(self) -> bool:
+        """Whether a direct path declined this store for good in this process (no direct path then)."""
+        return self.uri in _DECLINED
 
     def sql_writer(self) -> SqliteWriter | None:
         """The direct writer of this store, for the trace writer (None: write through MLflow)."""
         return None if self.read_only else self._direct()
 
-    def _direct_row(self, direct: SqliteWriter, run_id: str) -> RunRow:
-        row = direct.get_run(run_id)
-        if row is None:
-            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
-        return row
-
+    @native("get_run")
     def get_run(self, run_id: str) -> RunRecord:
-        if (direct := self._direct()) is not None:
-            return self._direct_row(direct, run_id).record
         from mlflow.exceptions import MlflowException
 
         try:
@@ -536,16 +575,8 @@ class Store:
             raise TrackingError(f"tracking store {self.uri} unreachable ({_one_line(exc)})") from None
         return _record(run)
 
+    @native("read_artifact")
     def read_artifact(self, run_id: str, path: str) -> bytes:
-        if (direct := self._direct()) is not None:
-            root = direct.artifact_root(self._direct_row(direct, run_id))
-            if root is not None:
-                try:
-                    return (root / path).read_bytes()
-                except FileNotFoundError:
-                    raise TrackingError(f"run {run_id}: artifact {path}: not found in {root}") from None
-                except OSError as exc:
-                    raise store_os_error(exc, self.uri, f"run {run_id}: artifact {path}") from None
         from mlflow.artifacts import download_artifacts
 
         with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp, self._calling(f"run {run_id}: artifact {path}"):
@@ -556,10 +587,9 @@ class Store:
         with self._calling(f"listing artifacts of run {run_id}"):
             return [item.path for item in self.client.list_artifacts(run_id, path)]
 
+    @native("experiment_ids")
     def experiment_ids(self) -> list[str]:
         """Every active experiment of the store."""
-        if (direct := self._direct()) is not None:
-            return direct.active_experiment_ids()
         ids: list[str] = []
         token = None
         with self._calling("listing experiments"):
@@ -570,17 +600,14 @@ class Store:
                 if not token:
                     return ids
 
+    @native("iter_runs")
     def iter_runs(
         self, experiment_ids: Sequence[str], filter_string: str = "", page_size: int = 500
     ) -> Iterator[RunRecord]:
         """Runs of the experiments matching an MLflow filter, newest first, fetched page by page."""
-        if (direct := self._direct()) is not None:
-            from ragexp.tracking.sqlite_reader import parse_filter
+        return self._mlflow_runs(experiment_ids, filter_string, page_size)
 
-            clauses = parse_filter(filter_string)
-            if clauses is not None:
-                yield from (row.record for row in direct.search(experiment_ids, clauses))
-                return
+    def _mlflow_runs(self, experiment_ids: Sequence[str], filter_string: str, page_size: int) -> Iterator[RunRecord]:
         token = None
         while True:
             with self._calling("searching runs"):
@@ -656,36 +683,19 @@ class Store:
         clauses = [filter_string] if filter_string else []
         if finished_only:
             clauses.append("attributes.status = 'FINISHED'")
-        if (direct := self._direct()) is not None:
-            from ragexp.tracking.sqlite_reader import parse_filter
+        return self.search_in(experiment_id, " and ".join(clauses), limit)
 
-            parsed = parse_filter(" and ".join(clauses))
-            if parsed is not None:
-                return [row.record for row in direct.search([experiment_id], parsed, limit=limit)]
-        with self._calling(f"searching runs of experiment '{experiment}'"):
+    @native("search_in")
+    def search_in(self, experiment_id: str, filter_string: str, limit: int) -> list[RunRecord]:
+        """Runs of one experiment matching an MLflow filter, newest first, at most ``limit``."""
+        with self._calling(f"searching runs of experiment {experiment_id}"):
             runs = self.client.search_runs(
                 [experiment_id],
-                filter_string=" and ".join(clauses),
+                filter_string=filter_string,
                 max_results=limit,
                 order_by=["attributes.start_time DESC"],
             )
         return [_record(run) for run in runs]
-
-    def _write_files(self, root: Path, run_id: str, files: Mapping[str, bytes]) -> None:
-        """Files into a local artifact folder, each complete or absent (temp file, then rename)."""
-        what = f"logging artifacts of run {run_id}"
-        try:
-            for name, data in files.items():
-                target = root / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(f".{target.name}.ragexp-partial")
-                try:
-                    partial.write_bytes(data)
-                    os.replace(partial, target)
-                finally:
-                    partial.unlink(missing_ok=True)
-        except OSError as exc:
-            raise store_os_error(exc, self.uri, what) from None
 
 
 LOCK_PREFIX = "ragexp.promotion-lock."
@@ -711,10 +721,11 @@ class _RegistryLock:
         self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
     def acquire(self, wait_s: float) -> None:
-        import random
         import time
 
         from mlflow.exceptions import MlflowException
+
+        from ragexp.transport import backoff
 
         deadline = time.monotonic() + wait_s
         while True:
@@ -744,7 +755,7 @@ class _RegistryLock:
                     f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
                     f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
                 )
-            time.sleep(0.1 + random.random() * 0.2)
+            time.sleep(backoff(0.2, 0))
 
     def release(self) -> str | None:
         """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried

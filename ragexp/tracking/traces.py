@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import re
 import threading
@@ -36,8 +35,19 @@ from typing import TYPE_CHECKING, Any
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
-from ragexp.tracking.sqlite_writer import append_path
+from ragexp.tracking.mlflow_sql import internals
+from ragexp.tracking.mlflow_sql.schema import Declined
+from ragexp.tracking.mlflow_sql.trace_rows import (
+    ASSESSMENT_RUN,
+    TRACE_NAME,
+    attributes,
+    error_dict,
+    insert_sqlalchemy,
+    trace_rows,
+)
+from ragexp.tracking.mlflow_sql.writer import append_path
 from ragexp.tracking.store import _one_line, connection_lost
+from ragexp.transport import backoff
 
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
@@ -56,10 +66,7 @@ SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
 SOURCE_ID = "ragexp"
 RUN_METADATA = "mlflow.sourceRun"
-ARTIFACT_LOCATION = "mlflow.artifactLocation"
-ASSESSMENT_RUN = "mlflow.assessment.sourceRunId"
 CASE_METADATA = "ragexp.case_id"
-TRACE_NAME = "rag_case"
 
 
 @dataclass(slots=True)
@@ -194,26 +201,33 @@ class TraceWriter:
     def backend(self) -> Any:
         """MLflow's own store behind the client (imports mlflow)."""
         if self._backend is None:
-            self._backend = self.store.client._tracking_client.store
+            self._backend = internals.tracking_backend(self.store.client)
         return self._backend
 
     # --- writing ------------------------------------------------------------------------------
 
     def write(self, traces: Sequence[CaseTrace], *, batch: int = BATCH) -> int:
-        """Write every trace; returns how many were written (all, or an error is raised)."""
+        """Write every trace; returns how many were written (all, or an error is raised).
+
+        The rows go in directly where the compatibility check admits the store (checked again in
+        each batch's transaction); anywhere else, and from the batch where a check fails, MLflow's
+        public tracing API writes them."""
         put = self._direct_put()
         if put is None:
-            from mlflow.store.tracking.rest_store import RestStore
-            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-            if isinstance(self.backend, RestStore):
+            kind = internals.backend_kind(self.store.client)
+            if kind == "rest":
                 return self._write_server(traces)
-            put = self._write_sql if isinstance(self.backend, SqlAlchemyStore) else self._write_generic
+            put = self._write_sql if kind == "sql" and not self.store.declined_for_good else self._write_public
         written = 0
         for start in range(0, len(traces), batch):
             chunk = [_plan(case) for case in traces[start : start + batch]]
             try:
-                put(chunk)
+                try:
+                    put(chunk)
+                except Declined as declined:
+                    self.store.declined(declined)
+                    put = self._write_public
+                    put(chunk)
             except StorageError as exc:
                 # A full disk stays a StorageError: the run then marks itself using its reserve.
                 raise StorageError(f"{exc} ({written} of {len(traces)} traces written)") from None
@@ -289,7 +303,7 @@ class TraceWriter:
         chunk, infos = pending
         for info in infos:
             info.result()  # raises the first failure
-        spans = [span for trace in chunk for span in _spans(trace)]
+        spans = [span for trace in chunk for span in span_entities(trace)]
         span_requests.append((len(chunk), pool.submit(self._log_spans, spans)))
 
     def _log_spans(self, spans: list[Any]) -> None:
@@ -305,7 +319,7 @@ class TraceWriter:
                 self.backend.log_spans(self.experiment_id, spans)
                 return
             except Exception as exc:  # HTTP and MLflow errors alike: the last one is raised
-                pause = 0.5 * 2**attempt
+                pause = backoff(0.5, attempt)
                 # No answer after MLflow's own retries: the server is gone, not busy.
                 if connection_lost(exc) or time.monotonic() + pause >= deadline:
                     raise
@@ -322,9 +336,9 @@ class TraceWriter:
         timeout and, if the server does know its version, forgotten so MLflow asks again."""
         import httpx
 
-        probe = getattr(type(self.backend), "_get_server_version", None)
+        probe = internals.server_version_probe(self.backend)
         send = self._sender
-        if probe is None or not hasattr(probe, "cache_clear") or send is None:
+        if probe is None or send is None:
             return
         creds = self.backend.get_host_creds()
         if probe(creds) is not None:
@@ -336,143 +350,82 @@ class TraceWriter:
         if answered.status_code == 200:
             probe.cache_clear()
 
-    def _write_generic(self, chunk: list[_Trace]) -> None:
-        for trace in chunk:
-            self.backend.start_trace(self._trace_info(trace))
-        self.backend.log_spans(self.experiment_id, [span for trace in chunk for span in _spans(trace)])
+    def _write_public(self, chunk: list[_Trace]) -> None:
+        """MLflow's public tracing API, the reference: each trace's spans with their own times,
+        exported synchronously, then one ``log_feedback``/``log_expectation`` per assessment."""
+        import mlflow
+        from mlflow.entities import AssessmentError, AssessmentSource, SpanStatus, SpanStatusCode
+
+        # An asynchronous export drops traces when its queue is full; the assessments need the
+        # trace stored first.
+        os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"
+        previous = mlflow.get_tracking_uri()
+        mlflow.set_tracking_uri(self.store.uri)
+        try:
+            for trace in chunk:
+                live: dict[int, Any] = {}
+                for span in trace.spans:
+                    # A child given an experiment starts a trace of its own.
+                    where: dict[str, Any] = (
+                        {"metadata": self._trace_metadata(trace), "experiment_id": self.experiment_id}
+                        if span.parent_id is None
+                        else {"parent_span": live[span.parent_id]}
+                    )
+                    live[span.span_id] = mlflow.start_span_no_context(
+                        span.name, span_type=span.kind, inputs=span.inputs, start_time_ns=span.start_ns, **where
+                    )
+                for span in reversed(trace.spans):
+                    status = (
+                        SpanStatus(SpanStatusCode.ERROR, span.error) if span.error else SpanStatus(SpanStatusCode.OK)
+                    )
+                    live[span.span_id].end(outputs=span.outputs, status=status, end_time_ns=span.end_ns)
+                trace_id = live[trace.spans[0].span_id].trace_id
+                mlflow.flush_trace_async_logging()
+                metadata = {ASSESSMENT_RUN: self.run_id}
+                for mark in trace.marks:
+                    source = AssessmentSource(source_type=mark.source_type, source_id=mark.source_id)
+                    if mark.kind == "expectation":
+                        mlflow.log_expectation(
+                            trace_id=trace_id, name=mark.name, value=mark.value, source=source, metadata=metadata
+                        )
+                    else:
+                        error = AssessmentError(**error_dict(mark.error)) if mark.error is not None else None
+                        mlflow.log_feedback(
+                            trace_id=trace_id,
+                            name=mark.name,
+                            value=mark.value if error is None else None,
+                            source=source,
+                            error=error,
+                            rationale=mark.rationale,
+                            metadata=metadata,
+                        )
+        finally:
+            mlflow.set_tracking_uri(previous)
+
+    def _write_sql(self, chunk: list[_Trace]) -> None:
+        """A SQL store MLflow opened: the planned rows through its SQLAlchemy session."""
+        insert_sqlalchemy(
+            self.backend, self.experiment_id, lambda location, ascii_only: self._rows(chunk, location, ascii_only)
+        )
+
+    def _rows(
+        self, chunk: list[_Trace], location: Callable[[str], str], ascii_only: bool = False
+    ) -> dict[str, list[dict[str, Any]]]:
+        return trace_rows(chunk, self.experiment_id, self.run_id, self._trace_metadata, location, ascii_only)
 
     def _direct_put(self) -> Callable[[list[_Trace]], None] | None:
-        """On a SQLite store ragexp writes itself (:mod:`ragexp.tracking.sqlite_writer`): the rows
-        of :meth:`_write_sql` through :mod:`sqlite3`, one transaction per batch. None: MLflow's
-        store writes."""
+        """On a SQLite store ragexp writes itself (:mod:`ragexp.tracking.mlflow_sql.writer`): the
+        rows through :mod:`sqlite3`, one transaction per batch. None: MLflow writes."""
         direct = self.store.sql_writer()
         location = direct.experiment_location(self.experiment_id) if direct is not None else None
         if direct is None or not location or append_path(location, "traces") is None:
             return None
 
         def put(chunk: list[_Trace]) -> None:
-            rows = self._rows(chunk, lambda tid: str(append_path(location, "traces", tid, "artifacts")), False)
+            rows = self._rows(chunk, lambda tid: str(append_path(location, "traces", tid, "artifacts")))
             direct.insert_traces(rows, "writing their rows")
 
         return put
-
-    def _write_sql(self, chunk: list[_Trace]) -> None:
-        """The rows ``start_trace`` + ``log_spans`` would write, as one multi-row INSERT per table
-        in ONE transaction per batch. Those methods run dozens of statements and a flush per
-        trace (measured 28 ms + 25 ms a trace on SQLite here); the rows are the same, and the
-        read side (search, get_trace, the UI) is MLflow's own."""
-        from mlflow.store.tracking.dbmodels.models import (
-            SqlAssessments,
-            SqlSpan,
-            SqlTraceInfo,
-            SqlTraceMetadata,
-            SqlTraceTag,
-        )
-        from sqlalchemy import insert
-
-        backend = self.backend
-        if self._experiment is None:
-            self._experiment = backend.get_experiment(self.experiment_id)
-        experiment = self._experiment
-
-        def location(tid: str) -> str:
-            return str(backend._get_trace_artifact_location_tag(experiment, tid).value)
-
-        rows = self._rows(chunk, location, backend.db_type == "mssql")
-        with backend.ManagedSessionMaker(read_only=False) as session:
-            for model, table in (
-                (SqlTraceInfo, "trace_info"),
-                (SqlTraceTag, "trace_tags"),
-                (SqlTraceMetadata, "trace_request_metadata"),
-                (SqlAssessments, "assessments"),
-                (SqlSpan, "spans"),
-            ):
-                if rows[table]:
-                    session.execute(insert(model.__table__), rows[table])
-
-    def _rows(
-        self, chunk: list[_Trace], location: Callable[[str], str], ascii_only: bool
-    ) -> dict[str, list[dict[str, Any]]]:
-        """The rows of each trace table (columns by name) for a batch of traces, as MLflow's
-        ``start_trace`` and ``log_spans`` write them; ``location`` gives a trace's artifact
-        location (MLflow's ``mlflow.artifactLocation`` tag)."""
-        experiment_id = int(self.experiment_id)
-        now_ms = int(time.time() * 1000)
-        metadata_json = json.dumps({ASSESSMENT_RUN: self.run_id})
-        traces: list[dict[str, Any]] = []
-        tags: list[dict[str, Any]] = []
-        metadata: list[dict[str, Any]] = []
-        marks: list[dict[str, Any]] = []
-        spans: list[dict[str, Any]] = []
-        for trace in chunk:
-            tid = trace.trace_id
-            request_ms = trace.start_ns // 1_000_000
-            traces.append(
-                {
-                    "request_id": tid,
-                    "experiment_id": experiment_id,
-                    "timestamp_ms": request_ms,
-                    "execution_time_ms": trace.duration_ns // 1_000_000,
-                    "status": "ERROR" if trace.case.error is not None else "OK",
-                    "client_request_id": limits.client_request_id(trace.case.case_id),
-                    "request_preview": trace.request_preview,
-                    "response_preview": trace.response_preview,
-                    "trace_name": TRACE_NAME,
-                }
-            )
-            tags.append({"request_id": tid, "key": ARTIFACT_LOCATION, "value": location(tid)})
-            tags.append({"request_id": tid, "key": "mlflow.trace.spansLocation", "value": "TRACKING_STORE"})
-            for key, text in self._trace_metadata(trace).items():
-                metadata.append({"request_id": tid, "key": key, "value": text})
-            for mark in trace.marks:
-                value = mark.value if mark.error is None else None
-                aggregate, numeric = _aggregate(value)
-                marks.append(
-                    {
-                        "assessment_id": mark.assessment_id,
-                        "trace_id": tid,
-                        "name": mark.name,
-                        "assessment_type": mark.kind,
-                        "value": json.dumps(value, ensure_ascii=False),
-                        "error": json.dumps(_error_dict(mark.error)) if mark.error is not None else None,
-                        "created_timestamp": now_ms,
-                        "last_updated_timestamp": now_ms,
-                        "experiment_id": experiment_id,
-                        "trace_timestamp_ms": request_ms,
-                        "aggregate_value": aggregate,
-                        "is_numeric_value": bool(numeric),
-                        "source_type": mark.source_type,
-                        "source_id": mark.source_id,
-                        "run_id": None,
-                        "span_id": None,
-                        "rationale": mark.rationale,
-                        "overrides": None,
-                        "valid": True,
-                        "assessment_metadata": metadata_json,
-                    }
-                )
-            for span in trace.spans:
-                spans.append(
-                    {
-                        "trace_id": tid,
-                        "experiment_id": experiment_id,
-                        "span_id": f"{span.span_id:016x}",
-                        "parent_span_id": f"{span.parent_id:016x}" if span.parent_id is not None else None,
-                        "name": span.name,
-                        "type": span.kind,
-                        "status": "ERROR" if span.error else "OK",
-                        "start_time_unix_nano": span.start_ns,
-                        "end_time_unix_nano": span.end_ns,
-                        "content": json.dumps(_span_dict(trace, span), ensure_ascii=ascii_only),
-                    }
-                )
-        return {
-            "trace_info": traces,
-            "trace_tags": tags,
-            "trace_request_metadata": metadata,
-            "assessments": marks,
-            "spans": spans,
-        }
 
     def _trace_metadata(self, trace: _Trace) -> dict[str, str]:
         return {
@@ -508,7 +461,7 @@ class TraceWriter:
             else:
                 feedback: dict[str, Any] = {"value": mark.value if mark.error is None else None}
                 if mark.error is not None:
-                    feedback["error"] = _error_dict(mark.error)
+                    feedback["error"] = error_dict(mark.error)
                 item["feedback"] = feedback
                 if mark.rationale is not None:
                     item["rationale"] = mark.rationale
@@ -556,7 +509,7 @@ class TraceWriter:
                     last_update_time_ms=now_ms,
                 )
             else:
-                error = _error_dict(mark.error) if mark.error is not None else None
+                error = error_dict(mark.error) if mark.error is not None else None
                 entity = Feedback(
                     name=mark.name,
                     value=mark.value if error is None else None,
@@ -592,13 +545,15 @@ class TraceWriter:
         token = None
         with self.store.calling(f"listing traces of run {self.run_id}"):
             while True:
-                infos, token = self.backend.search_traces(
-                    experiment_ids=[self.experiment_id],
+                page = self.store.client.search_traces(
+                    locations=[self.experiment_id],
                     filter_string=f"metadata.`{RUN_METADATA}` = '{self.run_id}'",
                     max_results=500,
                     page_token=token,
+                    include_spans=False,
                 )
-                ids.extend(info.trace_id for info in infos)
+                ids.extend(trace.info.trace_id for trace in page)
+                token = page.token
                 if not token:
                     return ids
 
@@ -607,9 +562,8 @@ class TraceWriter:
         ids = self.trace_ids()
         assessments = 0
         with self.store.calling(f"reading traces of run {self.run_id}"):
-            for start in range(0, len(ids), 100):
-                for info in self.backend.batch_get_trace_infos(ids[start : start + 100]):
-                    assessments += len(info.assessments)
+            for trace_id in ids:
+                assessments += len(self.store.client.get_trace(trace_id).info.assessments)
         return len(ids), assessments
 
     def delete_all(self) -> int:
@@ -617,7 +571,7 @@ class TraceWriter:
         ids = self.trace_ids()
         with self.store.calling(f"deleting traces of run {self.run_id}"):
             for start in range(0, len(ids), 100):
-                self.backend.delete_traces(self.experiment_id, trace_ids=ids[start : start + 100])
+                self.store.client.delete_traces(self.experiment_id, trace_ids=ids[start : start + 100])
         return len(ids)
 
 
@@ -650,61 +604,7 @@ def _plan(case: CaseTrace) -> _Trace:
     )
 
 
-def _aggregate(value: Any) -> tuple[float | None, bool]:
-    """MLflow's ``assessment_aggregate`` (the assessments table's aggregate_value and
-    is_numeric_value), kept here so that writing a trace does not import mlflow; a test compares
-    the two."""
-    if isinstance(value, bool):
-        return (1.0 if value else 0.0), False
-    if isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:
-            return None, False
-        return (number, True) if math.isfinite(number) else (None, False)
-    if isinstance(value, str) and value.strip().lower() in ("yes", "no"):
-        return (1.0 if value.strip().lower() == "yes" else 0.0), False
-    return None, False
-
-
-def _error_dict(message: str) -> dict[str, str]:
-    return {"error_code": "RAGEXP_NO_SCORE", "error_message": message}
-
-
-def _attributes(trace: _Trace, span: _Span) -> dict[str, str]:
-    attributes = {
-        "mlflow.traceRequestId": json.dumps(trace.trace_id),
-        "mlflow.spanType": json.dumps(span.kind),
-    }
-    if span.inputs is not None:
-        attributes["mlflow.spanInputs"] = json.dumps(span.inputs, ensure_ascii=False)
-    if span.outputs is not None:
-        attributes["mlflow.spanOutputs"] = json.dumps(span.outputs, ensure_ascii=False)
-    return attributes
-
-
-def _b64(value: int, size: int) -> str:
-    return base64.b64encode(value.to_bytes(size, "big")).decode("ascii")
-
-
-def _span_dict(trace: _Trace, span: _Span) -> dict[str, Any]:
-    """A span in the stored layout of ``mlflow.entities.Span.to_dict`` (what the SQL store keeps
-    in ``spans.content`` and ``get_trace`` reads back)."""
-    return {
-        "trace_id": _b64(trace.otel_trace_id, 16),
-        "span_id": _b64(span.span_id, 8),
-        "parent_span_id": _b64(span.parent_id, 8) if span.parent_id is not None else None,
-        "name": span.name,
-        "start_time_unix_nano": span.start_ns,
-        "end_time_unix_nano": span.end_ns,
-        "events": [],
-        "status": {"code": "STATUS_CODE_ERROR" if span.error else "STATUS_CODE_OK", "message": span.error or ""},
-        "attributes": _attributes(trace, span),
-        "links": [],
-    }
-
-
-def _spans(trace: _Trace) -> list[Any]:
+def span_entities(trace: _Trace) -> list[Any]:
     """MLflow ``Span`` entities (for the OTLP path)."""
     from mlflow.entities import Span
     from mlflow.tracing.utils import build_otel_context
@@ -721,7 +621,7 @@ def _spans(trace: _Trace) -> list[Any]:
             parent=build_otel_context(trace.otel_trace_id, span.parent_id) if span.parent_id is not None else None,
             start_time=span.start_ns,
             end_time=span.end_ns,
-            attributes=_attributes(trace, span),
+            attributes=attributes(trace, span),
             status=Status(StatusCode.ERROR, span.error[:500]) if span.error else Status(StatusCode.OK),
             resource=resource,
         )
@@ -815,13 +715,16 @@ class _TraceInfoSender:
         the run stops (as for every other tracking call)."""
         import httpx
         from mlflow.tracking.request_header.registry import resolve_request_headers
-        from mlflow.utils.rest_utils import _V3_TRACE_REST_API_PATH_PREFIX
-        from mlflow.utils.workspace_context import get_request_workspace
 
         creds = backend.get_host_creds()
         if creds.aws_sigv4 or creds.auth or creds.use_databricks_sdk or creds.client_cert_path:
             return None
-        if get_request_workspace():
+        try:
+            path = internals.trace_path()
+            workspace = internals.request_workspace()
+        except Declined:
+            return None
+        if workspace:
             return None  # workspace routing: leave it to MLflow's client
         headers = {**resolve_request_headers(), "Content-Type": "application/json"}  # type: ignore[no-untyped-call]
         if creds.username and creds.password:
@@ -836,7 +739,7 @@ class _TraceInfoSender:
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
             limits=httpx.Limits(max_connections=SERVER_THREADS, max_keepalive_connections=SERVER_THREADS),
         )
-        return cls(client, creds.host.rstrip("/") + _V3_TRACE_REST_API_PATH_PREFIX, timeout_s)
+        return cls(client, creds.host.rstrip("/") + path, timeout_s)
 
     def __call__(self, body: bytes) -> None:
         import httpx
@@ -844,7 +747,8 @@ class _TraceInfoSender:
         with self.slots.held():
             deadline = time.monotonic() + self.timeout_s
             for attempt in range(self.ATTEMPTS):
-                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + 0.5 * 2**attempt >= deadline
+                pause = backoff(0.5, attempt)
+                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + pause >= deadline
                 remaining = max(deadline - time.monotonic(), 1.0)
                 if self.gone is not None:
                     raise self.gone
@@ -863,7 +767,7 @@ class _TraceInfoSender:
                     if (response.status_code not in self.RETRY_STATUS and not saturated) or last:
                         raise TrackingError(f"StartTraceV3 answered {response.status_code}: {text}")
                 self.slots.saturated()
-                time.sleep(0.5 * 2**attempt)
+                time.sleep(pause)
 
     def close(self) -> None:
         self.client.close()

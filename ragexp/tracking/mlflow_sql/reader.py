@@ -6,16 +6,17 @@ reader runs the same queries MLflow's SQLAlchemy store runs (same tables, same o
 time descending, then run id) through :mod:`sqlite3`, and reads artifacts from the run's
 ``file://`` artifact folder.
 
-It is used only where it gives the same answers as MLflow, and otherwise declines (returns
-None) so that :class:`ragexp.tracking.store.Store` falls back to ``MlflowClient``:
+It is used only where it gives the same answers as MLflow, and otherwise declines (raises
+:class:`~ragexp.tracking.mlflow_sql.schema.Declined`) so that :class:`ragexp.tracking.store.Store`
+makes the call through ``MlflowClient``:
 
-- the store's schema revision must be one this module was checked against
-  (:data:`KNOWN_SCHEMAS`; a test compares it with the installed mlflow's newest migration);
+- the store's schema revision and the installed MLflow must be ones this package was checked
+  against (:mod:`ragexp.tracking.mlflow_sql.schema`), the revision read again at every call;
 - MLflow's workspaces must be off (every experiment is then in the ``default`` workspace);
 - a filter must be one of the clause forms ragexp itself writes (:func:`parse_filter`);
 - an artifact must live under a ``file://`` URI.
 
-Writing is :mod:`ragexp.tracking.sqlite_writer`'s.
+Writing is :mod:`ragexp.tracking.mlflow_sql.writer`'s.
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
 from ragexp.errors import TrackingError
-from ragexp.tracking.store import RunRecord
-
-KNOWN_SCHEMAS = frozenset({"dc11669786a5"})
-"""Alembic revisions of MLflow's SQL schema this reader was checked against (mlflow 3.17)."""
+from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, Declined, check_mlflow, check_revision
+from ragexp.tracking.store import RunRecord, store_os_error
 
 _WORKSPACE_SETTINGS = ("MLFLOW_ENABLE_WORKSPACES", "MLFLOW_WORKSPACE", "MLFLOW_WORKSPACE_STORE_URI")
 _BATCH = 500
@@ -105,26 +104,33 @@ class SqliteReader:
         self.uri = uri
 
     @classmethod
-    def open(cls, db: Path, uri: str) -> Self | None:
-        """The reader of ``db``, or None when MLflow itself must read it."""
+    def open(cls, db: Path, uri: str) -> Self:
+        """The reader of ``db``; :class:`Declined` when MLflow itself must read it."""
         if any(os.environ.get(name) for name in _WORKSPACE_SETTINGS):
-            return None
+            raise Declined()
+        check_mlflow()
         try:
             connection = sqlite3.connect(db, timeout=20.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error:
-            return None
+            raise Declined() from None
         try:
             # The settings MLflow's engine applies to every SQLite connection.
             connection.execute("PRAGMA foreign_keys = ON")
             connection.execute("PRAGMA case_sensitive_like = true")
-            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+            reader = cls(connection, uri)
+            reader.check()
+        except (sqlite3.Error, Declined):
+            connection.close()
+            raise
+        return reader
+
+    def check(self) -> None:
+        """The compatibility check, on this connection (inside the caller's transaction, if any)."""
+        try:
+            row = self._db.execute(REVISION_SQL).fetchone()
         except sqlite3.Error:
-            connection.close()
-            return None
-        if row is None or row[0] not in KNOWN_SCHEMAS:
-            connection.close()
-            return None
-        return cls(connection, uri)
+            raise Declined() from None
+        check_revision(row[0] if row else None, self.uri)
 
     def close(self) -> None:
         self._db.close()
@@ -137,15 +143,20 @@ class SqliteReader:
 
     # --- experiments --------------------------------------------------------------------------
 
-    def experiment_id(self, name: str) -> str | None:
+    def find_experiment(self, name: str) -> str | None:
+        self.check()
         rows = self._rows("SELECT experiment_id FROM experiments WHERE name = ? AND workspace = 'default'", [name])
         return str(rows[0][0]) if rows else None
 
-    def experiment_name(self, experiment_id: str) -> str | None:
+    def experiment_name(self, experiment_id: str) -> str:
+        self.check()
         rows = self._rows("SELECT name FROM experiments WHERE experiment_id = ?", [_int(experiment_id)])
-        return str(rows[0][0]) if rows else None
+        if not rows:
+            raise TrackingError(f"experiment {experiment_id}: no such experiment in tracking store {self.uri}")
+        return str(rows[0][0])
 
-    def active_experiment_ids(self) -> list[str]:
+    def experiment_ids(self) -> list[str]:
+        self.check()
         rows = self._rows(
             "SELECT experiment_id FROM experiments WHERE lifecycle_stage = 'active' AND workspace = 'default' "
             "ORDER BY creation_time DESC, experiment_id"
@@ -156,9 +167,44 @@ class SqliteReader:
 
     _RUN_COLUMNS = "run_uuid, name, experiment_id, status, start_time, end_time, lifecycle_stage, artifact_uri"
 
-    def get_run(self, run_id: str) -> RunRow | None:
+    def run_row(self, run_id: str) -> RunRow:
+        self.check()
         rows = self._rows(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_uuid = ?", [run_id])
-        return self._complete(rows)[0] if rows else None
+        if not rows:
+            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+        return self._complete(rows)[0]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        return self.run_row(run_id).record
+
+    def read_artifact(self, run_id: str, path: str) -> bytes:
+        root = local_folder(self.run_row(run_id).artifact_uri)
+        if root is None:
+            raise Declined()
+        try:
+            return (root / path).read_bytes()
+        except FileNotFoundError:
+            raise TrackingError(f"run {run_id}: artifact {path}: not found in {root}") from None
+        except OSError as exc:
+            raise store_os_error(exc, self.uri, f"run {run_id}: artifact {path}") from None
+
+    def iter_runs(
+        self, experiment_ids: Sequence[str], filter_string: str = "", page_size: int = 500
+    ) -> Iterator[RunRecord]:
+        """``Store.iter_runs``: declined at once for a filter :func:`parse_filter` does not know."""
+        clauses = parse_filter(filter_string)
+        if clauses is None:
+            raise Declined()
+        self.check()
+        return (row.record for row in self.search(experiment_ids, clauses))
+
+    def search_in(self, experiment_id: str, filter_string: str, limit: int) -> list[RunRecord]:
+        """``Store.search`` within one experiment."""
+        clauses = parse_filter(filter_string)
+        if clauses is None:
+            raise Declined()
+        self.check()
+        return [row.record for row in self.search([experiment_id], clauses, limit=limit)]
 
     def search(
         self, experiment_ids: Sequence[str], clauses: Sequence[Clause], *, limit: int | None = None
@@ -215,12 +261,6 @@ class SqliteReader:
         ):
             runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)
         return [RunRow(runs[str(r[0])], str(r[6]), str(r[7] or "")) for r in rows]
-
-    # --- artifacts ----------------------------------------------------------------------------
-
-    def artifact_root(self, run: RunRow) -> Path | None:
-        """The run's artifact folder, when it is a local ``file://`` URI (None: ask MLflow)."""
-        return local_folder(run.artifact_uri)
 
 
 def local_folder(uri: str) -> Path | None:

@@ -7,20 +7,25 @@ artifact files, so on a store this module can read (:class:`SqliteReader`: a kno
 revision, no workspaces) it writes exactly the rows MLflow's ``SqlAlchemyStore`` writes for the
 same calls, through :mod:`sqlite3`.
 
-Each method does what one MLflow call does, or declines (returns False or None) so that
-:class:`ragexp.tracking.store.Store` makes the MLflow call instead. It declines wherever MLflow
+Each method does what the :class:`ragexp.tracking.store.Store` method of the same name does
+through MLflow, or declines (raises :class:`~ragexp.tracking.mlflow_sql.schema.Declined`) so that
+``Store`` makes the MLflow call instead. It declines wherever MLflow
 would refuse or change the input (a key MLflow rejects, a value it truncates, too many items for
 one batch, a run or experiment that is not active, an artifact location that is not a local
 ``file://`` folder), so that the error, or the outcome, is MLflow's own. Creating an experiment
 is left to MLflow too: it happens once per experiment.
 
-Every write is one ``BEGIN IMMEDIATE`` transaction: a second process waits for the lock (20 s,
-MLflow's busy timeout) instead of failing half-way through a run's rows.
+Every write is one ``BEGIN IMMEDIATE`` transaction that first reads the store's schema revision
+again (the compatibility check): a second process waits for the lock (20 s, MLflow's busy
+timeout) instead of failing half-way through a run's rows, and a store migrated since the last
+write is not written.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import posixpath
 import re
 import shutil
@@ -34,7 +39,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ragexp.errors import StorageError, TrackingError
-from ragexp.tracking.sqlite_reader import SqliteReader, local_folder
+from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
+from ragexp.tracking.mlflow_sql.schema import Declined
+from ragexp.tracking.store import store_os_error
 
 ACTIVE = "active"
 RUN_NAME = "mlflow.runName"
@@ -73,6 +80,11 @@ def append_path(location: str, *parts: str) -> str | None:
     return location.rstrip("/") + "".join("/" + part for part in parts)
 
 
+def logged_tables(tables: Sequence[str]) -> str:
+    """The ``mlflow.loggedArtifacts`` tag that makes the UI show ``tables`` in its evaluation view."""
+    return json.dumps([{"path": name, "type": "table"} for name in tables])
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -88,6 +100,7 @@ class SqliteWriter(SqliteReader):
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self.check()
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -120,6 +133,13 @@ class SqliteWriter(SqliteReader):
 
     # --- experiments and runs -----------------------------------------------------------------
 
+    def experiment_id(self, name: str, *, create: bool) -> str | None:
+        """``Store.experiment_id``; creating an experiment is left to MLflow (once per experiment)."""
+        found = self.find_experiment(name)
+        if found is None and create:
+            raise Declined()
+        return found
+
     def experiment_location(self, experiment_id: str) -> str | None:
         """The artifact location of an active experiment; None when it is not active."""
         rows = self._rows(
@@ -130,23 +150,23 @@ class SqliteWriter(SqliteReader):
             return None
         return str(rows[0][0] or "")
 
-    def create_run(
+    def create_run_in(
         self, experiment_id: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]
-    ) -> str | None:
+    ) -> str:
         """``MlflowClient.create_run`` then ``log_batch(params=...)``, as one transaction.
 
         Declines where MLflow would refuse (an experiment that is not active, a run name and an
         ``mlflow.runName`` tag that differ, a param it rejects) or invent (no run name at all)."""
         named = tags.get(RUN_NAME)
         if (not run_name and not named) or (run_name and named and run_name != named):
-            return None
+            raise Declined()
         if not all(valid_key(key) and len(value) <= MAX_PARAM_VALUE for key, value in params.items()):
-            return None
+            raise Declined()
         location = self.experiment_location(experiment_id)
         run_id = uuid.uuid4().hex
         artifact_uri = append_path(location, run_id, "artifacts") if location else None
         if artifact_uri is None:
-            return None
+            raise Declined()
         name = run_name or str(named)
         all_tags = dict(tags)
         all_tags.setdefault(RUN_NAME, name)
@@ -167,11 +187,11 @@ class SqliteWriter(SqliteReader):
             )
         return run_id
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> bool:
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         """``log_batch(metrics=...)``: each metric's row, and ``latest_metrics`` moved forward
         where the new (step, timestamp, value) is greater, as MLflow compares them."""
         if not all(valid_key(key) for key in metrics):
-            return False
+            raise Declined()
         stamp = now_ms()
         rows = []
         for key, number in metrics.items():
@@ -184,7 +204,7 @@ class SqliteWriter(SqliteReader):
             rows.append((key, value, stamp, run_id, step, nan))
         with self._writing(f"logging metrics of run {run_id}") as db:
             if self._active_run(db, run_id) is None:
-                return False
+                raise Declined()
             # The same (key, timestamp, step, value) again is one row, as in MLflow's store.
             db.executemany(
                 "INSERT OR IGNORE INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
@@ -211,21 +231,20 @@ class SqliteWriter(SqliteReader):
                         "WHERE key = ? AND run_uuid = ?",
                         (value, stamp_, step_, nan, key, run_id),
                     )
-        return True
 
-    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> bool:
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         """``log_batch(tags=...)``: an upsert on an active run; an ``mlflow.runName`` tag renames
         the run too, as in MLflow."""
         if len(tags) > MAX_TAGS_PER_BATCH or not all(
             valid_key(key) and len(value) <= MAX_TAG_VALUE for key, value in tags.items()
         ):
-            return False
+            raise Declined()
         with self._writing(f"tagging run {run_id}") as db:
             stage = db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
             if stage is None:
                 raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
             if stage[0] != ACTIVE:
-                return False
+                raise Declined()
             db.executemany(
                 "INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?) "
                 "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value",
@@ -233,40 +252,43 @@ class SqliteWriter(SqliteReader):
             )
             if RUN_NAME in tags:
                 db.execute("UPDATE runs SET name = ? WHERE run_uuid = ?", (tags[RUN_NAME], run_id))
-        return True
 
-    def delete_tags(self, run_id: str, names: Sequence[str]) -> bool:
+    def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
         """``delete_tag`` for each name the run has (names it lacks are skipped, as ragexp does)."""
         with self._writing(f"tagging run {run_id}") as db:
             if self._active_run(db, run_id) is None:
-                return False
+                raise Declined()
             db.executemany("DELETE FROM tags WHERE run_uuid = ? AND key = ?", [(run_id, name) for name in names])
-        return True
 
-    def set_status(self, run_id: str, status: str, *, end_time: int | None = None) -> bool:
+    def set_running(self, run_id: str) -> None:
+        self.set_status(run_id, "RUNNING")
+
+    def end_run(self, run_id: str, status: str) -> None:
+        self.set_status(run_id, status, end_time=now_ms())
+
+    def set_status(self, run_id: str, status: str, *, end_time: int | None = None) -> None:
         """``update_run_info``: the status, and the end time when given (``set_terminated``)."""
         with self._writing(f"ending run {run_id}" if end_time is not None else f"reopening run {run_id}") as db:
             if self._active_run(db, run_id) is None:
-                return False
+                raise Declined()
             if end_time is None:
                 db.execute("UPDATE runs SET status = ? WHERE run_uuid = ?", (status, run_id))
             else:
                 db.execute("UPDATE runs SET status = ?, end_time = ? WHERE run_uuid = ?", (status, end_time, run_id))
-        return True
 
-    def log_dataset(self, run_id: str, dataset: Mapping[str, str], input_tags: Mapping[str, str]) -> bool:
+    def log_inputs(self, run_id: str, dataset: Mapping[str, str], input_tags: Mapping[str, str]) -> None:
         """``log_inputs`` of one dataset: the experiment's dataset row (reused when its name and
         digest are already there), the run's input edge (once) and the edge's tags."""
         if any(len(dataset[field]) > limit for field, limit in MAX_DATASET.items()):
-            return False
+            raise Declined()
         if not all(
             len(key) <= MAX_INPUT_TAG_KEY and len(value) <= MAX_INPUT_TAG_VALUE for key, value in input_tags.items()
         ):
-            return False
+            raise Declined()
         with self._writing(f"logging the dataset of run {run_id}") as db:
             run = self._active_run(db, run_id)
             if run is None:
-                return False
+                raise Declined()
             experiment_id = run[0]
             found = db.execute(
                 "SELECT dataset_uuid FROM datasets WHERE experiment_id = ? AND name = ? AND digest = ?",
@@ -305,25 +327,48 @@ class SqliteWriter(SqliteReader):
                     "INSERT INTO input_tags (input_uuid, name, value) VALUES (?, ?, ?)",
                     [(input_uuid, key, value) for key, value in input_tags.items()],
                 )
-        return True
 
     # --- artifacts ----------------------------------------------------------------------------
 
-    def artifact_folder(self, run_id: str) -> Path | None:
-        """The active run's local artifact folder; None when MLflow must write there."""
+    def artifact_folder(self, run_id: str) -> Path:
+        """The active run's local artifact folder; declined when MLflow must write there."""
+        self.check()
         rows = self._rows("SELECT artifact_uri, lifecycle_stage FROM runs WHERE run_uuid = ?", [run_id])
-        if not rows or rows[0][1] != ACTIVE:
-            return None
-        return local_folder(str(rows[0][0] or ""))
+        folder = local_folder(str(rows[0][0] or "")) if rows and rows[0][1] == ACTIVE else None
+        if folder is None:
+            raise Declined()
+        return folder
 
-    @staticmethod
-    def copy_tree(folder: Path, target: Path) -> None:
-        """MLflow's local artifact repository: the folder's files copied in, permissions not."""
-        for source in sorted(folder.rglob("*")):
-            if source.is_file():
-                destination = target / source.relative_to(folder)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, destination)
+    def log_files(self, run_id: str, files: Mapping[str, bytes]) -> None:
+        """Files into the run's local artifact folder, each complete or absent (temp file, then rename)."""
+        root = self.artifact_folder(run_id)
+        try:
+            for name, data in files.items():
+                target = root / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.ragexp-partial")
+                try:
+                    partial.write_bytes(data)
+                    os.replace(partial, target)
+                finally:
+                    partial.unlink(missing_ok=True)
+        except OSError as exc:
+            raise store_os_error(exc, self.uri, f"logging artifacts of run {run_id}") from None
+
+    def log_dir(self, run_id: str, folder: Path, tables: Sequence[str] = ()) -> None:
+        """MLflow's local artifact repository: the folder's files copied in, permissions not; then
+        the ``mlflow.loggedArtifacts`` tag of the tables."""
+        root = self.artifact_folder(run_id)
+        try:
+            for source in sorted(folder.rglob("*")):
+                if source.is_file():
+                    destination = root / source.relative_to(folder)
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, destination)
+        except OSError as exc:
+            raise store_os_error(exc, self.uri, f"logging artifacts of run {run_id}") from None
+        if tables:
+            self.set_tags(run_id, {"mlflow.loggedArtifacts": logged_tables(tables)})
 
     # --- traces -------------------------------------------------------------------------------
 
