@@ -10,7 +10,6 @@ MLflow it was not checked against turns it off for good, said once on stderr.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -21,7 +20,7 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -29,6 +28,10 @@ from urllib.parse import urlsplit
 from ragexp.errors import PromotionConflict, RunLockedError, StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
+from ragexp.tracking.records import CONNECTION_LOST, one_line, store_os_error
+from ragexp.tracking.records import TAG_PREFIX as TAG_PREFIX  # re-exported: where callers have always found them
+from ragexp.tracking.records import RunRecord as RunRecord
+from ragexp.tracking.records import connection_lost as connection_lost
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
     from ragexp.tracking.mlflow_sql.writer import SqliteWriter
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
-TAG_PREFIX = "ragexp."
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 DEFAULT_TIMEOUT_S = 60.0
 CREATION_TAG = TAG_PREFIX + "creation_id"
@@ -89,24 +91,6 @@ def native(name: str) -> Callable[[Callable[Concatenate[Store, P], R]], Callable
 def resolve_uri(explicit: str | None) -> str:
     """``explicit``, else ``MLFLOW_TRACKING_URI``, else the SQLite store under ``mlruns/``."""
     return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
-
-
-@dataclass
-class RunRecord:
-    """What ragexp reads back about a run."""
-
-    run_id: str
-    name: str
-    experiment_id: str
-    status: str
-    start_time: int
-    end_time: int | None
-    tags: dict[str, str] = field(default_factory=dict)
-    params: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def tag(self, name: str, default: str = "") -> str:
-        return self.tags.get(TAG_PREFIX + name, default)
 
 
 @contextmanager
@@ -191,7 +175,7 @@ class Store:
             except OSError as exc:
                 raise store_os_error(exc, self.uri, "opening the tracking store") from None
             except Exception as exc:  # mlflow raises many types for a bad store
-                raise TrackingError(f"tracking store {self.uri}: {_one_line(exc)}") from None
+                raise TrackingError(f"tracking store {self.uri}: {one_line(exc)}") from None
         return self._client
 
     def _refuse_migration(self, db: Path | None) -> None:
@@ -253,12 +237,12 @@ class Store:
         try:
             yield
         except MlflowException as exc:
-            text = _one_line(exc)
+            text = one_line(exc)
             if "database or disk is full" in text:
                 raise StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow") from None
             if "readonly database" in text or "read-only" in text:
                 raise TrackingError(f"{what}: tracking store {self.uri} is read-only") from None
-            if "failed with exception" in text and _CONNECTION_LOST.search(text):
+            if "failed with exception" in text and CONNECTION_LOST.search(text):
                 raise StoreUnreachable(f"{what}: {mask_url(text)}") from None
             raise TrackingError(f"{what}: {mask_url(text)}") from None
         except OSError as exc:
@@ -572,7 +556,7 @@ class Store:
         except MlflowException:
             raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}") from None
         except OSError as exc:
-            raise TrackingError(f"tracking store {self.uri} unreachable ({_one_line(exc)})") from None
+            raise TrackingError(f"tracking store {self.uri} unreachable ({one_line(exc)})") from None
         return _record(run)
 
     @native("read_artifact")
@@ -746,9 +730,9 @@ class _RegistryLock:
             if owner is not None and owner[0] == self.nonce:
                 return  # this process created it: the reply was lost and MLflow's retry found it
             if owner is None and not _lost_race(failure):
-                if isinstance(failure, OSError) or _CONNECTION_LOST.search(str(failure)):
-                    raise StoreUnreachable(f"locking {self.what}: {mask_url(_one_line(failure))}")
-                raise TrackingError(f"locking {self.what}: {mask_url(_one_line(failure))}")
+                if isinstance(failure, OSError) or CONNECTION_LOST.search(str(failure)):
+                    raise StoreUnreachable(f"locking {self.what}: {mask_url(one_line(failure))}")
+                raise TrackingError(f"locking {self.what}: {mask_url(one_line(failure))}")
             if time.monotonic() > deadline:
                 by = f" by run {owner[1]}" if owner is not None and owner[1] else ""
                 raise TrackingError(
@@ -774,7 +758,7 @@ class _RegistryLock:
                 self.store.client.delete_registered_model(self.name)
                 return None
             except (MlflowException, OSError) as exc:
-                last = mask_url(_one_line(exc))
+                last = mask_url(one_line(exc))
             try:
                 owner = self._owner()
             except TrackingError as exc:
@@ -800,8 +784,8 @@ class _RegistryLock:
         except MlflowException as exc:
             if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
                 return None
-            text = mask_url(_one_line(exc))
-            error = StoreUnreachable if _CONNECTION_LOST.search(text) else TrackingError
+            text = mask_url(one_line(exc))
+            error = StoreUnreachable if CONNECTION_LOST.search(text) else TrackingError
             raise error(f"reading the promotion lock of {self.what}: {text}") from None
         except OSError as exc:
             raise store_os_error(exc, self.store.uri, f"reading the promotion lock of {self.what}") from None
@@ -867,37 +851,6 @@ def _existing_parent(path: Path) -> Path:
 
 
 _DUPLICATE_KEY = re.compile(r"UNIQUE constraint failed|duplicate key|IntegrityError", re.IGNORECASE)
-_CONNECTION_LOST = re.compile(
-    r"Max retries exceeded|Connection(Error| refused| reset| aborted)|timed out|Timeout", re.IGNORECASE
-)
-"""What MLflow's REST client says when the server is gone, as opposed to an answer it gave."""
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """Whether a failure means the store did not answer at all (refused, reset, timed out), as
-    opposed to an answer it gave: any further call would wait for its own timeout too."""
-    if isinstance(exc, StoreUnreachable):
-        return True
-    if isinstance(exc, TrackingError | StorageError):
-        return False
-    import httpx  # only on a failure: reading a store needs no HTTP client
-
-    if isinstance(exc, httpx.TransportError):
-        return True
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, OSError):  # requests' errors are OSErrors; a full disk is not a lost store
-        return exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
-    return "failed with exception" in str(exc) and _CONNECTION_LOST.search(str(exc)) is not None
-
-
-def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | StorageError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = f" ({exc.filename})" if exc.filename else ""
-        return StorageError(f"disk full: {what}: no space left for the tracking store {uri}{where}")
-    if exc.errno == errno.EROFS:
-        return TrackingError(f"{what}: tracking store {uri} is on a read-only file system")
-    return StoreUnreachable(f"{what}: tracking store {mask_url(uri)} unreachable ({_one_line(exc)})")
 
 
 def _record(run: Any) -> RunRecord:
@@ -912,8 +865,3 @@ def _record(run: Any) -> RunRecord:
         params=dict(run.data.params),
         metrics={key: float(value) for key, value in run.data.metrics.items()},
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -46,7 +46,7 @@ from ragexp.tracking.mlflow_sql.trace_rows import (
     trace_rows,
 )
 from ragexp.tracking.mlflow_sql.writer import append_path
-from ragexp.tracking.store import _one_line, connection_lost
+from ragexp.tracking.records import connection_lost, one_line
 from ragexp.transport import backoff
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ class TraceWriter:
         error = StoreUnreachable if connection_lost(exc) else TrackingError
         return error(
             f"logging traces of run {self.run_id} to {mask_url(self.store.uri)}: {written} of {total} "
-            f"written when the store failed: {mask_url(_one_line(exc))}"
+            f"written when the store failed: {mask_url(one_line(exc))}"
         )
 
     def _write_server(self, traces: Sequence[CaseTrace]) -> int:

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 from ragexp.errors import TrackingError
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, Declined, check_mlflow, check_revision
-from ragexp.tracking.store import RunRecord, store_os_error
+from ragexp.tracking.records import RunRecord, store_os_error
 
 _WORKSPACE_SETTINGS = ("MLFLOW_ENABLE_WORKSPACES", "MLFLOW_WORKSPACE", "MLFLOW_WORKSPACE_STORE_URI")
 _BATCH = 500

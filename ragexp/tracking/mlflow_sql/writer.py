@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from ragexp.errors import StorageError, TrackingError
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
 from ragexp.tracking.mlflow_sql.schema import Declined
-from ragexp.tracking.store import store_os_error
+from ragexp.tracking.records import store_os_error
 
 ACTIVE = "active"
 RUN_NAME = "mlflow.runName"
