@@ -20,7 +20,7 @@ clock and in CPU time, the fastest of ``--repeat``, with its peak RSS (the proce
 each repetition, each on its own store, whose first run (MLflow creates the store) is not timed.
 ``--python`` runs the same against another interpreter (e.g. a virtualenv with a newer MLflow and
 this checkout on ``PYTHONPATH``): its stores are created by its own MLflow, and its columns are
-printed beside the first. Both sides must give the same diff and gate figures, or it exits 1.
+printed beside the first. Every side must give the same diff figures, or it exits 1.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def main() -> None:
                 side.cli("runs", timed="runs")
                 side.answers["diff"] = json.loads(side.cli("diff", *side.pair, "--json", timed="diff"))["metrics"]
                 gate[2], gate[4] = side.pair
-                side.answers["gate"] = json.loads(side.cli(*gate, ok=(0, 2), timed="gate"))
+                side.cli(*gate, ok=(0, 2), timed="gate")
         runs_listed = len(json.loads(sides[0].cli("runs", "--json", "--limit", "1000"))["runs"])
     report(sides, pythons, versions, args, runs_listed)
     print(f"load after: {load()}")
