@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-systems bench-draft bench-loader lock
+.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ browser:
 
 test: setup-ray browser
 	$(BIN)/python -m pytest
+
+# The differential tests (tests marked `differential`) under the newest MLflow on the registry, in
+# .venv-next/ (the lock, then that mlflow wheel with --no-deps); one line and exit 0 when none is newer.
+test-mlflow-next: setup
+	scripts/mlflow-next.sh
 
 lint: setup
 	$(BIN)/ruff check ragexp hydra_plugins tests
@@ -82,6 +87,11 @@ bench-draft: setup
 
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
+
+# Each tracking command (run 35 / 10,000 cases, runs, diff, gate, traces per case) through the direct
+# path and through MLflow, side by side; BENCH_ARGS="--python /path/to/other/venv/bin/python" adds a column.
+bench-tracking: setup
+	$(BIN)/python tests/benchmarks/bench_tracking.py $(BENCH_ARGS)
 
 bench-systems: setup
 	$(BIN)/python tests/benchmarks/bench_systems.py

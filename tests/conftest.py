@@ -19,6 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "differential: compares what ragexp writes or reads directly with MLflow's own rows, span JSON or "
+        "answers; `make test-mlflow-next` runs these under the newest MLflow on the registry",
+    )
+
+
 @dataclass
 class Result:
     code: int

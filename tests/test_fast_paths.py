@@ -53,6 +53,7 @@ def artifact(client: MlflowClient, run_id: str, path: str, tmp: Path) -> Any:
     return [json.loads(line) for line in text.splitlines()] if path.endswith(".jsonl") else json.loads(text)
 
 
+@pytest.mark.differential
 def test_fake_run_equals_replay_of_the_same_outputs(ragexp, store_uri: str, tmp_path: Path) -> None:
     labels = write_jsonl(tmp_path / "labels.jsonl", label_rows())
     # The replay file records exactly what the fake provider returns for these cases.

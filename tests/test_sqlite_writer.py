@@ -27,6 +27,8 @@ from ragexp.tracking.store import DIRECT_ENV, Store
 from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, span_entities
 from tests.conftest import IMPORT_PROBE, ROOT
 
+pytestmark = pytest.mark.differential  # compared with MLflow: `make test-mlflow-next` reruns it
+
 RUN_TABLES = ("runs", "tags", "params", "metrics", "latest_metrics", "datasets", "inputs", "input_tags")
 VOLATILE = {"start_time", "end_time", "timestamp", "created_timestamp", "last_updated_timestamp"}
 """Columns holding the clock: their type is compared, their value is not."""

@@ -24,6 +24,8 @@ from ragexp.tracking.mlflow_sql.schema import KNOWN_REVISIONS, Declined
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
 from tests.conftest import IMPORT_PROBE, ROOT
 
+pytestmark = pytest.mark.differential  # compared with MLflow: `make test-mlflow-next` reruns it
+
 
 def mlflow_head_revision() -> str:
     """The newest schema migration of the installed mlflow (the one revision nothing follows)."""

@@ -21,6 +21,8 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import FAULTY, SAMPLE, serve
 
+pytestmark = pytest.mark.differential  # compared with MLflow: `make test-mlflow-next` reruns it
+
 RETRIEVAL = {"recall_at_k", "mrr", "ndcg_at_k"}
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 

@@ -4,6 +4,7 @@
     python tests/benchmarks/bench_traces.py --cases 10000 --baseline-cases 200 \
         --server http://127.0.0.1:5055 --server-cases 2000
     python tests/benchmarks/bench_traces.py --only server --server http://127.0.0.1:5077
+    python tests/benchmarks/bench_traces.py --only pinned --pinned-cases 500
 
 For each store, side by side in one process:
 - ragexp: ``TraceWriter.write`` (what ``ragexp run`` calls), N cases, each a trace with a root,
@@ -12,16 +13,32 @@ For each store, side by side in one process:
   (synchronous export, so the async queue cannot drop anything) then one ``log_expectation`` /
   ``log_feedback`` call per assessment, inside ``mlflow.start_run``.
 Afterwards every trace and every assessment is counted back from the store; a shortfall fails.
+
+Pinned (``--only pinned``; part of ``make bench-traces`` when this machine has two cores to give):
+a SQLite-backed ``mlflow server`` in a temp folder started under ``taskset -c 1``, this process
+pinned to core 0, so the server never shares the client's core. The same cases go through
+ragexp's writer (its own ``StartTraceV3`` sender, ``SERVER_THREADS`` requests in flight) and
+through MLflow's public path above run in a pool of as many threads, and the wall-time ratio is
+held to issue 22's rule: ragexp's sender stays only if it is at least 1.5x faster. For reference,
+the same writer with its sender switched off (the same trace infos through MLflow's REST client).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -29,6 +46,11 @@ os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"  # the baseline must n
 
 METRICS = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]
 STAGES = {"embedding": 0.004, "vector": 0.006, "rerank": 0.02, "model": 0.4}
+CLIENT_CORE, SERVER_CORE = 0, 1
+KEEP_SENDER = 1.5
+"""Issue 22: ragexp's own StartTraceV3 sender stays only if it is at least this much faster."""
+WARM_UP = 20
+"""Untimed traces per side before the pinned measurement."""
 
 
 def cases(n: int) -> list:
@@ -70,7 +92,9 @@ def ragexp_path(uri: str, experiment: str, n: int) -> tuple[float, int, int, flo
     return seconds, traces, assessments, time.perf_counter() - counted
 
 
-def mlflow_path(uri: str, experiment: str, n: int) -> tuple[float, int, int]:
+def mlflow_path(uri: str, experiment: str, n: int, threads: int = 1) -> tuple[float, int, int]:
+    """MLflow's public path for ``n`` cases, one at a time or ``threads`` at a time (MLflow links
+    a trace started in any thread to the newest active run)."""
     import mlflow
     from mlflow.entities import AssessmentSource, AssessmentSourceType, Document
 
@@ -82,28 +106,37 @@ def mlflow_path(uri: str, experiment: str, n: int) -> tuple[float, int, int]:
     code = AssessmentSource(source_type=AssessmentSourceType.CODE, source_id="bench")
     human = AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="dataset")
     records = cases(n)
+
+    def log(case: Any) -> None:
+        with mlflow.start_span("rag_case", span_type="CHAIN") as root:
+            root.set_inputs({"case_id": case.case_id, "question": case.question})
+            with mlflow.start_span("retrieve", span_type="RETRIEVER") as retriever:
+                retriever.set_inputs({"query": case.question})
+                retriever.set_outputs(
+                    [
+                        Document(page_content=text, metadata={"doc_uri": doc}, id=doc)
+                        for doc, text in zip(case.ranked_ids, case.contexts, strict=True)
+                    ]
+                )
+                for stage in STAGES:
+                    with mlflow.start_span(stage) as span:
+                        span.set_outputs({"seconds": STAGES[stage]})
+            root.set_outputs(case.answer)
+            trace_id = root.trace_id
+        for name, value in case.expectations.items():
+            mlflow.log_expectation(trace_id=trace_id, name=name, value=value, source=human)
+        for item in case.feedback:
+            mlflow.log_feedback(trace_id=trace_id, name=item.name, value=item.value, source=code)
+
     with mlflow.start_run(run_name="bench-mlflow") as run:
         started = time.perf_counter()
-        for case in records:
-            with mlflow.start_span("rag_case", span_type="CHAIN") as root:
-                root.set_inputs({"case_id": case.case_id, "question": case.question})
-                with mlflow.start_span("retrieve", span_type="RETRIEVER") as retriever:
-                    retriever.set_inputs({"query": case.question})
-                    retriever.set_outputs(
-                        [
-                            Document(page_content=text, metadata={"doc_uri": doc}, id=doc)
-                            for doc, text in zip(case.ranked_ids, case.contexts, strict=True)
-                        ]
-                    )
-                    for stage in STAGES:
-                        with mlflow.start_span(stage) as span:
-                            span.set_outputs({"seconds": STAGES[stage]})
-                root.set_outputs(case.answer)
-                trace_id = root.trace_id
-            for name, value in case.expectations.items():
-                mlflow.log_expectation(trace_id=trace_id, name=name, value=value, source=human)
-            for item in case.feedback:
-                mlflow.log_feedback(trace_id=trace_id, name=item.name, value=item.value, source=code)
+        if threads == 1:
+            for case in records:
+                log(case)
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                for _ in pool.map(log, records):
+                    pass  # re-raises the first failure
         seconds = time.perf_counter() - started
     store = Store(uri)
     experiment_id = store.experiment_id(experiment, create=False)
@@ -137,23 +170,153 @@ def bench(label: str, uri: str, n: int, baseline_n: int) -> bool:
     return ok
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def pinned_server(folder: Path, workers: int) -> Iterator[str]:
+    """``mlflow server`` over a SQLite store in ``folder``, on core ``SERVER_CORE`` only."""
+    port = free_port()
+    command = [
+        "taskset",
+        "-c",
+        str(SERVER_CORE),
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{folder}/server.db",
+        "--artifacts-destination",
+        str(folder / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
+    log = (folder / "server.log").open("wb")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300  # a loaded machine can take minutes to import mlflow
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2):
+                break
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit(f"mlflow server did not start:\n{(folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        log.close()
+
+
+def mlflow_rest_client(url: str, experiment: str, n: int) -> tuple[float, int, int] | None:
+    """ragexp's writer with its own sender switched off, so the same trace infos go through
+    MLflow's REST client in the same pool: what the sender alone buys. None when the writer has
+    no separate sender to switch off."""
+    from ragexp.tracking import traces
+
+    sender = getattr(traces, "_TraceInfoSender", None)
+    if sender is None or "open" not in vars(sender):
+        return None
+    original = vars(sender)["open"]
+    sender.open = classmethod(lambda cls, backend, timeout_s: None)
+    try:
+        seconds, traced, assessments, _ = ragexp_path(url, experiment, n)
+    finally:
+        sender.open = original
+    return seconds, traced, assessments
+
+
+def bench_pinned(n: int, workers: int) -> bool:
+    """ragexp's writer against MLflow's public path in a pool, the server on its own core."""
+    from ragexp.tracking.traces import SERVER_THREADS
+
+    cores = os.sched_getaffinity(0)
+    if not {CLIENT_CORE, SERVER_CORE} <= cores:
+        print(
+            f"\n== pinned server: needs cores {CLIENT_CORE} and {SERVER_CORE}, this process may use "
+            f"{sorted(cores)}; skipped"
+        )
+        return True
+    with (
+        tempfile.TemporaryDirectory(prefix="ragexp-bench-traces-server-") as tmp,
+        pinned_server(Path(tmp), workers) as url,
+    ):
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        try:
+            print(
+                f"\n== SQLite-backed tracking server {url}: server ({workers} worker{'s' * (workers > 1)}) "
+                f"on core {SERVER_CORE}, this client on core {CLIENT_CORE}; {n} cases each side, "
+                f"{SERVER_THREADS} in flight each side",
+                flush=True,
+            )
+            experiment = f"bench-traces-pinned-{int(time.time())}"
+            # Both sides first write a few untimed traces: the server's and the client's first
+            # calls (imports, connections, caches) are not per-case cost.
+            ragexp_path(url, experiment + "-warm-up", WARM_UP)
+            mlflow_path(url, experiment + "-warm-up-mlflow", WARM_UP, SERVER_THREADS)
+            ours_s, traces, assessments, _ = ragexp_path(url, experiment, n)
+            ok = traces == n and assessments == n * 8
+            print(
+                f"{'ragexp writer (its StartTraceV3 sender)':40}: {ours_s:7.2f} s  {ours_s / n * 1000:7.2f} ms/case   "
+                f"counted {traces} traces, {assessments} assessments"
+            )
+            rest = mlflow_rest_client(url, experiment + "-rest", n)
+            if rest is not None:
+                rest_s, rest_traces, rest_assessments = rest
+                ok &= rest_traces == n and rest_assessments == n * 8
+                print(
+                    f"{'the same writer, MLflow REST client':40}: {rest_s:7.2f} s  {rest_s / n * 1000:7.2f} ms/case   "
+                    f"counted {rest_traces} traces, {rest_assessments} assessments (for reference)"
+                )
+            theirs_s, base_traces, base_assessments = mlflow_path(url, experiment + "-mlflow", n, SERVER_THREADS)
+            print(
+                f"{f'MLflow public path, {SERVER_THREADS} threads':40}: {theirs_s:7.2f} s  "
+                f"{theirs_s / n * 1000:7.2f} ms/case   counted {base_traces} traces, {base_assessments} assessments"
+            )
+        finally:
+            os.sched_setaffinity(0, cores)
+    ratio = theirs_s / ours_s
+    verdict = "keep ragexp's sender" if ratio >= KEEP_SENDER else "use MLflow's client"
+    print(f"{'wall-time ratio':40}: ragexp is {ratio:.2f}x faster (rule: >= {KEEP_SENDER}x) -> {verdict}")
+    if not ok:
+        print("MISSING DATA in ragexp's traces", file=sys.stderr)
+    if base_traces != n or base_assessments != n * 8:
+        print("note: MLflow's path lost data (see counts above)", file=sys.stderr)
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=10_000, help="cases through ragexp's writer (SQLite)")
     parser.add_argument("--baseline-cases", type=int, default=200, help="cases through MLflow's public path")
     parser.add_argument("--server", default=os.environ.get("RAGEXP_TEST_MLFLOW_SERVER", "http://127.0.0.1:5055"))
     parser.add_argument("--server-cases", type=int, default=2000, help="cases through ragexp's writer (server)")
-    parser.add_argument("--only", choices=["sqlite", "server"], help="measure one store only")
+    parser.add_argument("--only", choices=["sqlite", "server", "pinned"], help="measure one store only")
+    parser.add_argument("--pinned-cases", type=int, default=500, help="cases per side on the pinned server")
+    parser.add_argument("--pinned-workers", type=int, default=1, help="workers of the pinned server")
     args = parser.parse_args()
+    print(
+        "One run, on a shared machine: other processes load the same cores, so ratios move between runs.",
+        f"Load average {os.getloadavg()[0]:.2f} at start.",
+    )
     ok = True
-    if args.only != "server":
+    if args.only in (None, "sqlite"):
         with tempfile.TemporaryDirectory(prefix="ragexp-bench-traces-") as tmp:
             uri = f"sqlite:///{tmp}/mlflow.db"
             from ragexp.tracking.store import Store
 
             Store(uri).experiment_id("warm-up", create=True)  # schema migrations are not per-case cost
             ok &= bench("SQLite store", uri, args.cases, args.baseline_cases)
-    if args.server and args.only != "sqlite":
+    if args.server and args.only in (None, "server"):
         import httpx
 
         try:
@@ -162,6 +325,9 @@ def main() -> None:
             print(f"\n== server {args.server} unreachable ({exc}); skipped")
         else:
             ok &= bench("PostgreSQL-backed tracking server", args.server, args.server_cases, args.baseline_cases // 2)
+    if args.only in (None, "pinned"):
+        ok &= bench_pinned(args.pinned_cases, args.pinned_workers)
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     sys.exit(0 if ok else 1)
 
 
