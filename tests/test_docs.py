@@ -5,6 +5,7 @@ one the code writes, and the reverse."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import shlex
@@ -170,11 +171,16 @@ def _reference_prose() -> dict[str, str]:
     return {str(page.relative_to(ROOT)): _prose(page.read_text(encoding="utf-8")) for page in REFERENCE}
 
 
+@functools.cache
+def _package_trees() -> list[tuple[Path, ast.Module]]:
+    return [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
 def _module_constants() -> dict[str, ast.expr]:
     """Upper-case module-level names of the package and what they are assigned."""
     found: dict[str, ast.expr] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for _, tree in _package_trees():
+        for node in tree.body:
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
             if isinstance(target, ast.Name) and target.id.isupper():
                 found[target.id] = node.value
@@ -201,14 +207,14 @@ def _static_text(node: ast.AST, constants: dict[str, ast.expr], depth: int = 0) 
     return UNKNOWN
 
 
-def code_tag_names() -> set[str]:
+@functools.cache
+def code_tag_names() -> frozenset[str]:
     """Every ``ragexp.*`` name the package spells outside docstrings and import paths: run tags,
     trace metadata, JUnit properties, lock names. A name completed at run time (``ragexp.sweep.failed.``
     + n) ends in ``*``."""
     constants = _module_constants()
     names: set[str] = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for _, tree in _package_trees():
         skip = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
         for node in ast.walk(tree):
             if isinstance(node, ast.BinOp | ast.JoinedStr):
@@ -223,7 +229,7 @@ def code_tag_names() -> set[str]:
                     continue
                 name = match.group(0)
                 names.add(name + "*" if after == UNKNOWN or name.endswith(".") else name)
-    return names
+    return frozenset(names)
 
 
 def doc_tag_names() -> dict[str, set[str]]:
