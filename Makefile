@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,13 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
+# The whole suite (what CI runs). test-fast: the edit loop, every test not marked `system` (the
+# end-to-end tests listed in tests/conftest.py), which needs neither the Ray extra nor a browser.
 test: setup-ray browser
 	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not system"
 
 # The differential tests (tests marked `differential`) under the newest MLflow on the registry, in
 # .venv-next/ (the lock, then that mlflow wheel with --no-deps); one line and exit 0 when none is newer.

@@ -1,10 +1,17 @@
-"""The documentation holds together: every relative link and anchor resolves, and the README's
-commands run as shown."""
+"""The documentation holds together: every relative link and anchor resolves, the README's
+commands run as shown, and every tag, metric and config key (param) the reference pages list is
+one the code writes, and the reverse."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import json
 import re
 import shlex
+import types
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +154,242 @@ def test_gate_and_sample_pages_commands_run_as_shown(
         assert result.code in ({0, 2} if args[0] in {"gate", "demo"} else {0}), f"{command}: {result.stderr[-2000:]}"
     assert (tmp_path / "gate.xml").is_file() and (tmp_path / "gate.md").is_file()
     assert (tmp_path / "ragexp-demo").is_dir()
+
+
+# --- Names: every tag, metric and config key (param) the docs list is one the code writes, and
+# every one the code writes is in the docs. ---------------------------------------------------------
+
+REFERENCE = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+"""The pages that state the contract (the CHANGELOG is history: it may name what is gone)."""
+PACKAGE = ROOT / "ragexp"
+DOC_TAG = re.compile(r"`(ragexp\.[a-z0-9_.<>*-]+?)(?:=[^`]*)?`")
+CODE_TAG = re.compile(r"ragexp\.[a-z0-9_.-]*[a-z0-9_.]")
+UNKNOWN = "\0"  # a part of a string the scan cannot know (a variable in an f-string)
+
+
+def _reference_prose() -> dict[str, str]:
+    return {str(page.relative_to(ROOT)): _prose(page.read_text(encoding="utf-8")) for page in REFERENCE}
+
+
+@functools.cache
+def _package_trees() -> list[tuple[Path, ast.Module]]:
+    return [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _module_constants() -> dict[str, ast.expr]:
+    """Upper-case module-level names of the package and what they are assigned."""
+    found: dict[str, ast.expr] = {}
+    for _, tree in _package_trees():
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+            if isinstance(target, ast.Name) and target.id.isupper():
+                found[target.id] = node.value
+    return found
+
+
+def _static_text(node: ast.AST, constants: dict[str, ast.expr], depth: int = 0) -> str:
+    """The string an expression builds from literals and module constants (``TAG_PREFIX + "k"``,
+    ``f"{TAG_PREFIX}sweep"``); what it cannot know is ``UNKNOWN``."""
+    if depth > 8:
+        return UNKNOWN
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name | ast.Attribute):
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        return _static_text(constants[name], constants, depth + 1) if name in constants else UNKNOWN
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _static_text(node.left, constants, depth + 1) + _static_text(node.right, constants, depth + 1)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            _static_text(part.value, constants, depth + 1) if isinstance(part, ast.FormattedValue) else str(part.value)
+            for part in node.values
+        )
+    return UNKNOWN
+
+
+@functools.cache
+def code_tag_names() -> frozenset[str]:
+    """Every ``ragexp.*`` name the package spells outside docstrings and import paths: run tags,
+    trace metadata, JUnit properties, lock names. A name completed at run time (``ragexp.sweep.failed.``
+    + n) ends in ``*``."""
+    constants = _module_constants()
+    names: set[str] = set()
+    for _, tree in _package_trees():
+        skip = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp | ast.JoinedStr):
+                skip |= {id(inner) for inner in ast.walk(node) if inner is not node}
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, ast.Constant | ast.BinOp | ast.JoinedStr):
+                continue
+            text = _static_text(node, constants)
+            for match in CODE_TAG.finditer(text):
+                after = text[match.end() : match.end() + 1]
+                if after == ":":  # "ragexp.providers.http:HttpProvider": an import path
+                    continue
+                name = match.group(0)
+                names.add(name + "*" if after == UNKNOWN or name.endswith(".") else name)
+    return frozenset(names)
+
+
+def doc_tag_names() -> dict[str, set[str]]:
+    """``ragexp.*`` names written alone in backticks in the reference pages -> the pages."""
+    found: dict[str, set[str]] = {}
+    for page, text in _reference_prose().items():
+        for name in DOC_TAG.findall(text):
+            family = re.sub(r"\.(<[^>]*>|N|\*)$", ".*", name)  # ragexp.sweep.failed.<n>, ragexp.gate.*
+            if family.rstrip("*") != "ragexp.":  # "every ragexp.* name" names no tag
+                found.setdefault(family, set()).add(page)
+    return found
+
+
+def _covers(pattern: str, name: str) -> bool:
+    """``ragexp.gate.*`` covers ``ragexp.gate.verdict``; ``ragexp.promoted*`` covers ``ragexp.promoted.at``."""
+    if pattern.endswith("*"):
+        return name.rstrip("*").startswith(pattern[:-1])
+    return pattern == name
+
+
+def test_every_tag_the_docs_name_is_written_by_the_code_and_every_one_written_is_documented() -> None:
+    code, docs = code_tag_names(), doc_tag_names()
+    assert {"ragexp.config_hash", "ragexp.gate.verdict", "ragexp.sweep.failed.*"} <= code  # the scan sees them
+    unknown = {
+        f"{name} ({', '.join(sorted(pages))})"
+        for name, pages in docs.items()
+        if not any(_covers(name, written) or _covers(written, name) for written in code)
+    }
+    undocumented = {name for name in code if not any(_covers(pattern, name) for pattern in docs)}
+    assert sorted(unknown) == [], "named in the docs, written nowhere"
+    assert sorted(undocumented) == [], "written by the code, in no reference page"
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        for line in text.splitlines()
+        if line.startswith("| `")
+    ]
+
+
+OTHER_FIGURES = "## Other figures a run logs"
+
+
+def _documented_metrics() -> tuple[dict[str, list[str]], set[str]]:
+    """docs/metrics.md: metric name -> the other cells of its row (every backticked name of a
+    first cell), and the names listed under OTHER_FIGURES (``<stage>``, ``*``: any part)."""
+    text = _prose((ROOT / "docs/metrics.md").read_text(encoding="utf-8"))
+    metrics, other = text.split(OTHER_FIGURES)
+    rows: dict[str, list[str]] = {}
+    for row in _table_rows(metrics):
+        rows.update({name: row[1:] for name in re.findall(r"`([^`]+)`", row[0])})
+    figures = {name for row in _table_rows(other) for name in re.findall(r"`([^`]+)`", row[0])}
+    return rows, figures
+
+
+def test_every_metric_of_the_registry_is_in_the_metrics_page_with_its_direction_and_the_reverse() -> None:
+    from ragexp.metrics.registry import METRICS
+
+    documented, figures = _documented_metrics()
+    registry = {spec.name: spec for spec in METRICS.values()}
+    assert set(documented) == set(registry)
+    for name, spec in registry.items():
+        assert documented[name][0] == spec.direction, name
+        for alias in spec.aliases:
+            assert f"`{alias}`" in documented[name][-1], (name, alias)
+    # The other figures a run logs: each one's fixed part is spelled in the package.
+    assert {"case_count", "error_count", "timing.<stage>.p95_seconds"} <= figures
+    source = "\n".join(p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py"))
+    unknown = [name for name in figures if re.split(r"<[^>]*>|\*", name)[0] not in source]
+    assert unknown == []
+
+
+def _leaf_fields(model: Any, prefix: str = "", runtime: bool = False) -> Iterator[tuple[str, Any, bool, bool]]:
+    """(dotted key, field, runtime-only, holds a nested model) for every field of the typed config,
+    every system kind's fields included; a dict of rules is spelled ``KEY.<metric>.FIELD``."""
+    for name, field in model.model_fields.items():
+        path = prefix + name
+        extra = field.json_schema_extra
+        runtime_only = runtime or (isinstance(extra, dict) and bool(extra.get("runtime_only")))
+        inner = _models_in(field.annotation)
+        values = _models_in(typing.get_args(field.annotation)[1]) if typing.get_origin(field.annotation) is dict else []
+        yield path, field, runtime_only, bool(inner or values)
+        for sub in inner:
+            yield from _leaf_fields(sub, path + ".", runtime_only)
+        for sub in values:
+            yield from _leaf_fields(sub, path + ".<metric>.", runtime_only)
+
+
+def _models_in(annotation: Any) -> list[Any]:
+    from pydantic import BaseModel
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _models_in(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+    return [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+
+
+def _shown_default(field: Any) -> str:
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    value = field.default_factory() if field.default_factory is not None else field.default
+    if value is PydanticUndefined:
+        return "(required)"
+    if isinstance(value, BaseModel):
+        return "(block)"
+    if isinstance(value, str):
+        return value or '""'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def test_every_config_key_the_config_page_lists_is_a_typed_field_with_its_default_and_the_reverse() -> None:
+    # Params are the flattened config, so these keys are the params a run logs (runtime-only ones
+    # left out, and "hash: no" says which those are).
+    from ragexp.config.models import RagexpConfig
+
+    fields: dict[str, set[tuple[str, str]]] = {}
+    nested: set[str] = set()
+    for path, field, runtime_only, holds_model in _leaf_fields(RagexpConfig):
+        fields.setdefault(path, set()).add((_shown_default(field), "no" if runtime_only else "yes"))
+        if holds_model:
+            nested.add(path)
+    rows = _table_rows(_prose((ROOT / "docs/config.md").read_text(encoding="utf-8")))
+    documented = {row[0].strip("`"): row for row in rows if len(row) == 4 and row[2] in {"yes", "no"}}
+    wrong = []
+    for key, (_, default, hashed, _) in documented.items():
+        if key not in fields:
+            wrong.append(f"{key}: no such key")
+        elif (default.strip("`"), hashed) not in fields[key]:
+            wrong.append(f"{key}: documented {default} / hash {hashed}, the models say {sorted(fields[key])}")
+    assert wrong == []
+    assert set(fields) - nested - set(documented) == set(), "typed keys the config page does not list"
+
+
+def test_a_run_writes_only_names_the_docs_list(ragexp: Any, store_uri: str) -> None:
+    """What a real run logs (the sample system, with its stage timings) against the lists above:
+    its tags are ones the scan finds, its metrics are registry metrics or documented figures, its
+    params are documented keys."""
+    from mlflow.tracking import MlflowClient
+
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    run = MlflowClient(store_uri).get_run(done.json()["run_id"])
+    code, (documented, figures) = code_tag_names(), _documented_metrics()
+    tags = {key for key in run.data.tags if key.startswith("ragexp.")}
+    assert {"ragexp.config_hash", "ragexp.status"} <= tags
+    assert {tag for tag in tags if not any(_covers(name, tag) for name in code)} == set()
+    patterns = [re.escape(name) for name in documented]
+    patterns += [re.sub(r"<[^>]*>", "[^.]+", re.escape(name)).replace(r"\*", ".+") for name in figures]
+    logged = set(run.data.metrics)
+    assert any(name.startswith("timing.") for name in logged)
+    assert {m for m in logged if not any(re.fullmatch(p, m) for p in patterns)} == set()
+    keys = {row[0].strip("`") for row in _table_rows((ROOT / "docs/config.md").read_text(encoding="utf-8"))}
+    keys |= {key.replace(".<metric>", "") for key in keys}
+    # A block whose keys are all runtime-only (tracking, report) is logged as one empty ``{}``.
+    from ragexp.config.models import RagexpConfig
+
+    keys |= {path for path, _, _, holds_model in _leaf_fields(RagexpConfig) if holds_model}
+    params = {re.sub(r"^gates\.rules\..*", "gates.rules", p) for p in run.data.params}
+    assert params - keys == set()

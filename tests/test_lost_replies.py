@@ -24,7 +24,6 @@ from tests.conftest import write_jsonl
 from tests.servers.procs import DROPPROXY, FAULTY, proxy_seen, serve, stats
 from tests.test_compare import replay_rows
 from tests.test_http import labelled
-from tests.test_scale import server  # noqa: F401  (fixture: the team server, else one started here)
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts/"
@@ -76,7 +75,7 @@ def promotion_locks(uri: str) -> list[str]:
 # --- ragexp run, trace writing included ------------------------------------------------------------
 
 
-def test_every_call_of_a_run_survives_a_lost_reply(server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_every_call_of_a_run_survives_a_lost_reply(server: str, tmp_path: Path) -> None:
     rows = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}, {"rank": 2}, {"rank": None}] * 2))
     client = MlflowClient(server)
 
@@ -147,7 +146,7 @@ def gate(url: str, candidate: str) -> tuple[subprocess.CompletedProcess[str], fl
     return done, time.perf_counter() - started
 
 
-def test_every_call_of_a_promotion_survives_a_lost_reply(server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_every_call_of_a_promotion_survives_a_lost_reply(server: str, tmp_path: Path) -> None:
     experiment_id, (base, cand) = chain_of_runs(server, tmp_path, 2)
     client = MlflowClient(server)
 
@@ -210,7 +209,7 @@ def wait_held(url: str) -> None:
     raise AssertionError("nothing was held")
 
 
-def test_a_lost_race_keeps_its_json_when_the_unlock_reply_is_lost(server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_lost_race_keeps_its_json_when_the_unlock_reply_is_lost(server: str, tmp_path: Path) -> None:
     experiment_id, (base, cand, rival) = chain_of_runs(server, tmp_path, 3)
     proxy_args = ("--hold", "POST /registered-models/create", "--drop", "DELETE /registered-models/delete")
     with held_proxy(server, tmp_path, *proxy_args) as (url, hold):
@@ -237,7 +236,7 @@ def test_a_lost_race_keeps_its_json_when_the_unlock_reply_is_lost(server: str, t
     assert not promotion_locks(server)
 
 
-def test_a_tag_moved_between_the_reads_of_a_gate_is_read_again(server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_tag_moved_between_the_reads_of_a_gate_is_read_again(server: str, tmp_path: Path) -> None:
     experiment_id, (base, cand, rival) = chain_of_runs(server, tmp_path, 3)
     with held_proxy(server, tmp_path, "--hold", "POST /runs/search#1") as (url, hold):
         result: list[tuple[subprocess.CompletedProcess[str], float]] = []
@@ -269,7 +268,7 @@ def test_a_tag_moved_between_the_reads_of_a_gate_is_read_again(server: str, tmp_
     ],
 )
 def test_a_server_dead_during_the_tail_ends_the_run_within_its_timeout(
-    server: str,  # noqa: F811
+    server: str,
     tmp_path: Path,
     dies_on: str,
 ) -> None:

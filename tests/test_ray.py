@@ -22,21 +22,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
-from tests.servers.procs import mlflow_server
 from tests.servers.ray_head import QUIET_RAY, Cluster, descendants, ray_head
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The team server from RAGEXP_TEST_MLFLOW_SERVER, else a real `mlflow server` started here."""
-    shared = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
-    if shared:
-        yield shared
-        return
-    with mlflow_server(tmp_path_factory.mktemp("server"), workers=2) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ from ragexp.compare.gate import check_rules
 from ragexp.config.models import GateRule, GatesConfig
 from tests.conftest import ROOT, write_jsonl
 from tests.test_compare import replay_rows, run_replay
-from tests.test_scale import server  # noqa: F401  (fixture: the team server, else one started here)
 
 SCHEMAS = ROOT / "tests/schemas"
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
@@ -399,7 +398,7 @@ def paused_outside_a_write(proc: subprocess.Popen[str], db: Path) -> None:
 
 
 @pytest.mark.parametrize("where", ["sqlite", "server"])
-def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_path: Path) -> None:  # noqa: F811
+def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/store/mlflow.db" if where == "sqlite" else server
     experiment = f"promote-{where}-{time.time_ns()}"
     rows = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 20))
@@ -547,7 +546,7 @@ def run_github_job(runner: Runner, job: dict[str, Any], env: dict[str, str]) -> 
 
 def test_ci_templates_run_their_steps_against_a_tracking_server(
     runner: Runner,
-    server: str,  # noqa: F811
+    server: str,
     tmp_path: Path,
 ) -> None:
     experiment = f"ci-{time.time_ns()}"

@@ -8,14 +8,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
-from tests.servers.procs import mlflow_server
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
@@ -29,17 +27,6 @@ def cli(*args: str, uri: str, cwd: Path | None = None) -> subprocess.CompletedPr
         env={**os.environ, "MLFLOW_TRACKING_URI": uri},
         timeout=600,
     )
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The team server from RAGEXP_TEST_MLFLOW_SERVER, else a real `mlflow server` started here."""
-    shared = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
-    if shared:
-        yield shared
-        return
-    with mlflow_server(tmp_path_factory.mktemp("server"), workers=2) as url:
-        yield url
 
 
 def test_run_diff_gate_and_report_over_http(server: str, tmp_path: Path) -> None:

@@ -1,9 +1,17 @@
-"""The per-case comparison in the real MLflow UI: `mlflow server` on 127.0.0.1 (ephemeral port)
-over a store with two comparable runs, opened in Debian's headless Chromium."""
+"""The per-case comparison in the real MLflow UI, opened in Debian's headless Chromium: runs
+written straight into a SQLite store (served by an `mlflow server` of this test's own over that
+store) and runs logged through the session's tracking server.
+
+The page is read through Chromium's DevTools protocol: the test polls the live DOM until what it
+asserts is on the page (the virtualised table renders its rows some time after the page loads,
+later still on a loaded machine), within a bounded wait, then asserts on that DOM."""
 
 from __future__ import annotations
 
+import base64
 import html
+import itertools
+import json
 import os
 import re
 import shutil
@@ -11,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,8 @@ from tests.test_traces import case_id, traces_of
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 MLFLOW = [sys.executable, "-m", "mlflow"]
 SERVE = ["--host", "127.0.0.1", "--workers", "1"]
+PAGE_WAIT_S = 240.0
+"""How long a page may take to show what a test waits for (a loaded 2-core machine is slow)."""
 
 
 def free_port() -> int:
@@ -33,6 +43,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def ui_server(store_uri: str, tmp_path: Path) -> Iterator[str]:
+    """An `mlflow server` of the test's own over its SQLite store (for runs written straight into it)."""
     port = free_port()
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
@@ -61,6 +72,7 @@ def ui_server(store_uri: str, tmp_path: Path) -> Iterator[str]:
 
 
 def render(chromium: str, url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """One headless Chromium process over ``url`` (``--dump-dom``, ``--screenshot=...``)."""
     return subprocess.run(
         [
             chromium,
@@ -78,46 +90,148 @@ def render(chromium: str, url: str, profile: Path, *extra: str) -> subprocess.Co
 
 
 def text_of(dom: str) -> str:
+    """The page's text, one ``|`` between elements, scripts and styles left out."""
     text = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", dom, flags=re.S)
     text = html.unescape(re.sub(r"<[^>]+>", " | ", text))
     return re.sub(r"(\s*\|\s*)+", " | ", text)
 
 
-@pytest.mark.parametrize("logged_via", ["store", "server"])
-def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
-    ragexp: Any, store_uri: str, ui_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_via: str
-) -> None:
-    """``store``: the runs are written straight into the SQL store (one transaction per batch);
-    ``server``: through the tracking server (StartTraceV3 requests and OTLP span batches)."""
+class Page:
+    """A page open in headless Chromium, driven over the DevTools protocol."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self._ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        sent = next(self._ids)
+        self._ws.send(json.dumps({"id": sent, "method": method, "params": params}))
+        while True:
+            message = json.loads(self._ws.recv(timeout=120))
+            if message.get("id") == sent:
+                assert "error" not in message, message
+                return dict(message.get("result", {}))
+
+    def dom(self) -> str:
+        found = self.call("Runtime.evaluate", expression="document.documentElement.outerHTML", returnByValue=True)
+        return str(found.get("result", {}).get("value", ""))
+
+    def wait_for(self, done: Callable[[str], bool], what: str) -> str:
+        """The page's text once ``done(text)`` holds; fails naming ``what`` after PAGE_WAIT_S."""
+        deadline = time.monotonic() + PAGE_WAIT_S
+        while True:
+            text = text_of(self.dom())
+            if done(text):
+                return text
+            assert time.monotonic() < deadline, f"the page never showed {what}: {text[:3000]}"
+            time.sleep(1)
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Callable[[str], Page]]:
+    """``page(url)``: ``url`` open in a headless Chromium of the test's own (closed afterwards)."""
+    from websockets.sync.client import connect
+
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium package is needed (make browser installs it)"
-    if logged_via == "server":
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", ui_server)
-    base = ragexp("run", "provider=fake", "dataset=scifacts_zh", "run_name=baseline", "+tags.role=baseline", "--json")
-    cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "run_name=candidate", "--json")
+    profile = tmp_path / "chromium-profile"
+    proc = subprocess.Popen(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--window-size=1600,1100",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    sockets: list[Any] = []
+
+    def open_page(url: str) -> Page:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 120
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            assert proc.poll() is None, "chromium exited at start"
+            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
+            time.sleep(0.2)
+        port = port_file.read_text().split()[0]
+        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=30).json()
+        target = next(t for t in targets if t.get("type") == "page")
+        ws = connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=60)
+        sockets.append(ws)
+        opened = Page(ws)
+        opened.call("Page.enable")
+        opened.call("Page.navigate", url=url)
+        return opened
+
+    try:
+        yield open_page
+    finally:
+        for ws in sockets:
+            ws.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+# A row of the evaluation table: the case's request, then the candidate's and the baseline's
+# trace of that very case.
+ROW = re.compile(r'"case_id": "([^"]+)",\s*"question": "[^"]*"\s*\} \| [^|]+ \| [^|]+ \| (tr-\w+) \| (tr-\w+)')
+AVG = re.compile(r"\| answer_accuracy \| AVG \| ([-\d.]+) \| ([-+\d.]+) \|")
+COMPARING = re.compile(r"Comparing \| #\w+ \| candidate \| to \| #\w+ \| baseline")
+# The unanswerable case both runs refused: 1 and 1 in its row.
+REFUSED = re.compile(r'"case_id": "sf-u1"(?:(?!"case_id").)*?\| true \| true \| 1 \| 1 \|', re.S)
+
+
+def comparison_shown(text: str) -> bool:
+    """Everything the test asserts is on the page: the header, the averages, five paired rows."""
+    return all(p.search(text) for p in (COMPARING, AVG, REFUSED)) and len(ROW.findall(text)) >= 5
+
+
+@pytest.mark.parametrize("logged_via", ["store", "server"])
+def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
+    ragexp: Any,
+    store_uri: str,
+    request: pytest.FixtureRequest,
+    page: Callable[[str], Page],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    logged_via: str,
+) -> None:
+    """``store``: the runs are written straight into the SQL store (one transaction per batch),
+    which a server of the test's own serves; ``server``: through the session's tracking server
+    (StartTraceV3 requests and OTLP span batches), the one CI starts when it is there."""
+    ui = request.getfixturevalue("ui_server" if logged_via == "store" else "server")
+    uri = store_uri if logged_via == "store" else ui
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    experiment_name = f"ui-{logged_via}-{time.time_ns()}"
+    common = ["dataset=scifacts_zh", f"experiment={experiment_name}", "--json"]
+    base = ragexp("run", "provider=fake", "run_name=baseline", "+tags.role=baseline", *common)
+    cand = ragexp("run", "provider=replay", "run_name=candidate", *common)
     assert base.code == 0 and cand.code == 0, base.stderr + cand.stderr
     base_id, cand_id = base.json()["run_id"], cand.json()["run_id"]
     experiment = httpx.get(
-        ui_server + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "ragexp"}, timeout=30
+        ui + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment_name}, timeout=30
     ).json()["experiment"]["experiment_id"]
-    url = f"{ui_server}/#/experiments/{experiment}/evaluation-runs?selectedRunUuid={cand_id}&compareToRunUuid={base_id}"
+    url = f"{ui}/#/experiments/{experiment}/evaluation-runs?selectedRunUuid={cand_id}&compareToRunUuid={base_id}"
 
-    text = ""
-    for attempt in range(3):  # a loaded machine can leave the first render half-done
-        done = render(chromium, url, tmp_path / f"profile{attempt}", "--dump-dom")
-        assert done.returncode == 0, done.stderr[-2000:]
-        text = text_of(done.stdout)
-        if "AVG" in text and "case_id" in text:
-            break
-    assert re.search(r"Comparing \| #\w+ \| candidate \| to \| #\w+ \| baseline", text), text[:3000]
+    shown = page(url)
+    text = shown.wait_for(comparison_shown, "the paired evaluation table")
+    assert COMPARING.search(text), text[:3000]
 
-    # Rows are paired by case: each row holds the case's request, then the candidate's and the
-    # baseline's trace of that very case.
-    cand_traces = {case_id(t): t.info.trace_id for t in traces_of(store_uri, cand_id)}
-    base_traces = {case_id(t): t.info.trace_id for t in traces_of(store_uri, base_id)}
-    rows = re.findall(
-        r'"case_id": "([^"]+)",\s*"question": "[^"]*"\s*\} \| [^|]+ \| [^|]+ \| (tr-\w+) \| (tr-\w+)', text
-    )
+    cand_traces = {case_id(t): t.info.trace_id for t in traces_of(uri, cand_id)}
+    base_traces = {case_id(t): t.info.trace_id for t in traces_of(uri, base_id)}
+    rows = ROW.findall(text)
     assert len(rows) >= 5, text[:3000]  # the table is virtualised: the rows on screen
     for case, first, second in rows:
         assert (first, second) == (cand_traces[case], base_traces[case]), case
@@ -125,16 +239,14 @@ def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
     # The assessment column with the run's average and the delta against the baseline.
     cand_accuracy = cand.json()["summary"]["answer_accuracy"]
     delta = cand_accuracy - base.json()["summary"]["answer_accuracy"]
-    header = re.search(r"\| answer_accuracy \| AVG \| ([-\d.]+) \| ([-+\d.]+) \|", text)
+    header = AVG.search(text)
     assert header is not None, text[:3000]
     assert float(header.group(1)) == pytest.approx(cand_accuracy, abs=0.005)
     assert float(header.group(2)) == pytest.approx(delta, abs=0.005)
-    # Per-case assessment values are in the rows (an unanswerable case both runs refused: 1 and 1).
-    refused = re.search(r'"case_id": "sf-u1"(?:(?!"case_id").)*?\| true \| true \| 1 \| 1 \|', text, re.S)
-    assert refused is not None
+    assert REFUSED.search(text) is not None
 
     shot = tmp_path / "compare.png"
-    done = render(chromium, url, tmp_path / "profile-shot", f"--screenshot={shot}")
-    assert done.returncode == 0 and shot.stat().st_size > 50_000
+    shown.screenshot(shot)
+    assert shot.stat().st_size > 50_000
     if os.environ.get("RAGEXP_UPDATE_SCREENSHOT") and logged_via == "store":
         shutil.copy(shot, Path(__file__).resolve().parents[1] / "docs/ui-compare-runs.png")
