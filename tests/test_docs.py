@@ -228,8 +228,15 @@ def code_tag_names() -> frozenset[str]:
                 if after == ":":  # "ragexp.providers.http:HttpProvider": an import path
                     continue
                 name = match.group(0)
+                if name.endswith(".") and _is_module(name[:-1]):  # import_module(f"ragexp.cli.commands.{name}")
+                    continue
                 names.add(name + "*" if after == UNKNOWN or name.endswith(".") else name)
     return frozenset(names)
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
 
 
 def doc_tag_names() -> dict[str, set[str]]:
