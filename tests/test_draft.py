@@ -3,6 +3,7 @@ the cases it writes, what it drops and why, its cache, and screening before a se
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import signal
@@ -19,7 +20,7 @@ from ragexp.datasets.audit import audit, load_corpus
 from ragexp.datasets.loader import load_dataset
 from ragexp.draft.corpus import MAX_CHARS, chunk_text, read_corpus
 from ragexp.draft.drafting import prompt_hash
-from ragexp.draft.rules import DUPLICATE_JACCARD, jaccard, near_duplicates, ngrams, stratified
+from ragexp.draft.rules import DUPLICATE_JACCARD, Retriever, jaccard, near_duplicates, ngrams, stratified
 from ragexp.errors import DatasetErrors
 from ragexp.metrics.offline import normalize
 from tests.conftest import ROOT, write_jsonl
@@ -383,6 +384,21 @@ def test_a_model_that_stops_answering_stops_the_draft_and_a_rerun_finishes(
     assert finished.code == 0, finished.stderr
     assert calls(drafter) == finished.json()["model_calls"] == 15
     assert len(read_cases(out)) == 20
+
+
+def test_the_index_built_a_slice_at_a_time_ranks_as_the_one_built_at_once() -> None:
+    rng = random.Random(5)
+    words = ["退货", "运费", "会员", "积分", "发票", "refund", "shipping", "7", "天", "审核"]
+    texts = ["".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(257)]
+    whole = Retriever(texts)
+    for step in (1, 7, 100, 1000):
+        sliced = asyncio.run(Retriever.build(texts, step))
+        assert sliced.index.idf == whole.index.idf and sliced.postings == whole.postings
+        assert sliced.normalized == [normalize(text) for text in texts]
+        for query in ("退货运费", "refund 7 天", "会员积分发票", "nothing here"):
+            assert sliced.search(query, 10) == whole.search(query, 10)
+        assert [sliced.related(i) for i in range(0, 257, 16)] == [whole.related(i) for i in range(0, 257, 16)]
+    assert whole.search("退货运费", 10)  # the queries do reach chunks
 
 
 def test_near_duplicates_match_the_pairwise_definition() -> None:

@@ -226,9 +226,9 @@ class Drafter:
 
         summary = Summary(chunks=len(chunks), planned=total)
         self._turn = asyncio.Semaphore(self.config.concurrency)
-        # The BM25 index (pairs and the unanswerable check need it) is built in a thread while
-        # the single-chunk questions, which do not, are already being asked.
-        retriever = asyncio.ensure_future(asyncio.to_thread(Retriever, [chunk.text for chunk in chunks]))
+        # The BM25 index (pairs and the unanswerable check need it) is built on the loop, a slice
+        # at a time, while the single-chunk questions, which do not need it, are being asked.
+        retriever = asyncio.ensure_future(Retriever.build([chunk.text for chunk in chunks]))
         async with JudgeHTTP(self.config, self.api_key, self.verify) as http:
             llm = JudgeLLM(http, self.config, JSON_MODE[self.config.kind])
 

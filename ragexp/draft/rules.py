@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import heapq
 import math
@@ -21,6 +22,8 @@ near-duplicate and dropped. It is set to catch repeats: the same question up to 
 spacing and punctuation, or a long one differing in a character or two. Character n-grams cannot
 tell a rewording from a question about another subject (a short question reworded by one word
 scores lower than "生鲜商品…" vs "预售商品…"), so rewordings are left for people to screen."""
+INDEX_STEP = 100
+"""Chunks indexed between two hand-backs to the event loop while drafting (:meth:`Retriever.build`)."""
 RETRIEVE_K = 10
 """Chunks the bundled BM25 retriever returns for an unanswerable question's check."""
 
@@ -42,15 +45,36 @@ class Retriever:
     corpus entry), scored through postings so a long query costs only the chunks it touches."""
 
     def __init__(self, texts: Sequence[str]) -> None:
+        for _ in self.fill(texts):
+            pass
+
+    @classmethod
+    async def build(cls, texts: Sequence[str], step: int = INDEX_STEP) -> Retriever:
+        """The retriever, built ``step`` chunks at a time on the running event loop, handing it
+        back between slices: calls in flight are answered while it builds (from a thread, the
+        build would hold the interpreter lock against the loop in long stretches instead)."""
+        retriever = cls.__new__(cls)
+        for _ in retriever.fill(texts, step):
+            await asyncio.sleep(0)
+        return retriever
+
+    def fill(self, texts: Sequence[str], step: int = 0) -> Iterator[None]:
+        """Index ``texts``, pausing after every ``step`` of them (never when 0); see :meth:`build`."""
+        self.index = Index.__new__(Index)
+        self.postings: dict[str, list[int]] = defaultdict(list)
+        """Term -> the corpus positions holding it (its frequency is in ``index.terms``)."""
+        self.normalized: list[str] = []
+        """Each chunk's text as :func:`found_in` compares it, normalised once for every check."""
         with _collector_paused():
-            self.index = Index([{"id": str(i), "text": text} for i, text in enumerate(texts)], "doc")
-            self.postings: dict[str, list[int]] = defaultdict(list)
-            """Term -> the corpus positions holding it (its frequency is in ``index.terms``)."""
-            for position, terms in enumerate(self.index.terms):
-                for term in terms:
-                    self.postings[term].append(position)
-            self.normalized = [normalize(text) for text in texts]
-            """Each chunk's text as :func:`found_in` compares it, normalised once for every check."""
+            yield from self.index.fill([{"id": str(i), "text": text} for i, text in enumerate(texts)], "doc", step=step)
+            for start in range(0, len(texts), step or len(texts) or 1):
+                stop = start + step if step else len(texts)
+                for position in range(start, min(stop, len(texts))):
+                    for term in self.index.terms[position]:
+                        self.postings[term].append(position)
+                    self.normalized.append(normalize(texts[position]))
+                if step:
+                    yield
 
     def holds(self, candidates: Sequence[str]) -> str | None:
         """The first answer candidate written anywhere in the corpus (as :func:`found_in`)."""

@@ -18,7 +18,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,15 @@ class Index:
     """BM25 (Okapi) over the chunks of a knowledge base."""
 
     def __init__(self, docs: Sequence[dict[str, str]], chunking: str, k1: float = 1.2, b: float = 0.75) -> None:
+        for _ in self.fill(docs, chunking, k1, b):
+            pass
+
+    def fill(
+        self, docs: Sequence[dict[str, str]], chunking: str, k1: float = 1.2, b: float = 0.75, step: int = 0
+    ) -> Iterator[None]:
+        """Build the index, pausing (yielding) after every ``step`` chunks counted and once before
+        the weights (never when ``step`` is 0): a caller on an event loop hands the loop back in
+        those pauses, so a large corpus is indexed between the loop's other work."""
         self.chunks: list[tuple[str, str]] = []  # (doc id, text)
         for doc in docs:
             text = doc["text"]
@@ -125,12 +134,17 @@ class Index:
                 self.chunks.extend((doc["id"], s.strip()) for s in SENTENCE.findall(text) if s.strip())
             else:
                 self.chunks.append((doc["id"], f"{doc.get('title', '')}：{text}"))
-        self.terms = [Counter(tokens(text)) for _, text in self.chunks]
+        self.terms: list[Counter[str]] = []
+        df: Counter[str] = Counter()
+        for start in range(0, len(self.chunks), step or len(self.chunks) or 1):
+            for _, text in self.chunks[start : start + step] if step else self.chunks:
+                terms = Counter(tokens(text))
+                self.terms.append(terms)
+                df.update(terms.keys())
+            if step:
+                yield
         self.lengths = [sum(t.values()) for t in self.terms]
         self.avg = sum(self.lengths) / max(len(self.lengths), 1)
-        df: Counter[str] = Counter()
-        for terms in self.terms:
-            df.update(terms.keys())
         n = len(self.chunks)
         self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
         self.k1, self.b = k1, b
