@@ -265,6 +265,26 @@ def test_the_library_does_not_import_the_cli() -> None:
     assert leaks == []
 
 
+def test_only_the_tracking_package_imports_mlflow() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module_name(path)
+        if name.startswith("ragexp.tracking"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            found += [f"{name} imports {target}" for target in targets if target.split(".")[0] == "mlflow"]
+    assert found == []
+    tracking = [_module_name(p) for p in (PACKAGE / "tracking").rglob("*.py")]
+    assert "ragexp.tracking.review_queues" in tracking  # the scan sees the package it exempts
+
+
 def test_every_command_module_is_thin() -> None:
     from ragexp.cli.commands import COMMANDS
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors, TrackingError
-from ragexp.labels import review
 from ragexp.labels.queue import PASS_FAIL, check_queue_name
+from ragexp.tracking import review_queues as review
 from ragexp.tracking.store import TAG_PREFIX, tag_filter
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ import numpy as np
 
 from ragexp.compare.select import FINISHED_FILTER
 from ragexp.config.models import CalibrationConfig
-from ragexp.labels import review
 from ragexp.metrics.calibration import Trust, assess, labelled_metrics
 from ragexp.metrics.registry import METRICS
+from ragexp.tracking import review_queues as review
 
 if TYPE_CHECKING:
     from ragexp.compare.data import RunData

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragexp.errors import ConfigError, TrackingError
-from ragexp.labels import review
 from ragexp.metrics.calibration import labelled_metrics
 from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.tracking import review_queues as review
 from ragexp.tracking.store import TAG_PREFIX
 
 if TYPE_CHECKING:
