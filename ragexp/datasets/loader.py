@@ -239,25 +239,22 @@ def _string(value: Any) -> str | None:
 
 def _strings(value: Any) -> str | None:
     """A list of non-blank strings of at most MAX_TEXT characters."""
-    if type(value) is not list:
-        return f"expected a list of strings, got {_type_name(value)}"
-    for index, item in enumerate(value):
-        if type(item) is not str:
-            return f"item {index} is {_type_name(item)}, expected a string"
-        if not item.strip():
-            return f"item {index} is an empty string"
-        if len(item) > MAX_TEXT:
-            return f"item {index} is longer than 1,000,000 characters"
-    return None
+    return _text_list(value, blank=False)
 
 
 def _passages(value: Any) -> str | None:
     """A list of strings of at most MAX_TEXT characters, empty ones included (retrieved text)."""
+    return _text_list(value, blank=True)
+
+
+def _text_list(value: Any, *, blank: bool) -> str | None:
     if type(value) is not list:
         return f"expected a list of strings, got {_type_name(value)}"
     for index, item in enumerate(value):
         if type(item) is not str:
             return f"item {index} is {_type_name(item)}, expected a string"
+        if not blank and not item.strip():
+            return f"item {index} is an empty string"
         if len(item) > MAX_TEXT:
             return f"item {index} is longer than 1,000,000 characters"
     return None

@@ -28,13 +28,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +38,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from tests.servers.procs import mlflow_server  # noqa: E402
+
 os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"  # the baseline must not drop traces
 
 METRICS = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]
@@ -170,51 +169,11 @@ def bench(label: str, uri: str, n: int, baseline_n: int) -> bool:
     return ok
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def pinned_server(folder: Path, workers: int) -> Iterator[str]:
     """``mlflow server`` over a SQLite store in ``folder``, on core ``SERVER_CORE`` only."""
-    port = free_port()
-    command = [
-        "taskset",
-        "-c",
-        str(SERVER_CORE),
-        str(Path(sys.executable).parent / "mlflow"),
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{folder}/server.db",
-        "--artifacts-destination",
-        str(folder / "artifacts"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-    ]
-    log = (folder / "server.log").open("wb")
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 300  # a loaded machine can take minutes to import mlflow
-        while True:
-            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/health", timeout=2):
-                break
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"mlflow server did not start:\n{(folder / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+    with mlflow_server(folder, workers=workers, prefix=("taskset", "-c", str(SERVER_CORE))) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-        log.close()
 
 
 def mlflow_rest_client(url: str, experiment: str, n: int) -> tuple[float, int, int] | None:

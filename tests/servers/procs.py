@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -68,14 +68,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def mlflow_server(folder: Path, port: int | None = None, workers: int = 1) -> Iterator[str]:
+def mlflow_server(folder: Path, port: int | None = None, workers: int = 1, prefix: Sequence[str] = ()) -> Iterator[str]:
     """A real ``mlflow server`` over a SQLite store in ``folder``; yields its URL. Killed (with its
-    workers) on exit, as a crashed server would be; the same folder and port can be served again."""
+    workers) on exit, as a crashed server would be; the same folder and port can be served again.
+    ``prefix`` goes before the command (``taskset -c 1`` pins it to a core)."""
     port = port or free_port()
     mlflow = Path(sys.executable).parent / "mlflow"
     folder.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [
+            *prefix,
             str(mlflow),
             "server",
             "--backend-store-uri",
