@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ragexp.compare.figures import fmt
 from ragexp.compare.power import (
     EXACT_DISCORDANT,
     cannot_tell_line,
@@ -167,7 +168,7 @@ def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragex
     assert needed is not None and needed > 1000
     line = (
         f"this gate cannot tell a drop of 0.01 from noise with 50 cases "
-        f"(detectable: {expected:.3g}; about {needed:,} cases would be needed)"
+        f"(detectable: {fmt(expected)}; about {needed:,} cases would be needed)"
     )
     text = ragexp("gate", "--baseline", base, "--candidate", cand)
     assert text.code == 2 and line in text.stdout

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ragexp.compare.figures import fmt
 from ragexp.metrics.registry import METRICS
 from ragexp.phrases import t
 
@@ -370,7 +371,7 @@ def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
     more = t("needed_some", language, needed=f"{needed:,}") if needed is not None else t("needed_none", language)
     floor = smallest_testable(power.confidence)
     if power.detectable is not None:
-        detectable = f"{power.detectable:.3g}"
+        detectable = fmt(power.detectable)
     elif power.discordant is not None and power.n >= floor:
         detectable = t("too_few_discordant", language, discordant=round(power.discordant * power.n))
     else:
