@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,3 +26,13 @@ class Backlogged(ThreadingHTTPServer):
     request_queue_size = 256
     """The listen backlog: a class attribute, since the socket listens inside the constructor, and
     the clients under test open dozens of connections at once."""
+
+
+def maybe_tls(server: ThreadingHTTPServer, cert: str | None, key: str | None) -> str:
+    """Serve HTTPS with ``cert``/``key`` when a certificate is given; the URL scheme either way."""
+    if not cert:
+        return "http"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return "https"

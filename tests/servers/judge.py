@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import re
-import ssl
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.base import Backlogged, JsonHandler
+from tests.servers.base import Backlogged, JsonHandler, maybe_tls
 
 DIM = 64
 COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
@@ -247,12 +246,7 @@ def main() -> None:
     Handler.delay, Handler.api_key, Handler.fail_all = args.delay_ms / 1000, args.api_key, args.fail_all
     Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
     server = Backlogged(("127.0.0.1", args.port), Handler)
-    scheme = "http"
-    if args.tls_cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(args.tls_cert, args.tls_key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        scheme = "https"
+    scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

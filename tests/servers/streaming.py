@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import re
-import ssl
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.base import Backlogged, JsonHandler
+from tests.servers.base import Backlogged, JsonHandler, maybe_tls
 
 ATTEMPTS: dict[str, list[float]] = {}
 LOCK = threading.Lock()
@@ -98,11 +97,6 @@ def main(handler: type[StreamingHandler]) -> None:
     parser.add_argument("--tls-key")
     args = parser.parse_args()
     server = Backlogged(("127.0.0.1", args.port), handler)
-    scheme = "http"
-    if args.tls_cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(args.tls_cert, args.tls_key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        scheme = "https"
+    scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
