@@ -1,23 +1,152 @@
 """What each case's MLflow trace shows, built from a scored run (plain data, no mlflow).
 
-The trace writer lives in :mod:`ragexp.tracking.traces`; this module decides the content:
-which cases get a trace (all of them up to ``tracking.traces_max_cases``, beyond it the errored
-and imperfect ones), and which assessments each carries, so that the MLflow UI's per-metric
-averages over a run's traces equal ragexp's summary.
+This module decides the content: which cases get a trace (all of them up to
+``tracking.traces_max_cases``, beyond it the errored and imperfect ones), which assessments each
+carries, so that the MLflow UI's per-metric averages over a run's traces equal ragexp's summary,
+and each trace's plan (:func:`plan_trace`: its spans, previews and assessments), which
+:mod:`ragexp.tracking.traces` writes into a store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult
-from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter
+from ragexp.tracking import limits
+
+TRACE_NAME = "rag_case"
+SOURCE_ID = "ragexp"
+PREVIEW_CHARS = limits.PREVIEW.chars
+"""Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
+SPAN_TEXT_CHARS = 20_000
+"""Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
+cases.jsonl, never in the trace store."""
+
+
+@dataclass(slots=True)
+class FeedbackRecord:
+    """One metric of one case: a value, or the reason there is none."""
+
+    name: str
+    value: float | None
+    error: str | None = None
+    judge: str | None = None
+    """Judge identity for LLM-judge metrics (None: computed by code)."""
+    rationale: str | None = None
+
+
+@dataclass(slots=True)
+class CaseTrace:
+    """Everything a case's trace shows, as plain data."""
+
+    case_id: str
+    question: str
+    answer: str | None
+    error: str | None
+    latency_seconds: float | None
+    ranked_ids: list[str] = field(default_factory=list)
+    contexts: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
+    feedback: list[FeedbackRecord] = field(default_factory=list)
+
+
+def cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [{len(text) - limit} more characters in cases.jsonl]"
+
+
+def request_preview(case_id: str, question: str) -> str:
+    """The trace's request as the UI shows it. The Evaluation-runs comparison pairs the rows of
+    two runs by this exact string, so it starts with the case id (unique, and kept whole)."""
+    return fit_json({"case_id": cut(case_id, 200)}, "question", question)
+
+
+def fit_json(fixed: dict[str, str], key: str, text: str, limit: int = PREVIEW_CHARS) -> str:
+    """``{**fixed, key: text}`` as JSON of at most ``limit`` characters (the store's preview
+    columns hold 1,000), ``text`` cut as needed, then the ``fixed`` values if they alone are too
+    long; always valid JSON: what is cut is the text, never its escaped form."""
+
+    def encoded(values: dict[str, str], chars: int) -> str:
+        return json.dumps({**values, key: cut(text, chars)}, ensure_ascii=False)
+
+    whole = encoded(fixed, len(text))
+    if len(whole) <= limit:
+        return whole
+    chars = _most(len(text), lambda n: len(encoded(fixed, n)) <= limit)
+    if chars is not None:
+        return encoded(fixed, chars)
+    longest = max((len(v) for v in fixed.values()), default=0)
+    each = _most(longest, lambda n: len(encoded({k: cut(v, n) for k, v in fixed.items()}, 0)) <= limit) or 0
+    return encoded({k: cut(v, each) for k, v in fixed.items()}, 0)
+
+
+def _most(top: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest n in 0..top with ``fits(n)`` (which holds up to some n, then no more); None if
+    not even 0 fits."""
+    if not fits(0):
+        return None
+    low, high = 0, top
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(slots=True)
+class PlannedSpan:
+    name: str
+    kind: str
+    span_id: int
+    parent_id: int | None
+    start_ns: int
+    end_ns: int
+    inputs: Any
+    outputs: Any
+    error: str | None
+
+
+@dataclass(slots=True)
+class Mark:
+    """An assessment before it becomes an MLflow entity or a row."""
+
+    kind: str
+    """``feedback`` or ``expectation``."""
+    name: str
+    value: Any
+    error: str | None
+    source_type: str
+    source_id: str
+    rationale: str | None = None
+    assessment_id: str = field(default_factory=lambda: f"a-{uuid.uuid4().hex}")
+    """Chosen here, not by the store: a request sent again after a lost answer then updates the
+    same assessments instead of adding copies."""
+
+
+@dataclass(slots=True)
+class PlannedTrace:
+    trace_id: str
+    otel_trace_id: int
+    case: CaseTrace
+    start_ns: int
+    duration_ns: int
+    request_preview: str
+    response_preview: str
+    spans: list[PlannedSpan]
+    marks: list[Mark]
 
 
 @dataclass
@@ -120,30 +249,74 @@ def _expectations(case: Case) -> dict[str, Any]:
     return expected
 
 
-def log_traces(
-    store: Store,
-    run_id: str,
-    experiment: str,
-    plan: TracePlan,
-    *,
-    resumed: bool,
-    info: Any,
-) -> int:
-    """Write the planned traces (replacing any a stopped attempt of this run left) and tag the
-    run with what was traced. A store error propagates as a TrackingError: the caller marks the
-    run failed rather than finished with half its traces."""
-    experiment_id = store.experiment_id(experiment, create=False)
-    if experiment_id is None:  # pragma: no cover - the run was just created in it
-        raise RuntimeError(f"experiment {experiment} vanished")
-    writer = TraceWriter(store, experiment_id, run_id)
-    if resumed:
-        writer.delete_all()
-    written = writer.write(plan.traces)
-    scope = "all" if not plan.capped else "errored_and_imperfect"
-    if plan.capped:
-        info(
-            f"traces: {written} of {plan.case_count} cases traced (errored and imperfect only, over "
-            "tracking.traces_max_cases); cases.jsonl holds every case"
+def plan_trace(case: CaseTrace) -> PlannedTrace:
+    otel_trace_id = uuid.uuid4().int
+    start_ns = time.time_ns()
+    duration_ns = int((case.latency_seconds or 0.0) * 1e9) or sum(int(s * 1e9) for s in case.timings.values())
+    marks = [Mark("expectation", name, value, None, "HUMAN", "dataset") for name, value in case.expectations.items()]
+    for item in case.feedback:
+        source_type, source_id = ("LLM_JUDGE", item.judge) if item.judge is not None else ("CODE", SOURCE_ID)
+        source_id = limits.shortened(limits.ASSESSMENT_SOURCE_ID, source_id)
+        error = cut(item.error, 2000) if item.error is not None else None
+        # A judge's text goes into a text column as it is: PostgreSQL refuses a NUL in it.
+        rationale = limits.fit(limits.TEXT, item.rationale) if item.rationale is not None else None
+        marks.append(Mark("feedback", item.name, item.value, error, source_type, source_id, rationale))
+    if case.error is not None:
+        response = fit_json({}, "error", case.error)
+    else:
+        response = fit_json({}, "answer", case.answer or "")
+    return PlannedTrace(
+        trace_id=f"tr-{otel_trace_id:032x}",
+        otel_trace_id=otel_trace_id,
+        case=case,
+        start_ns=start_ns,
+        duration_ns=duration_ns,
+        request_preview=request_preview(case.case_id, case.question),
+        response_preview=response,
+        spans=_case_spans(case, start_ns, duration_ns),
+        marks=marks,
+    )
+
+
+def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[PlannedSpan]:
+    """Root span (request -> answer), a retriever span with the ranked documents, and one span
+    per stage the system timed, laid end to end so the timeline shows where the time went."""
+    root_id = _span_id()
+    error = case.error
+    root_inputs = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
+    root_outputs: Any = {"error": cut(error, SPAN_TEXT_CHARS)} if error else cut(case.answer or "", SPAN_TEXT_CHARS)
+    end_ns = start_ns + max(duration_ns, 1)
+    spans = [PlannedSpan(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]
+    if error is not None:
+        return spans
+    documents = [
+        {
+            "id": doc_id,
+            "page_content": cut(case.contexts[i], SPAN_TEXT_CHARS) if i < len(case.contexts) else "",
+            "metadata": {"doc_uri": doc_id, "chunk_id": doc_id, "rank": i + 1},
+        }
+        for i, doc_id in enumerate(case.ranked_ids)
+    ]
+    retrieval_stages = [stage for stage in case.timings if stage != "model"]
+    retrieve_ns = sum(int(case.timings[s] * 1e9) for s in retrieval_stages) or max(duration_ns // 2, 1)
+    retriever_id = _span_id()
+    query = {"query": cut(case.question, SPAN_TEXT_CHARS)}
+    spans.append(
+        PlannedSpan(
+            "retrieve", "RETRIEVER", retriever_id, root_id, start_ns, start_ns + retrieve_ns, query, documents, None
         )
-    store.set_tags(run_id, {TAG_PREFIX + "traces": scope, TAG_PREFIX + "traces.count": str(written)})
-    return written
+    )
+    cursor = start_ns
+    for stage, seconds in case.timings.items():
+        stage_ns = max(int(seconds * 1e9), 1)
+        parent = retriever_id if stage in retrieval_stages else root_id
+        kind = "LLM" if stage == "model" else ("EMBEDDING" if "embed" in stage else "UNKNOWN")
+        spans.append(
+            PlannedSpan(stage, kind, _span_id(), parent, cursor, cursor + stage_ns, None, {"seconds": seconds}, None)
+        )
+        cursor += stage_ns
+    return spans
+
+
+def _span_id() -> int:
+    return int.from_bytes(os.urandom(8), "big") or 1

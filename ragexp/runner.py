@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from ragexp import __version__
-from ragexp.checkpoint import Checkpoint, read_checkpoint
+from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_checkpoint, run_lock
 from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
@@ -41,11 +41,12 @@ from ragexp.secrets import register_url, scrub
 from ragexp.tracking import limits
 
 if TYPE_CHECKING:
+    from ragexp.case_traces import TracePlan
     from ragexp.metrics.judge.scorer import JudgeScorer
 
-from ragexp.tracking import artifacts
-from ragexp.tracking.artifacts import error_text, nullable
-from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store, write_table
+from ragexp import artifacts
+from ragexp.artifacts import error_text, nullable
+from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store
 
 TEXT_IN_TABLE = 300
 SHORT_HASH = 12
@@ -257,11 +258,11 @@ def execute(
         run_id = store.create_run(cfg.experiment, run_name, all_tags, run_params(cfg))
     else:
         run_id = resume
-    with store.run_lock(run_id), store.space_reserve():
+    with run_lock(store.state_dir(), run_id), SpaceReserve(store.sqlite_folder()) as reserve:
         done = _resume_state(plan, store, resume, retry_errors) if resume is not None else {}
         if resume is not None:
             store.set_running(run_id)
-        return _execute(plan, store, run_id, done, resumed=resume is not None)
+        return _execute(plan, store, run_id, done, resumed=resume is not None, reserve=reserve)
 
 
 @dataclass(frozen=True)
@@ -289,8 +290,10 @@ def run_config(
     return Evaluation(plan, execute(plan, store, resume=resume, retry_errors=retry_errors, tags=draft_tags))
 
 
-def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool) -> RunOutcome:
-    checkpoint = Checkpoint(store.checkpoint_path(run_id)) if plan.provider.remote else None
+def _execute(
+    plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool, reserve: SpaceReserve
+) -> RunOutcome:
+    checkpoint = Checkpoint(checkpoint_path(store.state_dir(), run_id)) if plan.provider.remote else None
     status = FAILED
     store_alive = True
     arrived: list[CaseResult] = []
@@ -326,7 +329,7 @@ def _execute(plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult],
         status_tag = "failed" if isinstance(exc, AllCasesErrored) else "aborted"
         if isinstance(exc, StorageError):
             # The disk is full: the reserve gives room to mark the run; the checkpoint stays local.
-            store.release_reserve()
+            reserve.release()
             store_alive = _save_for_resume(store, run_id, None, status_tag, str(exc))
         else:
             store_alive = _save_for_resume(store, run_id, checkpoint, status_tag, str(exc))
@@ -394,7 +397,7 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         )
     if not plan.provider.remote:
         return {}  # local providers are recomputed: deterministic and instant
-    local = store.checkpoint_path(run_id)
+    local = checkpoint_path(store.state_dir(), run_id)
     if local.exists():
         saved = read_checkpoint(local.read_bytes())
     elif CHECKPOINT_ARTIFACT in store.list_artifacts(run_id, "checkpoint"):
@@ -519,7 +522,7 @@ def _score_and_log(
                 **trust.to_json(),
             },
         )
-        write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
+        artifacts.write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
         if stages:
             (folder / artifacts.TIMINGS).write_bytes(orjson.dumps({"stages": stages}, option=orjson.OPT_INDENT_2))
         artifacts.write_scores(folder / artifacts.SCORES, cases, errored, latency, columns, human)
@@ -529,7 +532,7 @@ def _score_and_log(
             )
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
     if cfg.tracking.traces:
-        from ragexp.case_traces import build_traces, log_traces
+        from ragexp.case_traces import build_traces
 
         traced = build_traces(
             cases,
@@ -541,7 +544,7 @@ def _score_and_log(
             judge=plan.judge,
             cap=cfg.tracking.traces_max_cases,
         )
-        log_traces(store, run_id, cfg.experiment, traced, resumed=resumed, info=info)
+        _log_traces(store, run_id, cfg.experiment, traced, resumed=resumed, info=info)
     scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
     return RunOutcome(
         run_id,
@@ -611,3 +614,34 @@ def _yaml(data: dict[str, Any]) -> bytes:
 
     text: str = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
     return text.encode("utf-8")
+
+
+def _log_traces(
+    store: Store,
+    run_id: str,
+    experiment: str,
+    plan: TracePlan,
+    *,
+    resumed: bool,
+    info: Any,
+) -> int:
+    """Write the planned traces (replacing any a stopped attempt of this run left) and tag the
+    run with what was traced. A store error propagates as a TrackingError: the caller marks the
+    run failed rather than finished with half its traces."""
+    from ragexp.tracking.traces import TraceWriter
+
+    experiment_id = store.experiment_id(experiment, create=False)
+    if experiment_id is None:  # pragma: no cover - the run was just created in it
+        raise RuntimeError(f"experiment {experiment} vanished")
+    writer = TraceWriter(store, experiment_id, run_id)
+    if resumed:
+        writer.delete_all()
+    written = writer.write(plan.traces)
+    scope = "all" if not plan.capped else "errored_and_imperfect"
+    if plan.capped:
+        info(
+            f"traces: {written} of {plan.case_count} cases traced (errored and imperfect only, over "
+            "tracking.traces_max_cases); cases.jsonl holds every case"
+        )
+    store.set_tags(run_id, {TAG_PREFIX + "traces": scope, TAG_PREFIX + "traces.count": str(written)})
+    return written

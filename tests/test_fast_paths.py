@@ -17,6 +17,7 @@ import orjson
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.artifacts import error_text, write_cases
 from ragexp.config.compose import compose
 from ragexp.datasets.audit import shares_ids
 from ragexp.datasets.loader import LABEL_FIELDS as LABEL_KEYS
@@ -25,7 +26,6 @@ from ragexp.errors import DatasetErrors
 from ragexp.providers.base import RunSettings
 from ragexp.providers.fake import FakeProvider
 from ragexp.records import Case, CaseResult, SystemOutput
-from ragexp.tracking.artifacts import error_text, write_cases
 from tests.conftest import write_jsonl
 
 K = 3

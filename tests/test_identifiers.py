@@ -133,7 +133,7 @@ def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_fiel
 
 
 def test_request_preview_is_valid_json_whatever_the_escapes() -> None:
-    from ragexp.tracking.traces import PREVIEW_CHARS, fit_json, request_preview
+    from ragexp.case_traces import PREVIEW_CHARS, fit_json, request_preview
 
     for case_id, question in [
         ('"' * 200, 'q"' * 3000),

@@ -566,6 +566,7 @@ def fill(disk: Path) -> None:
 
 
 def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_marked(tmp_path: Path) -> None:
+    from ragexp.checkpoint import SpaceReserve
     from ragexp.errors import StorageError
     from ragexp.tracking.store import Store
 
@@ -574,12 +575,12 @@ def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_
         store = Store(uri)
         run_id = store.create_run("full", "r", {}, {})
         assert store.sql_writer() is not None  # the direct writer, not MLflow's
-        with store.space_reserve():
+        with SpaceReserve(store.sqlite_folder()) as reserve:
             fill(disk)
             # SQLite rolls this transaction back itself; its error is the one reported.
             with pytest.raises(StorageError, match=r"^disk full: logging metrics of run "):
                 store.log_metrics(run_id, {f"metric.{i}.{'m' * 100}": float(i) for i in range(5000)})
-            store.release_reserve()
+            reserve.release()
             store.end_run(run_id, "FAILED")
         status = MlflowClient(uri).get_run(run_id).info.status
     assert status == "FAILED"
@@ -588,6 +589,7 @@ def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_
 def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri: str, tmp_path: Path) -> None:
     import socket
 
+    from ragexp.checkpoint import SpaceReserve
     from ragexp.tracking.store import Store
 
     folder = Path(store_uri.removeprefix("sqlite:///")).parent
@@ -598,7 +600,7 @@ def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri:
     stale.write_bytes(b"x" * 1024)
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"ok-{i}" for i in range(5)]))
     store = Store(store_uri)
-    with store.space_reserve():
+    with SpaceReserve(store.sqlite_folder()):
         mine = sorted(folder.glob(".ragexp-reserve.*"))
         reserved = mine[0].stat().st_size if mine else 0
         other = subprocess.run(

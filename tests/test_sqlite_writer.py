@@ -20,11 +20,12 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.uri import append_to_uri_path
 from mlflow.utils.validation import _validate_tag
 
+from ragexp.case_traces import CaseTrace, FeedbackRecord, plan_trace
 from ragexp.errors import TrackingError
 from ragexp.tracking.mlflow_sql.trace_rows import aggregate, trace_rows
 from ragexp.tracking.mlflow_sql.writer import TABLES, SqliteWriter, append_path, valid_key
 from ragexp.tracking.store import DIRECT_ENV, Store
-from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, span_entities
+from ragexp.tracking.traces import TraceWriter, span_entities
 from tests.conftest import IMPORT_PROBE, ROOT
 
 pytestmark = pytest.mark.differential  # compared with MLflow: `make test-mlflow-next` reruns it
@@ -178,7 +179,7 @@ def test_traces_are_the_rows_mlflow_writes(tmp_path: Path) -> None:
         for side, store in stores.items()
     }
     # One plan (its random trace and span ids) written both ways; run ids mapped alike by dump().
-    chunk = [_plan(case) for case in traces()]
+    chunk = [plan_trace(case) for case in traces()]
     writers["mlflow"]._write_sql(chunk)
     direct = stores["direct"].sql_writer()
     assert direct is not None
@@ -286,7 +287,7 @@ def test_each_span_row_is_mlflows_own_encoding_of_the_span() -> None:
 
     from mlflow.entities import Span
 
-    for trace in (_plan(case) for case in traces()):
+    for trace in (plan_trace(case) for case in traces()):
         rows = trace_rows([trace], "1", "run", lambda _: {}, lambda tid: "file:///x")
         entities = span_entities(trace)
         assert len(rows["spans"]) == len(entities) == len(trace.spans)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.tracking import artifacts
+from ragexp import artifacts
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, parse_filter
 from ragexp.tracking.mlflow_sql.schema import KNOWN_REVISIONS, Declined
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
+from ragexp import artifacts
 from ragexp.compare.diff import MetricDiff, diagnose
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import _ALIASES, METRICS, case_values_metric, headline_metrics
-from ragexp.tracking import artifacts
 from ragexp.tracking.store import Store
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay

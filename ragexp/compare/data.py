@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ragexp import artifacts
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import METRICS
-from ragexp.tracking import artifacts
 from ragexp.tracking.store import FINISHED, RunRecord, Store
 
 

@@ -130,7 +130,7 @@ def _pending(case: dict[str, Any]) -> bool:
 
 
 def case_trace(case: dict[str, Any], chunks: dict[str, Chunk]) -> Any:
-    from ragexp.tracking.traces import CaseTrace
+    from ragexp.case_traces import CaseTrace
 
     draft = case["draft"]
     sources = [str(source) for source in draft.get("source_ids") or case.get("relevant_ids") or []]

@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import yaml
 
-from ragexp import __version__
+from ragexp import __version__, artifacts
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
@@ -28,7 +28,6 @@ from ragexp.metrics.registry import METRICS, MetricSpec, headline_metrics
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.tables import Table, to_html, to_markdown
-from ragexp.tracking import artifacts
 from ragexp.tracking.store import Store
 
 WORST = 5

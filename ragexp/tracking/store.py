@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from ragexp.errors import PromotionConflict, RunLockedError, StorageError, StoreUnreachable, TrackingError
+from ragexp.errors import PromotionConflict, StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
 from ragexp.tracking.records import CONNECTION_LOST, one_line, store_os_error
@@ -144,7 +144,6 @@ class Store:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self._client: MlflowClient | None = None
-        self._reserve: Path | None = None
 
     @property
     def client(self) -> MlflowClient:
@@ -350,7 +349,7 @@ class Store:
 
     @native("log_dir")
     def log_dir(self, run_id: str, folder: Path, tables: Sequence[str] = ()) -> None:
-        """Log a folder's files as artifacts; ``tables`` (written by :func:`write_table`) are
+        """Log a folder's files as artifacts; ``tables`` (written by :func:`ragexp.artifacts.write_table`) are
         registered so the MLflow UI shows them in its evaluation view."""
         entries = json.dumps([{"path": name, "type": "table"} for name in tables])
         with self._calling(f"logging artifacts of run {run_id}"):
@@ -395,86 +394,15 @@ class Store:
         with self._calling(f"reopening run {run_id}"):
             self.client.update_run(run_id, status=RUNNING)
 
+    def sqlite_folder(self) -> Path | None:
+        """The folder of a SQLite store's file (None: any other store)."""
+        db = _sqlite_path(self.uri)
+        return db.resolve().parent if db is not None and str(db) != ":memory:" else None
+
     def state_dir(self) -> Path:
         """Local state (checkpoints, judge cache, adapted prompts): beside a SQLite store, else in
         the user's cache folder."""
-        db = _sqlite_path(self.uri)
-        if db is not None:
-            return db.resolve().parent
-        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragexp"
-
-    def checkpoint_path(self, run_id: str) -> Path:
-        return self.state_dir() / "checkpoints" / f"{run_id}.jsonl"
-
-    @contextmanager
-    def run_lock(self, run_id: str) -> Iterator[None]:
-        """Held while a process evaluates a run, so a second ``--resume`` of it is refused. The
-        lock file is removed when the run ends (while still locked; a process that opened it in
-        that moment finds it gone and locks the file that replaces it)."""
-        import fcntl
-
-        path = self.state_dir() / "checkpoints" / f"{run_id}.lock"
-        while True:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                handle = path.open("a")
-            except OSError as exc:
-                raise store_os_error(exc, self.uri, f"locking run {run_id}") from None
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                raise RunLockedError(
-                    f"run {run_id} is being evaluated by another process on this machine; "
-                    "wait for it to end (or stop it) before resuming"
-                ) from None
-            try:
-                current = os.stat(path).st_ino
-            except FileNotFoundError:
-                current = None
-            if current == os.fstat(handle.fileno()).st_ino:
-                break
-            handle.close()  # removed by the process that held it: lock its successor
-        with handle:
-            try:
-                yield
-            finally:
-                with suppress(OSError):  # a read-only folder keeps an empty file, no more
-                    path.unlink(missing_ok=True)
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    @contextmanager
-    def space_reserve(self, size: int = 1 << 20) -> Iterator[None]:
-        """Keep ``size`` bytes beside a SQLite store while a run writes, given back if the disk
-        fills up: marking the run FAILED needs a few pages, and a full disk would leave it RUNNING.
-
-        Each process keeps its own file (``.ragexp-reserve.HOST.PID``), so parallel runs into one
-        store never delete each other's; files of processes of this host that are gone (a
-        ``kill -9``) are removed."""
-        db = _sqlite_path(self.uri)
-        path = None
-        if db is not None and str(db) != ":memory:":
-            folder = db.resolve().parent
-            host = socket.gethostname().replace("/", "_")
-            _remove_stale_reserves(folder, host)
-            path = folder / f"{RESERVE_PREFIX}{host}.{os.getpid()}"
-        if path is not None:
-            try:
-                with path.open("wb") as handle:
-                    os.posix_fallocate(handle.fileno(), 0, size)
-            except OSError:
-                path.unlink(missing_ok=True)  # no room even for that: nothing to give back later
-                path = None
-        self._reserve = path
-        try:
-            yield
-        finally:
-            self.release_reserve()
-
-    def release_reserve(self) -> None:
-        if self._reserve is not None:
-            self._reserve.unlink(missing_ok=True)
-            self._reserve = None
+        return self.sqlite_folder() or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragexp"
 
     @native("delete_tags")
     def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
@@ -801,27 +729,6 @@ def _lost_race(exc: Exception) -> bool:
     return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or bool(_DUPLICATE_KEY.search(str(exc)))
 
 
-RESERVE_PREFIX = ".ragexp-reserve."
-
-
-def _remove_stale_reserves(folder: Path, host: str) -> None:
-    for reserve in folder.glob(f"{RESERVE_PREFIX}{host}.*"):
-        pid = reserve.name.rsplit(".", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            with suppress(OSError):
-                reserve.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def tag_filter(key: str, value: str) -> str:
     """An MLflow filter for runs with tag ``key`` equal to ``value``."""
     if "`" in key or "'" in value:
@@ -832,16 +739,6 @@ def tag_filter(key: str, value: str) -> str:
 def _runs(ids: Iterable[str]) -> str:
     listed = sorted(ids)
     return ", ".join(listed) if listed else "no run"
-
-
-def write_table(path: Path, columns: Mapping[str, Sequence[Any]]) -> None:
-    """Write a table in the layout ``MlflowClient.log_table`` uses (pandas "split", no index),
-    without building a DataFrame: for 100,000 rows that costs seconds."""
-    import orjson
-
-    names = list(columns)
-    rows = list(zip(*(columns[name] for name in names), strict=True))
-    path.write_bytes(orjson.dumps({"columns": names, "data": rows}))
 
 
 def _existing_parent(path: Path) -> Path:

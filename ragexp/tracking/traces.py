@@ -24,14 +24,13 @@ import os
 import re
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ragexp.case_traces import TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
@@ -39,7 +38,6 @@ from ragexp.tracking.mlflow_sql import internals
 from ragexp.tracking.mlflow_sql.schema import Declined
 from ragexp.tracking.mlflow_sql.trace_rows import (
     ASSESSMENT_RUN,
-    TRACE_NAME,
     attributes,
     error_dict,
     insert_sqlalchemy,
@@ -52,11 +50,6 @@ from ragexp.transport import backoff
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
 
-PREVIEW_CHARS = limits.PREVIEW.chars
-"""Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
-SPAN_TEXT_CHARS = 20_000
-"""Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
-cases.jsonl, never in the trace store."""
 BATCH = 500
 """Traces per transaction (SQL stores)."""
 SERVER_THREADS = 16
@@ -64,126 +57,8 @@ SERVER_THREADS = 16
 so more requests than cores keep them busy."""
 SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
-SOURCE_ID = "ragexp"
 RUN_METADATA = "mlflow.sourceRun"
 CASE_METADATA = "ragexp.case_id"
-
-
-@dataclass(slots=True)
-class FeedbackRecord:
-    """One metric of one case: a value, or the reason there is none."""
-
-    name: str
-    value: float | None
-    error: str | None = None
-    judge: str | None = None
-    """Judge identity for LLM-judge metrics (None: computed by code)."""
-    rationale: str | None = None
-
-
-@dataclass(slots=True)
-class CaseTrace:
-    """Everything a case's trace shows, as plain data."""
-
-    case_id: str
-    question: str
-    answer: str | None
-    error: str | None
-    latency_seconds: float | None
-    ranked_ids: list[str] = field(default_factory=list)
-    contexts: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    expectations: dict[str, Any] = field(default_factory=dict)
-    feedback: list[FeedbackRecord] = field(default_factory=list)
-
-
-def cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"… [{len(text) - limit} more characters in cases.jsonl]"
-
-
-def request_preview(case_id: str, question: str) -> str:
-    """The trace's request as the UI shows it. The Evaluation-runs comparison pairs the rows of
-    two runs by this exact string, so it starts with the case id (unique, and kept whole)."""
-    return fit_json({"case_id": cut(case_id, 200)}, "question", question)
-
-
-def fit_json(fixed: dict[str, str], key: str, text: str, limit: int = PREVIEW_CHARS) -> str:
-    """``{**fixed, key: text}`` as JSON of at most ``limit`` characters (the store's preview
-    columns hold 1,000), ``text`` cut as needed, then the ``fixed`` values if they alone are too
-    long; always valid JSON: what is cut is the text, never its escaped form."""
-
-    def encoded(values: dict[str, str], chars: int) -> str:
-        return json.dumps({**values, key: cut(text, chars)}, ensure_ascii=False)
-
-    whole = encoded(fixed, len(text))
-    if len(whole) <= limit:
-        return whole
-    chars = _most(len(text), lambda n: len(encoded(fixed, n)) <= limit)
-    if chars is not None:
-        return encoded(fixed, chars)
-    longest = max((len(v) for v in fixed.values()), default=0)
-    each = _most(longest, lambda n: len(encoded({k: cut(v, n) for k, v in fixed.items()}, 0)) <= limit) or 0
-    return encoded({k: cut(v, each) for k, v in fixed.items()}, 0)
-
-
-def _most(top: int, fits: Callable[[int], bool]) -> int | None:
-    """The largest n in 0..top with ``fits(n)`` (which holds up to some n, then no more); None if
-    not even 0 fits."""
-    if not fits(0):
-        return None
-    low, high = 0, top
-    while low < high:
-        middle = (low + high + 1) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-@dataclass(slots=True)
-class _Span:
-    name: str
-    kind: str
-    span_id: int
-    parent_id: int | None
-    start_ns: int
-    end_ns: int
-    inputs: Any
-    outputs: Any
-    error: str | None
-
-
-@dataclass(slots=True)
-class _Mark:
-    """An assessment before it becomes an MLflow entity or a row."""
-
-    kind: str
-    """``feedback`` or ``expectation``."""
-    name: str
-    value: Any
-    error: str | None
-    source_type: str
-    source_id: str
-    rationale: str | None = None
-    assessment_id: str = field(default_factory=lambda: f"a-{uuid.uuid4().hex}")
-    """Chosen here, not by the store: a request sent again after a lost answer then updates the
-    same assessments instead of adding copies."""
-
-
-@dataclass(slots=True)
-class _Trace:
-    trace_id: str
-    otel_trace_id: int
-    case: CaseTrace
-    start_ns: int
-    duration_ns: int
-    request_preview: str
-    response_preview: str
-    spans: list[_Span]
-    marks: list[_Mark]
 
 
 class TraceWriter:
@@ -220,7 +95,7 @@ class TraceWriter:
             put = self._write_sql if kind == "sql" and not self.store.declined_for_good else self._write_public
         written = 0
         for start in range(0, len(traces), batch):
-            chunk = [_plan(case) for case in traces[start : start + batch]]
+            chunk = [plan_trace(case) for case in traces[start : start + batch]]
             try:
                 try:
                     put(chunk)
@@ -261,11 +136,11 @@ class TraceWriter:
         self._sender = send
         self._server_version()
         pool = ThreadPoolExecutor(max_workers=SERVER_THREADS)
-        in_flight: deque[tuple[list[_Trace], list[Future[Any]]]] = deque()
+        in_flight: deque[tuple[list[PlannedTrace], list[Future[Any]]]] = deque()
         span_requests: deque[tuple[int, Future[Any]]] = deque()
         try:
             for start in range(0, total, SERVER_SPAN_BATCH):
-                chunk = [_plan(case) for case in traces[start : start + SERVER_SPAN_BATCH]]
+                chunk = [plan_trace(case) for case in traces[start : start + SERVER_SPAN_BATCH]]
                 now_ms = int(time.time() * 1000)
                 if send is not None:
                     infos = [pool.submit(send, self._start_trace_body(trace, now_ms)) for trace in chunk]
@@ -297,7 +172,7 @@ class TraceWriter:
     def _send_spans(
         self,
         pool: ThreadPoolExecutor,
-        pending: tuple[list[_Trace], list[Future[Any]]],
+        pending: tuple[list[PlannedTrace], list[Future[Any]]],
         span_requests: deque[tuple[int, Future[Any]]],
     ) -> None:
         chunk, infos = pending
@@ -350,7 +225,7 @@ class TraceWriter:
         if answered.status_code == 200:
             probe.cache_clear()
 
-    def _write_public(self, chunk: list[_Trace]) -> None:
+    def _write_public(self, chunk: list[PlannedTrace]) -> None:
         """MLflow's public tracing API, the reference: each trace's spans with their own times,
         exported synchronously, then one ``log_feedback``/``log_expectation`` per assessment."""
         import mlflow
@@ -402,18 +277,18 @@ class TraceWriter:
         finally:
             mlflow.set_tracking_uri(previous)
 
-    def _write_sql(self, chunk: list[_Trace]) -> None:
+    def _write_sql(self, chunk: list[PlannedTrace]) -> None:
         """A SQL store MLflow opened: the planned rows through its SQLAlchemy session."""
         insert_sqlalchemy(
             self.backend, self.experiment_id, lambda location, ascii_only: self._rows(chunk, location, ascii_only)
         )
 
     def _rows(
-        self, chunk: list[_Trace], location: Callable[[str], str], ascii_only: bool = False
+        self, chunk: list[PlannedTrace], location: Callable[[str], str], ascii_only: bool = False
     ) -> dict[str, list[dict[str, Any]]]:
         return trace_rows(chunk, self.experiment_id, self.run_id, self._trace_metadata, location, ascii_only)
 
-    def _direct_put(self) -> Callable[[list[_Trace]], None] | None:
+    def _direct_put(self) -> Callable[[list[PlannedTrace]], None] | None:
         """On a SQLite store ragexp writes itself (:mod:`ragexp.tracking.mlflow_sql.writer`): the
         rows through :mod:`sqlite3`, one transaction per batch. None: MLflow writes."""
         direct = self.store.sql_writer()
@@ -421,20 +296,20 @@ class TraceWriter:
         if direct is None or not location or append_path(location, "traces") is None:
             return None
 
-        def put(chunk: list[_Trace]) -> None:
+        def put(chunk: list[PlannedTrace]) -> None:
             rows = self._rows(chunk, lambda tid: str(append_path(location, "traces", tid, "artifacts")))
             direct.insert_traces(rows, "writing their rows")
 
         return put
 
-    def _trace_metadata(self, trace: _Trace) -> dict[str, str]:
+    def _trace_metadata(self, trace: PlannedTrace) -> dict[str, str]:
         return {
             RUN_METADATA: self.run_id,
             CASE_METADATA: cut(trace.case.case_id, 200),
             "mlflow.trace_schema.version": "3",
         }
 
-    def _start_trace_body(self, trace: _Trace, now_ms: int) -> bytes:
+    def _start_trace_body(self, trace: PlannedTrace, now_ms: int) -> bytes:
         """The ``StartTraceV3`` request for ``trace`` as JSON: the protobuf JSON of what
         :meth:`_trace_info` builds (``StartTraceV3(trace=Trace(info).to_proto())``, checked
         equal by the tests), written directly. MLflow's protobuf-to-JSON printer costs ~2 ms
@@ -483,7 +358,7 @@ class TraceWriter:
         }
         return json.dumps({"trace": {"trace_info": info}}, ensure_ascii=False).encode("utf-8")
 
-    def _trace_info(self, trace: _Trace, now_ms: int | None = None) -> Any:
+    def _trace_info(self, trace: PlannedTrace, now_ms: int | None = None) -> Any:
         from mlflow.entities import (
             AssessmentError,
             AssessmentSource,
@@ -575,36 +450,7 @@ class TraceWriter:
         return len(ids)
 
 
-def _plan(case: CaseTrace) -> _Trace:
-    otel_trace_id = uuid.uuid4().int
-    start_ns = time.time_ns()
-    duration_ns = int((case.latency_seconds or 0.0) * 1e9) or sum(int(s * 1e9) for s in case.timings.values())
-    marks = [_Mark("expectation", name, value, None, "HUMAN", "dataset") for name, value in case.expectations.items()]
-    for item in case.feedback:
-        source_type, source_id = ("LLM_JUDGE", item.judge) if item.judge is not None else ("CODE", SOURCE_ID)
-        source_id = limits.shortened(limits.ASSESSMENT_SOURCE_ID, source_id)
-        error = cut(item.error, 2000) if item.error is not None else None
-        # A judge's text goes into a text column as it is: PostgreSQL refuses a NUL in it.
-        rationale = limits.fit(limits.TEXT, item.rationale) if item.rationale is not None else None
-        marks.append(_Mark("feedback", item.name, item.value, error, source_type, source_id, rationale))
-    if case.error is not None:
-        response = fit_json({}, "error", case.error)
-    else:
-        response = fit_json({}, "answer", case.answer or "")
-    return _Trace(
-        trace_id=f"tr-{otel_trace_id:032x}",
-        otel_trace_id=otel_trace_id,
-        case=case,
-        start_ns=start_ns,
-        duration_ns=duration_ns,
-        request_preview=request_preview(case.case_id, case.question),
-        response_preview=response,
-        spans=_case_spans(case, start_ns, duration_ns),
-        marks=marks,
-    )
-
-
-def span_entities(trace: _Trace) -> list[Any]:
+def span_entities(trace: PlannedTrace) -> list[Any]:
     """MLflow ``Span`` entities (for the OTLP path)."""
     from mlflow.entities import Span
     from mlflow.tracing.utils import build_otel_context
@@ -627,48 +473,6 @@ def span_entities(trace: _Trace) -> list[Any]:
         )
         out.append(Span(otel))
     return out
-
-
-def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[_Span]:
-    """Root span (request -> answer), a retriever span with the ranked documents, and one span
-    per stage the system timed, laid end to end so the timeline shows where the time went."""
-    root_id = _span_id()
-    error = case.error
-    root_inputs = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
-    root_outputs: Any = {"error": cut(error, SPAN_TEXT_CHARS)} if error else cut(case.answer or "", SPAN_TEXT_CHARS)
-    end_ns = start_ns + max(duration_ns, 1)
-    spans = [_Span(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]
-    if error is not None:
-        return spans
-    documents = [
-        {
-            "id": doc_id,
-            "page_content": cut(case.contexts[i], SPAN_TEXT_CHARS) if i < len(case.contexts) else "",
-            "metadata": {"doc_uri": doc_id, "chunk_id": doc_id, "rank": i + 1},
-        }
-        for i, doc_id in enumerate(case.ranked_ids)
-    ]
-    retrieval_stages = [stage for stage in case.timings if stage != "model"]
-    retrieve_ns = sum(int(case.timings[s] * 1e9) for s in retrieval_stages) or max(duration_ns // 2, 1)
-    retriever_id = _span_id()
-    query = {"query": cut(case.question, SPAN_TEXT_CHARS)}
-    spans.append(
-        _Span("retrieve", "RETRIEVER", retriever_id, root_id, start_ns, start_ns + retrieve_ns, query, documents, None)
-    )
-    cursor = start_ns
-    for stage, seconds in case.timings.items():
-        stage_ns = max(int(seconds * 1e9), 1)
-        parent = retriever_id if stage in retrieval_stages else root_id
-        kind = "LLM" if stage == "model" else ("EMBEDDING" if "embed" in stage else "UNKNOWN")
-        spans.append(
-            _Span(stage, kind, _span_id(), parent, cursor, cursor + stage_ns, None, {"seconds": seconds}, None)
-        )
-        cursor += stage_ns
-    return spans
-
-
-def _span_id() -> int:
-    return int.from_bytes(os.urandom(8), "big") or 1
 
 
 def _timestamp(ms: int) -> str:

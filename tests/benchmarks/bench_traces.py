@@ -53,7 +53,7 @@ WARM_UP = 20
 
 
 def cases(n: int) -> list:
-    from ragexp.tracking.traces import CaseTrace, FeedbackRecord
+    from ragexp.case_traces import CaseTrace, FeedbackRecord
 
     return [
         CaseTrace(

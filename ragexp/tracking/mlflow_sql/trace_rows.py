@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ragexp.case_traces import TRACE_NAME
 from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, check_mlflow, check_revision, installed_mlflow
 
 if TYPE_CHECKING:
-    from ragexp.tracking.traces import _Span, _Trace
+    from ragexp.case_traces import PlannedSpan, PlannedTrace
 
-TRACE_NAME = "rag_case"
 ARTIFACT_LOCATION = "mlflow.artifactLocation"
 ASSESSMENT_RUN = "mlflow.assessment.sourceRunId"
 SPAN_KIND = tuple(int(part) for part in installed_mlflow().split(".")[:2] if part.isdigit()) >= (3, 18)
@@ -46,7 +46,7 @@ def error_dict(message: str) -> dict[str, str]:
     return {"error_code": "RAGEXP_NO_SCORE", "error_message": message}
 
 
-def attributes(trace: _Trace, span: _Span) -> dict[str, str]:
+def attributes(trace: PlannedTrace, span: PlannedSpan) -> dict[str, str]:
     attributes = {
         "mlflow.traceRequestId": json.dumps(trace.trace_id),
         "mlflow.spanType": json.dumps(span.kind),
@@ -62,7 +62,7 @@ def _b64(value: int, size: int) -> str:
     return base64.b64encode(value.to_bytes(size, "big")).decode("ascii")
 
 
-def span_dict(trace: _Trace, span: _Span) -> dict[str, Any]:
+def span_dict(trace: PlannedTrace, span: PlannedSpan) -> dict[str, Any]:
     """A span in the stored layout of ``mlflow.entities.Span.to_dict`` (what the SQL store keeps
     in ``spans.content`` and ``get_trace`` reads back)."""
     content: dict[str, Any] = {
@@ -84,10 +84,10 @@ def span_dict(trace: _Trace, span: _Span) -> dict[str, Any]:
 
 
 def trace_rows(
-    chunk: Sequence[_Trace],
+    chunk: Sequence[PlannedTrace],
     experiment: str,
     run_id: str,
-    metadata_of: Callable[[_Trace], dict[str, str]],
+    metadata_of: Callable[[PlannedTrace], dict[str, str]],
     location: Callable[[str], str],
     ascii_only: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:

@@ -235,3 +235,11 @@ class CaseLines(Sequence[bytes]):
 def case_row(line: bytes) -> dict[str, Any]:
     row: dict[str, Any] = orjson.loads(line)
     return row
+
+
+def write_table(path: Path, columns: Mapping[str, Sequence[Any]]) -> None:
+    """Write a table in the layout ``MlflowClient.log_table`` uses (pandas "split", no index),
+    without building a DataFrame: for 100,000 rows that costs seconds."""
+    names = list(columns)
+    rows = list(zip(*(columns[name] for name in names), strict=True))
+    path.write_bytes(orjson.dumps({"columns": names, "data": rows}))
