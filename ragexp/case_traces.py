@@ -25,6 +25,8 @@ from ragexp.tracking import limits
 
 TRACE_NAME = "rag_case"
 SOURCE_ID = "ragexp"
+CASE_METADATA = "ragexp.case_id"
+"""Trace metadata key holding the whole case id."""
 PREVIEW_CHARS = limits.PREVIEW.chars
 """Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
 SPAN_TEXT_CHARS = 20_000

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors, TrackingError
+from ragexp.labels import answers as reviewed
 from ragexp.labels.queue import PASS_FAIL, check_queue_name
 from ragexp.tracking import review_queues as review
 from ragexp.tracking.store import TAG_PREFIX, tag_filter
@@ -70,7 +71,7 @@ class ReviewQueue:
 
     def url(self, base: str | None) -> str | None:
         """The queue on the MLflow UI's Review page (None without a known UI address)."""
-        return review.queue_url(base, self.experiment_id, self.queue_id)
+        return reviewed.queue_url(base, self.experiment_id, self.queue_id)
 
     def to_json(self, base: str | None) -> dict[str, Any]:
         return {
@@ -193,7 +194,7 @@ def create_review(store: Store, path: Path, corpus: list[Chunk], queue: str | No
         writer.write([case_trace(case, chunks) for case in cases])
         order = {str(case["id"]): i for i, case in enumerate(cases)}
         infos = review.run_traces(store, store.get_run(run_id))
-        infos.sort(key=lambda info: order.get(review.case_id(info) or "", len(order)))
+        infos.sort(key=lambda info: order.get(reviewed.case_id(info) or "", len(order)))
         ids = [info.trace_id for info in infos]
         with review.calls(store, f"creating the review queue of {path}"):
             schema_ids = _ensure_schemas(label_schemas, experiment_id, language)
@@ -266,7 +267,7 @@ def accept(store: Store, queue: str) -> Accepted:
     record: RunRecord = store.get_run(run_id)
     text = store.read_artifact(run_id, ARTIFACT).decode("utf-8")
     cases = [json.loads(line) for line in text.splitlines() if line.strip()]
-    answers = {review.case_id(info): review.human_feedback(info) for info in review.run_traces(store, record)}
+    answers = {reviewed.case_id(info): reviewed.human_feedback(info) for info in review.run_traces(store, record)}
     result = Accepted(cases=[])
     for case in cases:
         if not _pending(case) or str(case["id"]) not in answers:
@@ -292,10 +293,10 @@ def accept(store: Store, queue: str) -> Accepted:
     return result
 
 
-def _decision(labels: list[review.HumanLabel]) -> tuple[bool, review.HumanLabel] | None:
+def _decision(labels: list[reviewed.HumanLabel]) -> tuple[bool, reviewed.HumanLabel] | None:
     """The newest pass/fail answer (a changed answer, or a later reviewer, decides)."""
     for label in labels:
-        score = review.as_score(label.value)
+        score = reviewed.as_score(label.value)
         if score in (0.0, 1.0):
             return score == 1.0, label
     return None

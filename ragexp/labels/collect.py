@@ -20,6 +20,7 @@ import numpy as np
 
 from ragexp.compare.select import FINISHED_FILTER
 from ragexp.config.models import CalibrationConfig
+from ragexp.labels import answers as reviewed
 from ragexp.metrics.calibration import Trust, assess, labelled_metrics
 from ragexp.metrics.registry import METRICS
 from ragexp.tracking import review_queues as review
@@ -90,10 +91,10 @@ def _collect(
     labels = Labels({name: np.full(len(case_ids), math.nan) for name in usable})
     position = {case_id: i for i, case_id in enumerate(case_ids)}
     for info in review.run_traces(store, record) if own else []:
-        case = review.case_id(info)
+        case = reviewed.case_id(info)
         if case is None or case not in position:
             continue
-        for answers in review.human_feedback(info).values():
+        for answers in reviewed.human_feedback(info).values():
             if _keep(labels, answers, position[case], usable):
                 labels.own += 1
                 labels.traces[case] = info.trace_id
@@ -123,7 +124,7 @@ def run_labels(
     others = list(_labelled_runs(store, record))
     if not others and not resumed:
         return {}
-    if not others and not any(review.human_feedback(t) for t in review.run_traces(store, record)):
+    if not others and not any(reviewed.human_feedback(t) for t in review.run_traces(store, record)):
         return {}
     rows = [
         {"question": case.question, "output": result.output.to_json() if result.output is not None else None}
@@ -143,7 +144,7 @@ def with_run_labels(human: dict[str, np.ndarray], labels: dict[str, np.ndarray])
     return {**human, **labels}
 
 
-def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: list[str]) -> bool:
+def _keep(labels: Labels, answers: list[reviewed.HumanLabel], index: int, usable: list[str]) -> bool:
     """Put the newest usable answer to one question in place; count the newer unusable ones."""
     name = answers[0].name
     if name not in usable:
@@ -154,7 +155,7 @@ def _keep(labels: Labels, answers: list[review.HumanLabel], index: int, usable: 
     spec = METRICS[name]
     high = spec.high if spec.high is not None else math.inf
     for answer in answers:
-        score = review.as_score(answer.value)
+        score = reviewed.as_score(answer.value)
         if score is None or not spec.low <= score <= high or (spec.pass_fail and score not in (0.0, 1.0)):
             labels.ignored["out_of_range"] += 1
             continue
@@ -183,8 +184,8 @@ def _carry_over(
     other = load_run(store, other_id)
     theirs = {case_id: i for i, case_id in enumerate(other.case_ids)}
     for info in review.run_traces(store, other.record):
-        case = review.case_id(info)
-        found = review.human_feedback(info)
+        case = reviewed.case_id(info)
+        found = reviewed.human_feedback(info)
         if case is None or not found:
             continue
         same = case in position and case in theirs and _output(row(position[case])) == _output(other.row(theirs[case]))
@@ -249,7 +250,7 @@ def trace_expectations(store: Store, run: RunData) -> dict[str, dict[str, Any]]:
     """Case id -> the expectations (the dataset's labels) on the run's traces."""
     found: dict[str, dict[str, Any]] = {}
     for info in review.run_traces(store, run.record):
-        case = review.case_id(info)
+        case = reviewed.case_id(info)
         if case is None:
             continue
         found[case] = {

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragexp.errors import ConfigError, TrackingError
+from ragexp.labels import answers as reviewed
 from ragexp.metrics.calibration import labelled_metrics
 from ragexp.metrics.registry import METRICS, MetricSpec
 from ragexp.tracking import review_queues as review
@@ -55,7 +56,7 @@ class LabelQueue:
 
     def url(self, base: str | None) -> str | None:
         """The queue on the MLflow UI's Review page (None without a known UI address)."""
-        return review.queue_url(base, self.experiment_id, self.queue_id)
+        return reviewed.queue_url(base, self.experiment_id, self.queue_id)
 
     def to_json(self, base: str | None) -> dict[str, Any]:
         return {
@@ -171,7 +172,7 @@ def ensure_schemas(experiment_id: str, specs: list[MetricSpec], language: str) -
 
 def sample_traces(infos: list[Any], names: list[str], sample: int | None, seed: int) -> tuple[list[Any], int]:
     """(the traces to queue, in case order; how many already had a label on one of ``names``)."""
-    labelled = [any(name in review.human_feedback(info) for name in names) for info in infos]
+    labelled = [any(name in reviewed.human_feedback(info) for name in names) for info in infos]
     kept = int(sum(labelled))
     if sample is None or sample >= len(infos):
         return infos, kept
@@ -202,11 +203,11 @@ def create_label_queue(
     specs = choose_metrics(record, metrics)
     check_traced(record)
     language = run_language(store, record)
-    infos = [info for info in review.run_traces(store, record) if review.case_id(info) is not None]
+    infos = [info for info in review.run_traces(store, record) if reviewed.case_id(info) is not None]
     if not infos:
         raise TrackingError(f"run {run_id} has no case traces in {store.uri}: nothing to put in a review queue")
     order = {case: i for i, case in enumerate(_case_order(store, record))}
-    infos.sort(key=lambda info: order.get(review.case_id(info) or "", len(order)))
+    infos.sort(key=lambda info: order.get(reviewed.case_id(info) or "", len(order)))
     chosen, kept = sample_traces(infos, [s.name for s in specs], sample, seed)
     experiment_id = record.experiment_id
     with review.calls(store, f"creating the review queue of run {run_id}"):

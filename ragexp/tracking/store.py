@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -230,7 +231,8 @@ class Store:
                 os.environ[name] = value
 
     @contextmanager
-    def _calling(self, what: str) -> Iterator[None]:
+    def calling(self, what: str) -> Iterator[None]:
+        """MLflow and network errors inside become one-line TrackingErrors."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -247,15 +249,11 @@ class Store:
         except OSError as exc:
             raise store_os_error(exc, self.uri, what) from None
 
-    def calling(self, what: str) -> Any:
-        """Context manager: MLflow and network errors inside become one-line TrackingErrors."""
-        return self._calling(what)
-
     # --- experiments and runs -----------------------------------------------------------------
 
     @native("experiment_id")
     def experiment_id(self, name: str, *, create: bool) -> str | None:
-        with self._calling(f"experiment '{name}'"):
+        with self.calling(f"experiment '{name}'"):
             experiment = self.client.get_experiment_by_name(name)
             if experiment is not None:
                 return str(experiment.experiment_id)
@@ -279,7 +277,7 @@ class Store:
 
     @native("experiment_name")
     def experiment_name(self, experiment_id: str) -> str:
-        with self._calling(f"experiment {experiment_id}"):
+        with self.calling(f"experiment {experiment_id}"):
             return str(self.client.get_experiment(experiment_id).name)
 
     def create_run(self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
@@ -295,7 +293,7 @@ class Store:
         """``create_run`` in an experiment known by its id, with params MLflow takes as they are."""
         remote = urlsplit(self.uri).scheme in ("http", "https")
         creation = {CREATION_TAG: uuid.uuid4().hex} if remote else {}
-        with self._calling(f"creating a run in experiment {experiment_id}"):
+        with self.calling(f"creating a run in experiment {experiment_id}"):
             run = self.client.create_run(experiment_id, run_name=run_name, tags={**tags, **creation})
             run_id: str = run.info.run_id
             if remote:
@@ -326,7 +324,7 @@ class Store:
 
         now = int(time.time() * 1000)
         items = [Metric(key, float(value), now, step) for key, value in metrics.items()]
-        with self._calling(f"logging metrics of run {run_id}"):
+        with self.calling(f"logging metrics of run {run_id}"):
             for start in range(0, len(items), 1000):
                 self.client.log_batch(run_id, metrics=items[start : start + 1000])
 
@@ -334,7 +332,7 @@ class Store:
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        with self._calling(f"tagging run {run_id}"):
+        with self.calling(f"tagging run {run_id}"):
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     @native("log_files")
@@ -352,7 +350,7 @@ class Store:
         """Log a folder's files as artifacts; ``tables`` (written by :func:`ragexp.artifacts.write_table`) are
         registered so the MLflow UI shows them in its evaluation view."""
         entries = json.dumps([{"path": name, "type": "table"} for name in tables])
-        with self._calling(f"logging artifacts of run {run_id}"):
+        with self.calling(f"logging artifacts of run {run_id}"):
             self.client.log_artifacts(run_id, str(folder))
             if tables:
                 self.client.set_tag(run_id, "mlflow.loggedArtifacts", entries)
@@ -378,7 +376,7 @@ class Store:
 
         dataset = Dataset(**fields)
         inputs = [DatasetInput(dataset, [InputTag(key, value) for key, value in input_tags.items()])]
-        with self._calling(f"logging the dataset of run {run_id}"):
+        with self.calling(f"logging the dataset of run {run_id}"):
             try:
                 self.client.log_inputs(run_id, datasets=inputs)
             except MlflowException as exc:
@@ -391,7 +389,7 @@ class Store:
     @native("set_running")
     def set_running(self, run_id: str) -> None:
         """Reopen a stopped run (for ``--resume``)."""
-        with self._calling(f"reopening run {run_id}"):
+        with self.calling(f"reopening run {run_id}"):
             self.client.update_run(run_id, status=RUNNING)
 
     def sqlite_folder(self) -> Path | None:
@@ -409,7 +407,7 @@ class Store:
         from mlflow.exceptions import MlflowException
 
         record = self.get_run(run_id)
-        with self._calling(f"tagging run {run_id}"):
+        with self.calling(f"tagging run {run_id}"):
             for name in names:
                 if name in record.tags:
                     with suppress(MlflowException):  # removed in the meantime
@@ -417,7 +415,7 @@ class Store:
 
     @native("end_run")
     def end_run(self, run_id: str, status: str) -> None:
-        with self._calling(f"ending run {run_id}"):
+        with self.calling(f"ending run {run_id}"):
             self.client.set_terminated(run_id, status=status)
 
     # --- reading back -------------------------------------------------------------------------
@@ -491,12 +489,12 @@ class Store:
     def read_artifact(self, run_id: str, path: str) -> bytes:
         from mlflow.artifacts import download_artifacts
 
-        with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp, self._calling(f"run {run_id}: artifact {path}"):
+        with tempfile.TemporaryDirectory(prefix="ragexp-") as tmp, self.calling(f"run {run_id}: artifact {path}"):
             local = download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp, tracking_uri=self.uri)
             return Path(local).read_bytes()
 
     def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
-        with self._calling(f"listing artifacts of run {run_id}"):
+        with self.calling(f"listing artifacts of run {run_id}"):
             return [item.path for item in self.client.list_artifacts(run_id, path)]
 
     @native("experiment_ids")
@@ -504,7 +502,7 @@ class Store:
         """Every active experiment of the store."""
         ids: list[str] = []
         token = None
-        with self._calling("listing experiments"):
+        with self.calling("listing experiments"):
             while True:
                 page = self.client.search_experiments(max_results=1000, page_token=token)
                 ids.extend(str(experiment.experiment_id) for experiment in page)
@@ -522,7 +520,7 @@ class Store:
     def _mlflow_runs(self, experiment_ids: Sequence[str], filter_string: str, page_size: int) -> Iterator[RunRecord]:
         token = None
         while True:
-            with self._calling("searching runs"):
+            with self.calling("searching runs"):
                 page = self.client.search_runs(
                     list(experiment_ids),
                     filter_string=filter_string,
@@ -562,7 +560,7 @@ class Store:
                 raise PromotionConflict(
                     f"tag {key}={value} is now on {_runs(holders)}, not on {_runs(expected)}", holders
                 )
-            with self._calling(f"tagging run {run_id}"):
+            with self.calling(f"tagging run {run_id}"):
                 # The new holder first: a reader in between sees two holders, never none.
                 self.client.set_tag(run_id, key, value)
                 for other in holders:
@@ -597,17 +595,9 @@ class Store:
             clauses.append("attributes.status = 'FINISHED'")
         return self.search_in(experiment_id, " and ".join(clauses), limit)
 
-    @native("search_in")
     def search_in(self, experiment_id: str, filter_string: str, limit: int) -> list[RunRecord]:
         """Runs of one experiment matching an MLflow filter, newest first, at most ``limit``."""
-        with self._calling(f"searching runs of experiment {experiment_id}"):
-            runs = self.client.search_runs(
-                [experiment_id],
-                filter_string=filter_string,
-                max_results=limit,
-                order_by=["attributes.start_time DESC"],
-            )
-        return [_record(run) for run in runs]
+        return list(islice(self.iter_runs([experiment_id], filter_string, page_size=min(limit, 1000)), limit))
 
 
 LOCK_PREFIX = "ragexp.promotion-lock."

@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ragexp.case_traces import TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
+from ragexp.case_traces import CASE_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
@@ -58,7 +58,6 @@ so more requests than cores keep them busy."""
 SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
 RUN_METADATA = "mlflow.sourceRun"
-CASE_METADATA = "ragexp.case_id"
 
 
 class TraceWriter:

@@ -196,20 +196,11 @@ class SqliteReader:
         if clauses is None:
             raise Declined()
         self.check()
-        return (row.record for row in self.search(experiment_ids, clauses))
+        return (row.record for row in self.search(experiment_ids, clauses, min(page_size, _BATCH)))
 
-    def search_in(self, experiment_id: str, filter_string: str, limit: int) -> list[RunRecord]:
-        """``Store.search`` within one experiment."""
-        clauses = parse_filter(filter_string)
-        if clauses is None:
-            raise Declined()
-        self.check()
-        return [row.record for row in self.search([experiment_id], clauses, limit=limit)]
-
-    def search(
-        self, experiment_ids: Sequence[str], clauses: Sequence[Clause], *, limit: int | None = None
-    ) -> Iterator[RunRow]:
-        """Active runs of the experiments matching every clause, newest first (then by id, as MLflow)."""
+    def search(self, experiment_ids: Sequence[str], clauses: Sequence[Clause], page: int = _BATCH) -> Iterator[RunRow]:
+        """Active runs of the experiments matching every clause, newest first (then by id, as
+        MLflow), read ``page`` at a time."""
         ids = [_int(e) for e in experiment_ids]
         if not ids:
             return
@@ -222,16 +213,13 @@ class SqliteReader:
             f"SELECT {self._RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
             "ORDER BY runs.start_time DESC, runs.run_uuid LIMIT ? OFFSET ?"
         )
-        offset, remaining = 0, limit
-        while remaining is None or remaining > 0:
-            page = _BATCH if remaining is None else min(_BATCH, remaining)
+        offset = 0
+        while True:
             rows = self._rows(sql, [*args, page, offset])
             yield from self._complete(rows)
             if len(rows) < page:
                 return
             offset += len(rows)
-            if remaining is not None:
-                remaining -= len(rows)
 
     def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRow]:
         """Runs from their ``runs`` rows, with their tags, params and latest metrics."""

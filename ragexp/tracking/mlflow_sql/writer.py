@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import posixpath
-import re
 import shutil
 import sqlite3
 import time
@@ -39,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ragexp.errors import StorageError, TrackingError
+from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
 from ragexp.tracking.mlflow_sql.schema import Declined
 from ragexp.tracking.records import store_os_error
@@ -47,15 +46,16 @@ ACTIVE = "active"
 RUN_NAME = "mlflow.runName"
 USER = "mlflow.user"
 
-# MLflow's limits (mlflow.utils.validation): beyond them MLflow refuses or truncates, so the
-# call is left to it.
-MAX_KEY = 250
-MAX_PARAM_VALUE = 6000
-MAX_TAG_VALUE = 8000
 MAX_TAGS_PER_BATCH = 100
-MAX_DATASET = {"name": 500, "digest": 36, "source": 65535, "profile": 16777215}
+MAX_DATASET = {
+    "name": limits.DATASET_NAME.chars,
+    "digest": limits.DATASET_DIGEST.chars,
+    "source": 65535,
+    "profile": 16777215,
+}
 MAX_INPUT_TAG_KEY, MAX_INPUT_TAG_VALUE = 255, 500
-_NAME = re.compile(r"^[/\w.\- :]*$")
+"""Beyond MLflow's limits (:mod:`ragexp.tracking.limits` and these) MLflow refuses or truncates, so
+the call is left to it."""
 _FLOAT_MAX = 1.7976931348623157e308
 
 TABLES = ("trace_info", "trace_tags", "trace_request_metadata", "assessments", "spans")
@@ -64,10 +64,7 @@ TABLES = ("trace_info", "trace_tags", "trace_request_metadata", "assessments", "
 
 def valid_key(key: str) -> bool:
     """A metric, param or tag key MLflow accepts as it is (its name and path checks)."""
-    if not key or len(key) > MAX_KEY or _NAME.match(key) is None:
-        return False
-    normal = posixpath.normpath(key)
-    return normal == key and normal != "." and not normal.startswith("..") and not normal.startswith("/")
+    return limits.problem(limits.METRIC_KEY, key) is None
 
 
 def append_path(location: str, *parts: str) -> str | None:
@@ -160,7 +157,7 @@ class SqliteWriter(SqliteReader):
         named = tags.get(RUN_NAME)
         if (not run_name and not named) or (run_name and named and run_name != named):
             raise Declined()
-        if not all(valid_key(key) and len(value) <= MAX_PARAM_VALUE for key, value in params.items()):
+        if not all(valid_key(key) and len(value) <= limits.PARAM_VALUE.chars for key, value in params.items()):
             raise Declined()
         location = self.experiment_location(experiment_id)
         run_id = uuid.uuid4().hex
@@ -236,7 +233,7 @@ class SqliteWriter(SqliteReader):
         """``log_batch(tags=...)``: an upsert on an active run; an ``mlflow.runName`` tag renames
         the run too, as in MLflow."""
         if len(tags) > MAX_TAGS_PER_BATCH or not all(
-            valid_key(key) and len(value) <= MAX_TAG_VALUE for key, value in tags.items()
+            valid_key(key) and len(value) <= limits.TAG_VALUE.chars for key, value in tags.items()
         ):
             raise Declined()
         with self._writing(f"tagging run {run_id}") as db:
