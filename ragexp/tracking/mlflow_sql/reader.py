@@ -1,22 +1,11 @@
-"""Reading runs straight from a SQLite MLflow store, without importing mlflow.
+"""Reading runs straight from a SQLite MLflow store through :mod:`sqlite3`, without importing
+mlflow: the queries MLflow's SQLAlchemy store runs (same tables, same order: start time
+descending, then run id), and artifacts from the run's ``file://`` folder.
 
-``ragexp diff``, ``gate``, ``runs`` and ``report`` read a few rows and two artifacts; importing
-mlflow and opening its SQLAlchemy store to do that costs about 3 s of every such command. This
-reader runs the same queries MLflow's SQLAlchemy store runs (same tables, same ordering: start
-time descending, then run id) through :mod:`sqlite3`, and reads artifacts from the run's
-``file://`` artifact folder.
-
-It is used only where it gives the same answers as MLflow, and otherwise declines (raises
-:class:`~ragexp.tracking.mlflow_sql.schema.Declined`) so that :class:`ragexp.tracking.store.Store`
-makes the call through ``MlflowClient``:
-
-- the store's schema revision and the installed MLflow must be ones this package was checked
-  against (:mod:`ragexp.tracking.mlflow_sql.schema`), the revision read again at every call;
-- MLflow's workspaces must be off (every experiment is then in the ``default`` workspace);
-- a filter must be one of the clause forms ragexp itself writes (:func:`parse_filter`);
-- an artifact must live under a ``file://`` URI.
-
-Writing is :mod:`ragexp.tracking.mlflow_sql.writer`'s.
+It declines (:class:`~ragexp.tracking.mlflow_sql.schema.Declined`, and ``Store`` asks
+``MlflowClient``) unless the store's revision and the installed MLflow pass the compatibility
+check (the revision read again at every call), MLflow's workspaces are off, a filter is one of
+the clause forms ragexp writes (:func:`parse_filter`) and an artifact is under a ``file://`` URI.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""Writing a run straight into a SQLite MLflow store, without importing mlflow.
-
-Importing mlflow's tracking client and SQLAlchemy store costs about 3 s of CPU on the machines
-this was measured on: more than a whole 35-case ``ragexp run`` needs for everything else. A run
-writes a handful of rows (the run, its tags, params, metrics and dataset input) and copies its
-artifact files, so on a store this module can read (:class:`SqliteReader`: a known schema
-revision, no workspaces) it writes exactly the rows MLflow's ``SqlAlchemyStore`` writes for the
-same calls, through :mod:`sqlite3`.
+"""Writing a run straight into a SQLite MLflow store through :mod:`sqlite3`, without importing
+mlflow (its tracking client and SQLAlchemy store cost more CPU to import than a 35-case run needs
+for everything else): the rows MLflow's ``SqlAlchemyStore`` writes for the same calls.
 
 Each method does what the :class:`ragexp.tracking.store.Store` method of the same name does
-through MLflow, or declines (raises :class:`~ragexp.tracking.mlflow_sql.schema.Declined`) so that
-``Store`` makes the MLflow call instead. It declines wherever MLflow
-would refuse or change the input (a key MLflow rejects, a value it truncates, too many items for
-one batch, a run or experiment that is not active, an artifact location that is not a local
-``file://`` folder), so that the error, or the outcome, is MLflow's own. Creating an experiment
-is left to MLflow too: it happens once per experiment.
-
-Every write is one ``BEGIN IMMEDIATE`` transaction that first reads the store's schema revision
-again (the compatibility check): a second process waits for the lock (20 s, MLflow's busy
-timeout) instead of failing half-way through a run's rows, and a store migrated since the last
-write is not written.
+through MLflow, or raises :class:`~ragexp.tracking.mlflow_sql.schema.Declined` wherever MLflow
+would refuse or change the input (a key it rejects, a value it truncates, a run or experiment
+that is not active, a non-local artifact location, creating an experiment), so that the error,
+or the outcome, is MLflow's own. Every write is one ``BEGIN IMMEDIATE`` transaction that first
+reads the store's schema revision again (the compatibility check).
 """
 
 from __future__ import annotations
