@@ -197,26 +197,13 @@ class SqliteWriter(SqliteReader):
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            latest = {
-                str(key): (int(step_), int(stamp_ or 0), float(value))
-                for key, value, stamp_, step_ in db.execute(
-                    "SELECT key, value, timestamp, step FROM latest_metrics WHERE run_uuid = ?", (run_id,)
-                )
-            }
-            for key, value, stamp_, _, step_, nan in rows:
-                old = latest.get(key)
-                if old is None:
-                    db.execute(
-                        "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (key, value, stamp_, step_, nan, run_id),
-                    )
-                elif (step_, stamp_, value) > old:
-                    db.execute(
-                        "UPDATE latest_metrics SET value = ?, timestamp = ?, step = ?, is_nan = ? "
-                        "WHERE key = ? AND run_uuid = ?",
-                        (value, stamp_, step_, nan, key, run_id),
-                    )
+            db.executemany(
+                "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value, timestamp = excluded.timestamp, "
+                "step = excluded.step, is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, "
+                "excluded.value) > (latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)",
+                [(key, value, stamp_, step_, nan, run) for key, value, stamp_, run, step_, nan in rows],
+            )
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         """``log_batch(tags=...)``: an upsert on an active run; an ``mlflow.runName`` tag renames
