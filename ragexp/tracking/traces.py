@@ -638,11 +638,12 @@ class _Flow:
                 try:
                     answer = call(*args)
                 except Exception as exc:  # HTTP and MLflow errors alike
-                    pause = backoff(0.5, attempt)
-                    busy = self.ANSWERED_BUSY.search(str(exc)) is not None or (
-                        not connection_lost(exc) and self.BUSY.search(str(exc)) is not None
+                    lost, text = connection_lost(exc), str(exc)
+                    busy = self.ANSWERED_BUSY.search(text) is not None or (
+                        not lost and self.BUSY.search(text) is not None
                     )
-                    self._answered(ok=False, busy=busy, gone=None if busy or not connection_lost(exc) else exc)
+                    self._answered(busy=busy, gone=exc if lost and not busy else None)
+                    pause = backoff(0.5, attempt)
                     if not busy or time.monotonic() + pause >= deadline:
                         raise
                     time.sleep(pause)
@@ -655,7 +656,8 @@ class _Flow:
                 self.used -= 1
                 self._changed.notify_all()
 
-    def _answered(self, *, ok: bool, busy: bool = False, gone: Exception | None = None) -> None:
+    def _answered(self, *, ok: bool = False, busy: bool = False, gone: Exception | None = None) -> None:
+        """One answer (``ok``), a saturated server (``busy``), or a server that is ``gone``."""
         with self._changed:
             if gone is not None and self.gone is None:
                 self.gone = gone
