@@ -351,169 +351,199 @@ def test_judge_metrics_are_llm_judge_assessments(
     assert broken["mrr"].value == 1.0  # the case's other metrics stand
 
 
-def test_server_request_body_is_mlflows_own_start_trace_message() -> None:
-    """The tracking-server path writes StartTraceV3 JSON directly; it must parse to exactly the
-    message MLflow's client would send for the same trace (feedback with values, errors, judge
-    sources and rationales; expectations of every JSON type; an errored case)."""
-    from google.protobuf.json_format import Parse
-    from mlflow.entities import Trace, TraceData
-    from mlflow.protos.service_pb2 import StartTraceV3
+class TrackingServer:
+    """A real HTTP server on 127.0.0.1 standing in for what the trace writer calls of an MLflow
+    tracking server's REST API: ``StartTraceV3`` (``POST /api/3.0/mlflow/traces``, the trace
+    answered back as MLflow's handler does), ``GET /version`` and the OTLP spans endpoint
+    (``POST /v1/traces``, an empty ``ExportTraceServiceResponse``).
 
-    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan
+    ``answers`` are the (status, message) of the next ``StartTraceV3`` requests (an MLflow error
+    body), then 200; every request body is kept in ``bodies``, and ``in_flight`` holds how many
+    ``StartTraceV3`` requests the server was handling when each one arrived (itself included).
+    Each is held ``delay_s`` before it is answered; the first ``/version`` is answered after
+    ``version_delay_s``."""
 
-    answered = CaseTrace(
-        case_id="c-1",
-        question="退款多久到账？",
-        answer="1-3 个工作日 [1]",
-        error=None,
-        latency_seconds=0.43,
-        ranked_ids=["d1", "d2"],
-        contexts=["第一段", "第二段"],
-        timings={"embedding": 0.004, "model": 0.4},
-        expectations={"expected_facts": ["1-3 个工作日"], "meta": {"k": [1, 2]}, "expected_response": "答", "n": 3},
-        feedback=[
-            FeedbackRecord("recall_at_k", 0.5),
-            FeedbackRecord("answer_accuracy", None, error="judge timed out", judge="qwen@npu"),
-            FeedbackRecord("faithfulness", 1.0, judge="qwen@npu", rationale="理由: supported"),
-        ],
-    )
-    failed = CaseTrace("c-2", "q", None, "HTTP 500 from the RAG service", None, expectations={"unanswerable": True})
-    writer = TraceWriter.__new__(TraceWriter)
-    writer.run_id, writer.experiment_id = "f" * 32, "7"
-    for case in (answered, failed):
-        trace = _plan(case)
-        ours = Parse(writer._start_trace_body(trace, 1_764_500_000_123), StartTraceV3())
-        info = writer._trace_info(trace, 1_764_500_000_123)
-        assert ours == StartTraceV3(trace=Trace(info=info, data=TraceData(spans=[])).to_proto())
-        assert len(ours.trace.trace_info.assessments) == len(case.expectations) + len(case.feedback)
+    def __init__(self, delay_s: float = 0.0, version_delay_s: float = 0.0) -> None:
+        import threading
+
+        self.answers: list[tuple[int, str]] = []
+        self.bodies: list[bytes] = []
+        self.in_flight: list[int] = []
+        self.spans = 0
+        self.versions = 0
+        self.delay_s, self.version_delay_s = delay_s, version_delay_s
+        self.lock = threading.Lock()
+        self.current = 0
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[str]:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def answer(self, status: int, payload: bytes, kind: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                if self.path != "/version":
+                    return self.answer(404, b'{"error_code": "ENDPOINT_NOT_FOUND", "message": "no such path"}')
+                with stand_in.lock:
+                    stand_in.versions += 1
+                    first = stand_in.versions == 1
+                time.sleep(stand_in.version_delay_s if first else 0)
+                self.answer(200, b"3.17.2", "text/plain")
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/traces":
+                    request = ExportTraceServiceRequest.FromString(body)
+                    with stand_in.lock:
+                        stand_in.spans += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+                    return self.answer(200, b"", "application/x-protobuf")
+                if self.path != "/api/3.0/mlflow/traces":
+                    return self.answer(404, b'{"error_code": "ENDPOINT_NOT_FOUND", "message": "no such path"}')
+                with stand_in.lock:
+                    stand_in.bodies.append(body)
+                    stand_in.current += 1
+                    stand_in.in_flight.append(stand_in.current)
+                    status, message = stand_in.answers.pop(0) if stand_in.answers else (200, "")
+                time.sleep(stand_in.delay_s)
+                with stand_in.lock:
+                    stand_in.current -= 1
+                if status != 200:
+                    return self.answer(status, json.dumps({"error_code": "BAD_REQUEST", "message": message}).encode())
+                self.answer(200, body)  # StartTraceV3.Response: {"trace": {"trace_info": ...}}
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
-@contextlib.contextmanager
-def trace_server(answers: list[tuple[int, str]], bodies: list[bytes]) -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 standing in for a tracking server's StartTraceV3: it
-    answers each POST with the next (status, message) of ``answers`` (an MLflow error body), then
-    200, and keeps every request body in ``bodies``. Yields its URL."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def server_cases(n: int) -> list[Any]:
+    from ragexp.case_traces import CaseTrace, FeedbackRecord
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-            status, message = answers.pop(0) if answers else (200, "")
-            payload = json.dumps({"error_code": "BAD_REQUEST", "message": message}).encode() if message else b"{}"
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    return [CaseTrace(f"c{i}", "q", "a", None, 0.1, feedback=[FeedbackRecord("mrr", 1.0)]) for i in range(n)]
 
 
 def test_server_path_retries_transient_failures_and_stops_on_a_refusal() -> None:
-    """Against a real HTTP server on 127.0.0.1 that answers StartTraceV3 with a 503 once (a
+    """Against a stand-in tracking server that answers StartTraceV3 with a 503 once (a
     restarting server), then 200: the trace is sent again and nothing fails. When it refuses (400)
-    the writer stops with one line carrying the server's message and how many were written."""
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.utils.rest_utils import MlflowHostCreds
-
+    the writer stops with one line carrying the server's message and how many were written, and
+    asks nothing again."""
     from ragexp.errors import TrackingError
     from ragexp.tracking.store import Store
-    from ragexp.tracking.traces import CaseTrace, TraceWriter, _TraceInfoSender
+    from ragexp.tracking.traces import TraceWriter
 
-    answers: list[tuple[int, str]] = []
-    bodies: list[bytes] = []
-    with trace_server(answers, bodies) as url:
-        send = _TraceInfoSender.open(RestStore(lambda: MlflowHostCreds(url)), 60.0)
-        assert send is not None
-        answers.append((503, "restarting"))
-        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
-        assert len(bodies) == 2 and bodies[0] == bodies[1]  # sent again after the 503
-        send.close()
+    stand_in = TrackingServer()
+    with stand_in.serve() as url:
+        stand_in.answers.append((503, "restarting"))
+        assert TraceWriter(Store(url), "1", "r" * 32).write(server_cases(3)) == 3
+        assert len(stand_in.bodies) == 4 and len(set(stand_in.bodies)) == 3  # one sent again
+        assert stand_in.spans == 3 * 2  # each case's root and answer spans, once
+        sent = {json.loads(body)["trace"]["trace_info"]["client_request_id"] for body in stand_in.bodies}
+        assert len(sent) == 3
 
-        writer = TraceWriter(Store(url), "1", "r" * 32)
-        answers.extend([(400, "no such\nexperiment")] * 40)
-        cases = [CaseTrace(f"c{i}", "q", "a", None, 0.1) for i in range(3)]
+        stand_in.bodies.clear()
+        stand_in.answers.extend([(400, "no such\nexperiment")] * 40)
         with pytest.raises(TrackingError) as failure:
-            writer.write(cases)
+            TraceWriter(Store(url), "1", "r" * 32).write(server_cases(3))
         message = str(failure.value)
-        assert "0 of 3 written" in message and "400" in message and "BAD_REQUEST no such" in message
-        assert "\n" not in message
+        assert "0 of 3 written" in message and "BAD_REQUEST: no such" in message and "\n" not in message
+        assert len(stand_in.bodies) == len(set(stand_in.bodies)) <= 3  # a refusal is not asked again
 
 
 def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> None:
     """MLflow answers 400 when its database pool or lock times out (a SQLAlchemy
-    OperationalError): that 400 is the server being busy, not the request being bad. The trace
-    is sent again and the run's requests in flight are halved; answers let them grow back. Any
-    other 400 is refused at once."""
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.utils.rest_utils import MlflowHostCreds
+    OperationalError): that 400 is the server being busy, not the request being bad. Seen from
+    the server: the writer opens with a few requests in flight, grows while they are answered,
+    sends the refused traces again with fewer in flight, and grows back after answers. Every
+    trace is written once."""
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import SERVER_THREADS, TraceWriter
 
-    from ragexp.errors import TrackingError
-    from ragexp.tracking.traces import SERVER_THREADS, _TraceInfoSender
-
-    answers: list[tuple[int, str]] = []
-    seen: list[bytes] = []
-    with trace_server(answers, seen) as url:
-        send = _TraceInfoSender.open(RestStore(lambda: MlflowHostCreds(url)), 60.0)
-        assert send is not None
-        start = send.slots.limit
-        assert 1 < start < SERVER_THREADS  # a few first: a server on SQLite chokes on many
-        busy = "(sqlite3.OperationalError) QueuePool limit of size 5 overflow 10 reached, connection timed out"
-        answers.extend([(400, busy), (400, "database is locked")])
-        send(b'{"trace": {"trace_info": {"trace_id": "tr-1"}}}')
-        assert len(seen) == 3 and len(set(seen)) == 1  # the same request, twice again
-        lowered = send.slots.limit
-        assert lowered <= start // 2  # halved twice, then one answer
-        for _ in range(20):
-            send(b"{}")
-        assert send.slots.limit > lowered  # answers in a row: more in flight again
-        answers.append((400, "Invalid trace id"))
-        with pytest.raises(TrackingError, match="StartTraceV3 answered 400: BAD_REQUEST Invalid trace id"):
-            send(b"{}")
-        assert len(seen) == 3 + 20 + 1  # refused once, not asked again
-        send.close()
+    busy = "(sqlite3.OperationalError) QueuePool limit of size 5 overflow 10 reached, connection timed out"
+    stand_in = TrackingServer(delay_s=0.1)
+    stand_in.answers = [(200, "")] * 80 + [(400, busy), (400, "database is locked")] * 2
+    with stand_in.serve() as url:
+        assert TraceWriter(Store(url), "1", "r" * 32).write(server_cases(200)) == 200
+    seen = stand_in.in_flight
+    assert len(seen) == 204 and len(set(stand_in.bodies)) == 200  # the 4 refused, sent again
+    assert max(seen[:8]) <= 4  # a few at first: a server on SQLite chokes on many
+    before = max(seen[60:80])
+    assert 4 < before <= SERVER_THREADS  # grown while answered
+    # The busy answers came after the others in flight then: from the next ones on, every
+    # request was sent after they were seen.
+    after = max(seen[80 + SERVER_THREADS : 88 + SERVER_THREADS])
+    assert after <= before // 2
+    assert max(seen[-40:]) > after  # answers in a row: more in flight again
 
 
 def test_a_server_that_stops_answering_stops_the_trace_write_within_the_tracking_timeout() -> None:
     """A server that accepts StartTraceV3 and never answers (a hung server) is given
-    ``tracking.timeout_s`` per trace, retries included, not minutes: one line, then the run's
-    store-failure path takes over."""
+    ``tracking.timeout_s`` per call, MLflow's own retries included, not minutes: one line, then
+    the run's store-failure path takes over."""
     import socket
 
-    from ragexp.errors import TrackingError
+    from ragexp.errors import StoreUnreachable
     from ragexp.tracking.store import Store
-    from ragexp.tracking.traces import CaseTrace, TraceWriter
+    from ragexp.tracking.traces import TraceWriter
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)  # accepts connections, never reads or answers
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
-        writer = TraceWriter(Store(url, timeout_s=2), "1", "r" * 32)
+        writer = TraceWriter(Store(url, timeout_s=30), "1", "r" * 32)
         started = time.monotonic()
-        with pytest.raises(TrackingError) as failure:
-            writer.write([CaseTrace("c1", "q", "a", None, 0.1)])
+        with pytest.raises(StoreUnreachable) as failure:
+            writer.write(server_cases(40))
         waited = time.monotonic() - started
-        assert "0 of 1 written" in str(failure.value) and "\n" not in str(failure.value)
-        assert waited < 30  # 2 s a trace, not 5 attempts of 120 s
+        assert "0 of 40 written" in str(failure.value) and "\n" not in str(failure.value)
+        # One call's deadline for the whole write, not one per trace: MLflow's retries of a call
+        # fit in tracking.timeout_s (Store bounds them), give or take their jitter.
+        assert waited < 30 + 5
     finally:
         listener.close()
 
 
+def test_a_slow_first_version_answer_does_not_fail_the_spans() -> None:
+    """MLflow's client asks a server's version once, within 3 s, and keeps a failure for good
+    (every later ``log_spans`` would fail): a server busy for longer at that moment is asked
+    again with the tracking timeout, and the spans are written."""
+    from ragexp.tracking.store import Store
+    from ragexp.tracking.traces import TraceWriter
+
+    stand_in = TrackingServer(version_delay_s=3.5)
+    with stand_in.serve() as url:
+        assert TraceWriter(Store(url), "1", "r" * 32).write(server_cases(3)) == 3
+    assert stand_in.spans == 3 * 2 and stand_in.versions >= 2
+
+
 @pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 def test_a_trace_sent_twice_to_the_server_keeps_one_copy_of_each_assessment(tmp_path: Path) -> None:
-    """What a retry after a lost answer does: the same StartTraceV3 request twice."""
+    """What asking again after a lost answer does: the same trace info through MLflow's
+    ``start_trace`` twice."""
+    from ragexp.case_traces import CaseTrace, FeedbackRecord, plan_trace
     from ragexp.tracking.store import Store
-    from ragexp.tracking.traces import CaseTrace, FeedbackRecord, TraceWriter, _plan, _TraceInfoSender
+    from ragexp.tracking.traces import TraceWriter
 
     server = os.environ["RAGEXP_TEST_MLFLOW_SERVER"]
     store = Store(server)
@@ -523,12 +553,9 @@ def test_a_trace_sent_twice_to_the_server_keeps_one_copy_of_each_assessment(tmp_
     writer = TraceWriter(store, experiment_id, store.create_run(experiment, "resend", {}, {}))
     case = CaseTrace("c-1", "q", "a", None, 0.2, expectations={"unanswerable": False})
     case.feedback = [FeedbackRecord("recall_at_k", 1.0), FeedbackRecord("mrr", 0.5)]
-    trace = _plan(case)
-    send = _TraceInfoSender.open(writer.backend, 60.0)
-    assert send is not None
-    body = writer._start_trace_body(trace, 1_764_500_000_000)
-    send(body)
-    send(body)
-    send.close()
-    (info,) = writer.backend.batch_get_trace_infos([trace.trace_id])
-    assert sorted(a.name for a in info.assessments) == ["mrr", "recall_at_k", "unanswerable"]
+    trace = plan_trace(case)
+    info = writer._trace_info(trace, 1_764_500_000_000)
+    writer.backend.start_trace(info)
+    writer.backend.start_trace(info)
+    (stored,) = writer.backend.batch_get_trace_infos([trace.trace_id])
+    assert sorted(a.name for a in stored.assessments) == ["mrr", "recall_at_k", "unanswerable"]

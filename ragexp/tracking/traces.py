@@ -1,16 +1,15 @@
 """Every case of a run as an MLflow trace with its assessments, written in bulk.
 
 MLflow's public tracing API writes one trace at a time: a span exporter behind a queue that
-drops data when full, then one ``log_feedback`` call (one transaction) per assessment. Measured
-here at 70-110 ms per case on SQLite. This module builds the same entities (``TraceInfo`` with
-its assessments and metadata, ``Span`` objects) and hands them to the tracking store's own
-write methods, batched:
+drops data when full, then one ``log_feedback`` call (one transaction) per assessment. This
+module writes the traces :func:`ragexp.case_traces.plan_trace` plans, batched:
 
-- SQL stores: the rows ``start_trace`` + ``log_spans`` would write, one multi-row INSERT per
-  table, inside ONE transaction per batch (through :mod:`sqlite3` on a SQLite store ragexp
-  writes directly, see :mod:`ragexp.tracking.sqlite_writer`; through SQLAlchemy otherwise);
-- a tracking server (``http://``): one ``StartTraceV3`` request per trace (its assessments ride
-  along), 16 in flight, and the spans of every 100 traces in one OTLP request.
+- SQL stores the compatibility check admits: the rows ``start_trace`` + ``log_spans`` would
+  write (:mod:`ragexp.tracking.mlflow_sql.trace_rows`), one multi-row INSERT per table in ONE
+  transaction per batch, through :mod:`sqlite3` or MLflow's SQLAlchemy session;
+- a tracking server: MLflow's ``start_trace`` per trace (its assessments ride along) and the
+  spans of every 100 traces in one ``log_spans``, under :class:`_Flow`;
+- any other store: MLflow's public tracing API.
 
 Nothing is queued: every call returns only once the store has the data, and an error stops the
 writing with a :class:`~ragexp.errors.TrackingError`.
@@ -18,16 +17,13 @@ writing with a :class:`~ragexp.errors.TrackingError`.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ragexp.case_traces import CASE_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
@@ -67,7 +63,6 @@ class TraceWriter:
         self.store = store
         self.experiment_id = experiment_id
         self.run_id = run_id
-        self._sender: _TraceInfoSender | None = None
         self._backend: Any = None
         self._experiment: Any = None
 
@@ -120,20 +115,19 @@ class TraceWriter:
         )
 
     def _write_server(self, traces: Sequence[CaseTrace]) -> int:
-        """A tracking server: one ``StartTraceV3`` request per trace (its assessments ride along,
-        one transaction on the server), ``SERVER_THREADS`` in flight, and the spans of every
-        ``SERVER_SPAN_BATCH`` traces in one OTLP request once their trace infos are stored.
+        """A tracking server, through MLflow's REST client: one ``start_trace`` per trace (its
+        assessments ride along, one transaction on the server) and the spans of every
+        ``SERVER_SPAN_BATCH`` traces in one OTLP request once their trace infos are stored, every
+        call under one :class:`_Flow` (how many in flight, what is asked again).
 
-        The server has no batch endpoint for trace infos or assessments, and it spends ~25 ms
-        of CPU per ``StartTraceV3`` (profiled), so what the client can do is keep the server busy:
-        the trace infos of the next chunk are in flight while a chunk's spans are sent, and no
-        thread waits for a chunk boundary. Spans go after their trace's info: the other order
-        makes ``StartTraceV3`` take the server's slower merge-into-existing-trace path."""
+        The server has no batch endpoint for trace infos or assessments, so what the client can
+        do is keep it busy: the trace infos of the next chunk are in flight while a chunk's spans
+        are sent, and no thread waits for a chunk boundary. Spans go after their trace's info:
+        the other order makes ``StartTraceV3`` take the server's slower merge-into-existing-trace
+        path."""
         total = len(traces)
         written = 0
-        send = _TraceInfoSender.open(self.backend, self.store.timeout_s)
-        self._sender = send
-        self._server_version()
+        flow = _Flow(self.store.timeout_s)
         pool = ThreadPoolExecutor(max_workers=SERVER_THREADS)
         in_flight: deque[tuple[list[PlannedTrace], list[Future[Any]]]] = deque()
         span_requests: deque[tuple[int, Future[Any]]] = deque()
@@ -141,20 +135,17 @@ class TraceWriter:
             for start in range(0, total, SERVER_SPAN_BATCH):
                 chunk = [plan_trace(case) for case in traces[start : start + SERVER_SPAN_BATCH]]
                 now_ms = int(time.time() * 1000)
-                if send is not None:
-                    infos = [pool.submit(send, self._start_trace_body(trace, now_ms)) for trace in chunk]
-                else:
-                    infos = [pool.submit(self.backend.start_trace, self._trace_info(trace, now_ms)) for trace in chunk]
+                infos = [pool.submit(flow.call, self.backend.start_trace, self._trace_info(t, now_ms)) for t in chunk]
                 in_flight.append((chunk, infos))
                 # Two chunks of trace infos in flight: the pool never drains at a chunk's end.
                 while len(in_flight) > 1:
-                    self._send_spans(pool, in_flight.popleft(), span_requests)
+                    self._send_spans(pool, flow, in_flight.popleft(), span_requests)
                 while span_requests and span_requests[0][1].done():
                     count, request = span_requests.popleft()
                     request.result()
                     written += count
             while in_flight:
-                self._send_spans(pool, in_flight.popleft(), span_requests)
+                self._send_spans(pool, flow, in_flight.popleft(), span_requests)
             while span_requests:
                 count, request = span_requests.popleft()
                 request.result()
@@ -162,15 +153,13 @@ class TraceWriter:
         except Exception as exc:  # a store raises many types (HTTP, MLflow)
             pool.shutdown(wait=True, cancel_futures=True)
             raise self._failed(exc, written, total) from None
-        finally:
-            if send is not None:
-                send.close()
         pool.shutdown(wait=True)
         return written
 
     def _send_spans(
         self,
         pool: ThreadPoolExecutor,
+        flow: _Flow,
         pending: tuple[list[PlannedTrace], list[Future[Any]]],
         span_requests: deque[tuple[int, Future[Any]]],
     ) -> None:
@@ -178,28 +167,13 @@ class TraceWriter:
         for info in infos:
             info.result()  # raises the first failure
         spans = [span for trace in chunk for span in span_entities(trace)]
-        span_requests.append((len(chunk), pool.submit(self._log_spans, spans)))
+        span_requests.append((len(chunk), pool.submit(flow.call, self._log_spans, spans)))
 
     def _log_spans(self, spans: list[Any]) -> None:
-        """``log_spans`` retried within ``tracking.timeout_s``: a busy server fails some requests
-        it would answer a moment later, and the server upserts spans by id, so a retry after a
-        lost answer writes nothing twice."""
-        deadline = time.monotonic() + self.store.timeout_s
-        attempt = 0
-        while True:
-            if self._sender is not None and self._sender.gone is not None:
-                raise self._sender.gone
-            try:
-                self.backend.log_spans(self.experiment_id, spans)
-                return
-            except Exception as exc:  # HTTP and MLflow errors alike: the last one is raised
-                pause = backoff(0.5, attempt)
-                # No answer after MLflow's own retries: the server is gone, not busy.
-                if connection_lost(exc) or time.monotonic() + pause >= deadline:
-                    raise
-                time.sleep(pause)
-                attempt += 1
-                self._server_version()
+        """``log_spans``: the server upserts spans by id, so asking again after a lost answer
+        writes nothing twice."""
+        self._server_version()
+        self.backend.log_spans(self.experiment_id, spans)
 
     def _server_version(self) -> None:
         """Make sure MLflow's client knows the server's version before ``log_spans`` needs it.
@@ -208,20 +182,17 @@ class TraceWriter:
         every later ``log_spans`` then fails ("could not identify MLflow server version"). A busy
         server can take longer than 3 s, so a failed answer is checked again with the run's own
         timeout and, if the server does know its version, forgotten so MLflow asks again."""
-        import httpx
+        from mlflow.utils.rest_utils import http_request
 
         probe = internals.server_version_probe(self.backend)
-        send = self._sender
-        if probe is None or send is None:
-            return
         creds = self.backend.get_host_creds()
-        if probe(creds) is not None:
+        if probe is None or probe(creds) is not None:
             return
-        try:
-            answered = send.client.get(creds.host.rstrip("/") + "/version", timeout=self.store.timeout_s)
-        except httpx.HTTPError:
-            return  # MLflow's own error follows, from log_spans
-        if answered.status_code == 200:
+        # No retries here: a server that does not answer is gone, and the write stops.
+        answer = http_request(
+            creds, "/version", "GET", timeout=self.store.timeout_s, max_retries=0, raise_on_status=False
+        )  # type: ignore[no-untyped-call]
+        if answer.status_code == 200:
             probe.cache_clear()
 
     def _write_public(self, chunk: list[PlannedTrace]) -> None:
@@ -307,55 +278,6 @@ class TraceWriter:
             CASE_METADATA: cut(trace.case.case_id, 200),
             "mlflow.trace_schema.version": "3",
         }
-
-    def _start_trace_body(self, trace: PlannedTrace, now_ms: int) -> bytes:
-        """The ``StartTraceV3`` request for ``trace`` as JSON: the protobuf JSON of what
-        :meth:`_trace_info` builds (``StartTraceV3(trace=Trace(info).to_proto())``, checked
-        equal by the tests), written directly. MLflow's protobuf-to-JSON printer costs ~2 ms
-        a trace, which on a shared machine is CPU the server does not get."""
-        created = _timestamp(now_ms)
-        run_metadata = {ASSESSMENT_RUN: self.run_id}
-        assessments: list[dict[str, Any]] = []
-        for mark in trace.marks:
-            item: dict[str, Any] = {
-                "assessment_id": mark.assessment_id,
-                "assessment_name": mark.name,
-                "trace_id": trace.trace_id,
-                "source": {"source_type": mark.source_type, "source_id": mark.source_id},
-                "create_time": created,
-                "last_update_time": created,
-            }
-            if mark.kind == "expectation":
-                if isinstance(mark.value, (dict, list)):
-                    item["expectation"] = {
-                        "serialized_value": {"serialization_format": "JSON_FORMAT", "value": json.dumps(mark.value)}
-                    }
-                else:
-                    item["expectation"] = {"value": mark.value}
-            else:
-                feedback: dict[str, Any] = {"value": mark.value if mark.error is None else None}
-                if mark.error is not None:
-                    feedback["error"] = error_dict(mark.error)
-                item["feedback"] = feedback
-                if mark.rationale is not None:
-                    item["rationale"] = mark.rationale
-                item["valid"] = True
-            item["metadata"] = run_metadata
-            assessments.append(item)
-        info = {
-            "trace_id": trace.trace_id,
-            "client_request_id": limits.client_request_id(trace.case.case_id),
-            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": self.experiment_id}},
-            "request_preview": trace.request_preview,
-            "response_preview": trace.response_preview,
-            "request_time": _timestamp(trace.start_ns // 1_000_000),
-            "execution_duration": _duration(trace.duration_ns // 1_000_000),
-            "state": "ERROR" if trace.case.error is not None else "OK",
-            "trace_metadata": self._trace_metadata(trace),
-            "tags": {"mlflow.traceName": TRACE_NAME},
-            "assessments": assessments,
-        }
-        return json.dumps({"trace": {"trace_info": info}}, ensure_ascii=False).encode("utf-8")
 
     def _trace_info(self, trace: PlannedTrace, now_ms: int | None = None) -> Any:
         from mlflow.entities import (
@@ -474,156 +396,76 @@ def span_entities(trace: PlannedTrace) -> list[Any]:
     return out
 
 
-def _timestamp(ms: int) -> str:
-    """A protobuf ``Timestamp`` in its JSON form (RFC 3339, UTC)."""
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+class _Flow:
+    """The calls of one trace write to a tracking server: how many may be in flight, which
+    failures are asked again, and when the whole write stops.
 
+    A few calls at first, one more after as many answers in a row as the limit (up to
+    ``SERVER_THREADS``), halved each time the server shows it is saturated: a server on SQLite
+    writes one request at a time, and many parallel runs opening with every request at once
+    send it into lock convoys and pool timeouts. A saturated call is asked again, with
+    :func:`ragexp.transport.backoff`, within ``tracking.timeout_s``; any other failure fails the
+    call, and one that means the server no longer answers fails every call still waiting too,
+    rather than each waiting out its own deadline. MLflow's client has already retried
+    transport failures and 429/5xx answers (within ``Store._bound_http_retries``)."""
 
-def _duration(ms: int) -> str:
-    """A protobuf ``Duration`` in its JSON form."""
-    seconds, millis = divmod(ms, 1000)
-    return f"{seconds}.{millis:03d}s"
-
-
-class _TraceInfoSender:
-    """Posts ``StartTraceV3`` requests on one pooled HTTP client.
-
-    MLflow's REST client re-resolves its request headers (including a Databricks-context probe
-    that retries failed imports) and parses every response into entities: ~10 ms of client CPU a
-    trace here, on the cores the server needs. The headers are resolved once, the response is
-    only checked, and transient failures are retried (``StartTraceV3`` is an upsert keyed by
-    the trace and assessment ids, so a retry after a lost response writes nothing twice)."""
-
-    RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-    ATTEMPTS = 5
-    SATURATED = re.compile(r"QueuePool limit|database is locked|timed? ?out|too many connections", re.IGNORECASE)
+    START = 4
+    BUSY = re.compile(
+        r"QueuePool limit|database is locked|timed? ?out|too many connections|could not identify MLflow server",
+        re.IGNORECASE,
+    )
     """What a server says, with a 400, when its database is saturated rather than the request
     bad (MLflow answers a SQLAlchemy ``OperationalError`` with BAD_REQUEST)."""
+    ANSWERED_BUSY = re.compile(r"too many (429|5\d\d) error responses")
+    """A 429/5xx answer MLflow's own retries could not get past: the server answers, busy."""
 
-    def __init__(self, client: Any, url: str, timeout_s: float) -> None:
-        self.client = client
-        self.url = url
+    def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.slots = _Slots(SERVER_THREADS, start=4)
+        self.limit, self.used, self.streak = self.START, 0, 0
         self.gone: Exception | None = None
-        """The transport failure that used up one request's retries: the server is gone, and the
-        requests still in flight stop retrying rather than each wait out their own deadline."""
-
-    @classmethod
-    def open(cls, backend: Any, timeout_s: float) -> _TraceInfoSender | None:
-        """A sender for ``backend``'s server, or None when its authentication needs MLflow's own
-        client (AWS SigV4, auth plugins, Databricks SDK, client certificates). ``timeout_s`` is
-        ``tracking.timeout_s``: how long one trace may go unanswered, retries included, before
-        the run stops (as for every other tracking call)."""
-        import httpx
-        from mlflow.tracking.request_header.registry import resolve_request_headers
-
-        creds = backend.get_host_creds()
-        if creds.aws_sigv4 or creds.auth or creds.use_databricks_sdk or creds.client_cert_path:
-            return None
-        try:
-            path = internals.trace_path()
-            workspace = internals.request_workspace()
-        except Declined:
-            return None
-        if workspace:
-            return None  # workspace routing: leave it to MLflow's client
-        headers = {**resolve_request_headers(), "Content-Type": "application/json"}  # type: ignore[no-untyped-call]
-        if creds.username and creds.password:
-            token = base64.standard_b64encode(f"{creds.username}:{creds.password}".encode()).decode()
-            headers["Authorization"] = f"Basic {token}"
-        elif creds.token:
-            headers["Authorization"] = f"Bearer {creds.token}"
-        verify: Any = False if creds.ignore_tls_verification else (creds.server_cert_path or True)
-        client = httpx.Client(
-            headers=headers,
-            verify=verify,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
-            limits=httpx.Limits(max_connections=SERVER_THREADS, max_keepalive_connections=SERVER_THREADS),
-        )
-        return cls(client, creds.host.rstrip("/") + path, timeout_s)
-
-    def __call__(self, body: bytes) -> None:
-        import httpx
-
-        with self.slots.held():
-            deadline = time.monotonic() + self.timeout_s
-            for attempt in range(self.ATTEMPTS):
-                pause = backoff(0.5, attempt)
-                last = attempt == self.ATTEMPTS - 1 or time.monotonic() + pause >= deadline
-                remaining = max(deadline - time.monotonic(), 1.0)
-                if self.gone is not None:
-                    raise self.gone
-                try:
-                    response = self.client.post(self.url, content=body, timeout=remaining)
-                except httpx.TransportError as exc:
-                    if last:
-                        self.gone = exc
-                        raise
-                else:
-                    if response.status_code < 300:
-                        self.slots.answered()
-                        return
-                    text = _error_text(response)
-                    saturated = response.status_code == 400 and self.SATURATED.search(text) is not None
-                    if (response.status_code not in self.RETRY_STATUS and not saturated) or last:
-                        raise TrackingError(f"StartTraceV3 answered {response.status_code}: {text}")
-                self.slots.saturated()
-                time.sleep(pause)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-class _Slots:
-    """How many ``StartTraceV3`` requests may be in flight: a few at first, one more after as
-    many answers in a row as the limit (up to the most), halved each time the server shows it is
-    saturated (429/5xx, its database pool or lock timing out). A server on SQLite writes one
-    request at a time: six parallel runs opening with 16 requests each left it answering none
-    within a minute (lock convoys, then pool timeouts); opening with 4 they all finished."""
-
-    def __init__(self, most: int, start: int) -> None:
-        self.most, self.limit = most, min(start, most)
-        self.used = self.streak = 0
         self._changed = threading.Condition()
 
-    @contextmanager
-    def held(self) -> Iterator[None]:
+    def call(self, call: Callable[..., Any], *args: Any) -> Any:
         with self._changed:
-            while self.used >= self.limit:
+            while self.used >= self.limit and self.gone is None:
                 self._changed.wait()
             self.used += 1
         try:
-            yield
+            deadline = time.monotonic() + self.timeout_s
+            attempt = 0
+            while True:
+                if self.gone is not None:
+                    raise self.gone
+                try:
+                    answer = call(*args)
+                except Exception as exc:  # HTTP and MLflow errors alike
+                    lost, text = connection_lost(exc), str(exc)
+                    busy = self.ANSWERED_BUSY.search(text) is not None or (
+                        not lost and self.BUSY.search(text) is not None
+                    )
+                    self._answered(busy=busy, gone=exc if lost and not busy else None)
+                    pause = backoff(0.5, attempt)
+                    if not busy or time.monotonic() + pause >= deadline:
+                        raise
+                    time.sleep(pause)
+                    attempt += 1
+                else:
+                    self._answered(ok=True)
+                    return answer
         finally:
             with self._changed:
                 self.used -= 1
                 self._changed.notify_all()
 
-    def saturated(self) -> None:
+    def _answered(self, *, ok: bool = False, busy: bool = False, gone: Exception | None = None) -> None:
+        """One answer (``ok``), a saturated server (``busy``), or a server that is ``gone``."""
         with self._changed:
-            self.limit = max(1, self.limit // 2)
-            self.streak = 0
-
-    def answered(self) -> None:
-        with self._changed:
-            self.streak += 1
-            if self.limit < self.most and self.streak >= self.limit:
-                self.limit += 1
-                self.streak = 0
-                self._changed.notify_all()
-
-
-def _error_text(response: Any) -> str:
-    """The server's error in one line (MLflow answers ``{"error_code", "message"}``)."""
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = None
-    if isinstance(payload, dict) and "message" in payload:
-        text = f"{payload.get('error_code', '')} {payload['message']}".strip()
-    else:
-        text = str(response.text)[:300]
-    lines = text.strip().splitlines()
-    return lines[0] if lines else f"HTTP {response.status_code}"
+            if gone is not None and self.gone is None:
+                self.gone = gone
+            if busy:
+                self.limit, self.streak = max(1, self.limit // 2), 0
+            elif ok:
+                self.streak += 1
+                if self.limit < SERVER_THREADS and self.streak >= self.limit:
+                    self.limit, self.streak = self.limit + 1, 0
+            self._changed.notify_all()

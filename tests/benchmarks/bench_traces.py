@@ -17,10 +17,8 @@ Afterwards every trace and every assessment is counted back from the store; a sh
 Pinned (``--only pinned``; part of ``make bench-traces`` when this machine has two cores to give):
 a SQLite-backed ``mlflow server`` in a temp folder started under ``taskset -c 1``, this process
 pinned to core 0, so the server never shares the client's core. The same cases go through
-ragexp's writer (its own ``StartTraceV3`` sender, ``SERVER_THREADS`` requests in flight) and
-through MLflow's public path above run in a pool of as many threads, and the wall-time ratio is
-held to issue 22's rule: ragexp's sender stays only if it is at least 1.5x faster. For reference,
-the same writer with its sender switched off (the same trace infos through MLflow's REST client).
+ragexp's writer (MLflow's REST client, up to ``SERVER_THREADS`` calls in flight) and through
+MLflow's public path above run in a pool of as many threads, and the wall-time ratio is printed.
 """
 
 from __future__ import annotations
@@ -46,8 +44,6 @@ os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"  # the baseline must n
 METRICS = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]
 STAGES = {"embedding": 0.004, "vector": 0.006, "rerank": 0.02, "model": 0.4}
 CLIENT_CORE, SERVER_CORE = 0, 1
-KEEP_SENDER = 1.5
-"""Issue 22: ragexp's own StartTraceV3 sender stays only if it is at least this much faster."""
 WARM_UP = 20
 """Untimed traces per side before the pinned measurement."""
 
@@ -176,24 +172,6 @@ def pinned_server(folder: Path, workers: int) -> Iterator[str]:
         yield url
 
 
-def mlflow_rest_client(url: str, experiment: str, n: int) -> tuple[float, int, int] | None:
-    """ragexp's writer with its own sender switched off, so the same trace infos go through
-    MLflow's REST client in the same pool: what the sender alone buys. None when the writer has
-    no separate sender to switch off."""
-    from ragexp.tracking import traces
-
-    sender = getattr(traces, "_TraceInfoSender", None)
-    if sender is None or "open" not in vars(sender):
-        return None
-    original = vars(sender)["open"]
-    sender.open = classmethod(lambda cls, backend, timeout_s: None)
-    try:
-        seconds, traced, assessments, _ = ragexp_path(url, experiment, n)
-    finally:
-        sender.open = original
-    return seconds, traced, assessments
-
-
 def bench_pinned(n: int, workers: int) -> bool:
     """ragexp's writer against MLflow's public path in a pool, the server on its own core."""
     from ragexp.tracking.traces import SERVER_THREADS
@@ -225,17 +203,9 @@ def bench_pinned(n: int, workers: int) -> bool:
             ours_s, traces, assessments, _ = ragexp_path(url, experiment, n)
             ok = traces == n and assessments == n * 8
             print(
-                f"{'ragexp writer (its StartTraceV3 sender)':40}: {ours_s:7.2f} s  {ours_s / n * 1000:7.2f} ms/case   "
+                f"{'ragexp writer':40}: {ours_s:7.2f} s  {ours_s / n * 1000:7.2f} ms/case   "
                 f"counted {traces} traces, {assessments} assessments"
             )
-            rest = mlflow_rest_client(url, experiment + "-rest", n)
-            if rest is not None:
-                rest_s, rest_traces, rest_assessments = rest
-                ok &= rest_traces == n and rest_assessments == n * 8
-                print(
-                    f"{'the same writer, MLflow REST client':40}: {rest_s:7.2f} s  {rest_s / n * 1000:7.2f} ms/case   "
-                    f"counted {rest_traces} traces, {rest_assessments} assessments (for reference)"
-                )
             theirs_s, base_traces, base_assessments = mlflow_path(url, experiment + "-mlflow", n, SERVER_THREADS)
             print(
                 f"{f'MLflow public path, {SERVER_THREADS} threads':40}: {theirs_s:7.2f} s  "
@@ -244,8 +214,7 @@ def bench_pinned(n: int, workers: int) -> bool:
         finally:
             os.sched_setaffinity(0, cores)
     ratio = theirs_s / ours_s
-    verdict = "keep ragexp's sender" if ratio >= KEEP_SENDER else "use MLflow's client"
-    print(f"{'wall-time ratio':40}: ragexp is {ratio:.2f}x faster (rule: >= {KEEP_SENDER}x) -> {verdict}")
+    print(f"{'wall-time ratio':40}: ragexp is {ratio:.2f}x faster")
     if not ok:
         print("MISSING DATA in ragexp's traces", file=sys.stderr)
     if base_traces != n or base_assessments != n * 8:

@@ -31,24 +31,6 @@ def backend_kind(client: Any) -> str | None:
     return "sql" if isinstance(backend, SqlAlchemyStore) else None
 
 
-def trace_path() -> str:
-    """The REST path of ``StartTraceV3`` (MLflow's own constant)."""
-    try:
-        from mlflow.utils.rest_utils import _V3_TRACE_REST_API_PATH_PREFIX
-    except ImportError:
-        raise Declined("the installed MLflow has no StartTraceV3 path ragexp knows") from None
-    return str(_V3_TRACE_REST_API_PATH_PREFIX)
-
-
-def request_workspace() -> str | None:
-    try:
-        from mlflow.utils.workspace_context import get_request_workspace
-    except ImportError:
-        raise Declined("the installed MLflow has no workspace context ragexp knows") from None
-    workspace: str | None = get_request_workspace()
-    return workspace
-
-
 def server_version_probe(backend: Any) -> Any:
     """MLflow's cached probe of the server's version (None when this MLflow has none)."""
     probe = getattr(type(backend), "_get_server_version", None)
