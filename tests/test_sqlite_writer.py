@@ -27,6 +27,7 @@ from ragexp.tracking.mlflow_sql.writer import TABLES, SqliteWriter, append_path,
 from ragexp.tracking.store import DIRECT_ENV, Store
 from ragexp.tracking.traces import TraceWriter, span_entities
 from tests.conftest import IMPORT_PROBE, ROOT
+from tests.test_traces import trace_counts
 
 pytestmark = pytest.mark.differential  # compared with MLflow: `make test-mlflow-next` reruns it
 
@@ -194,7 +195,7 @@ def test_traces_are_the_rows_mlflow_writes(tmp_path: Path) -> None:
 
     # Written through the run's own path, MLflow finds and reads them.
     assert writers["direct"].write(traces()) == 3
-    assert writers["direct"].count() == (6, 24)
+    assert trace_counts(uris["direct"], runs["direct"]) == (6, 24)
     client = MlflowClient(uris["direct"])
     found = client.search_traces(locations=[writers["direct"].experiment_id], run_id=runs["direct"])
     assert len(found) == 6

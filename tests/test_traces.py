@@ -46,6 +46,13 @@ def traces_of(uri: str, run_id: str) -> list[Any]:
             return found
 
 
+def trace_counts(uri: str, run_id: str) -> tuple[int, int]:
+    """(traces, assessments) the store holds for the run, each trace read back whole."""
+    client = MlflowClient(uri)
+    found = traces_of(uri, run_id)
+    return len(found), sum(len(client.get_trace(t.info.trace_id).info.assessments) for t in found)
+
+
 def case_id(trace: Any) -> str:
     return str(json.loads(trace.info.request_preview)["case_id"])
 

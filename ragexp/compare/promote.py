@@ -2,18 +2,24 @@
 
 The tag (``role=production``) moves within the candidate's experiment: onto the candidate, off
 every other run. The move is a compare-and-swap against the runs that held the tag when the gate
-started, under a lock kept in the tracking store (see :meth:`Store.swap_tag`), so of two
-pipelines promoting at once exactly one wins; the other is told who holds the tag now.
+started, under a lock kept in the tracking store (:func:`swap_tag`), so of two pipelines
+promoting at once exactly one wins; the other is told who holds the tag now.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import socket
 import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ragexp.errors import ConfigError, PromotionConflict, TrackingError
+from ragexp.errors import ConfigError, PromotionConflict, StorageError, TrackingError
 from ragexp.tracking import limits
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
+from ragexp.transport import backoff
 
 PROMOTION_READS = 3
 """How often ``gate --promote`` reads its baseline and the tag's holders again when another
@@ -72,7 +78,7 @@ def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: lis
     Once the tag has moved (or the race is lost), the outcome stands: a failure to record it on
     the run or to remove the lock becomes one of its ``warnings``."""
     try:
-        swap = store.swap_tag(tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
+        swap = swap_tag(store, tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
     except PromotionConflict as exc:
         now = ", ".join(exc.holders) or "no run"
         return Promotion(
@@ -100,3 +106,134 @@ def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: lis
     return Promotion(
         str(tag), True, taken_from, f"promoted: tag {tag} moved to {candidate.run_id} {source}", tuple(warnings)
     )
+
+
+LOCK_PREFIX = "ragexp.promotion-lock."
+"""Registered models named so are promotion locks (:func:`swap_tag`)."""
+LOCK_NONCE = "ragexp.lock.nonce"
+RELEASE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Swap:
+    """What :func:`swap_tag` did."""
+
+    taken_from: list[str]
+    """Runs the tag was taken from."""
+    warning: str | None = None
+    """Why the lock is left behind (None: removed)."""
+
+
+def swap_tag(
+    store: Store,
+    key: str,
+    value: str,
+    run_id: str,
+    experiment_id: str,
+    *,
+    expected: Iterable[str],
+    wait_s: float = 60.0,
+) -> Swap:
+    """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
+    one step: under a lock kept in the store itself, and only if the runs holding the tag are
+    still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from (and a
+    warning if the lock could not be removed).
+
+    MLflow has no transactions over tags; the lock is a registered model
+    (:meth:`Store.create_lock`), deleted when the swap ends, so two processes cannot both be
+    inside, and the second one in finds the tag moved and loses. Every call survives a lost
+    reply (MLflow's client sends a request again when the connection closes before the answer):
+    the lock carries a nonce of this process, so a creation answered "exists" is recognised as its
+    own; a tag or lock already gone counts as removed. An unlock that fails is a warning on the
+    result, never an error over its outcome."""
+    scope = hashlib.sha256(f"{experiment_id}\0{key}\0{value}".encode()).hexdigest()[:24]
+    lock = _Lock(store, f"{LOCK_PREFIX}{scope}", run_id, f"{key}={value}")
+    lock.acquire(wait_s)
+    try:
+        found = [r.run_id for r in store.iter_runs([experiment_id], tag_filter(key, value))]
+        if set(found) != set(expected):
+            raise PromotionConflict(f"tag {key}={value} is now on {_runs(found)}, not on {_runs(expected)}", found)
+        # The new holder first: a reader in between sees two holders, never none.
+        store.set_tags(run_id, {key: value})
+        for other in found:
+            if other != run_id:
+                store.delete_tags(other, [key])
+    except PromotionConflict as exc:
+        exc.warning = lock.release()
+        raise
+    except BaseException:
+        lock.release()
+        raise
+    return Swap([other for other in found if other != run_id], lock.release())
+
+
+class _Lock:
+    """A registered model as a lock, tagged with a nonce of the process that holds it."""
+
+    def __init__(self, store: Store, name: str, holder: str, what: str) -> None:
+        self.store, self.name, self.holder, self.what = store, name, holder, what
+        self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+    def acquire(self, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        tags = {"ragexp.lock.holder": self.holder, LOCK_NONCE: self.nonce}
+        description = f"ragexp: promotion of {self.what} in progress (deleted when it ends)"
+        while True:
+            failure: TrackingError | StorageError | None = None
+            try:
+                if self.store.create_lock(self.name, {**tags, "ragexp.lock.since": str(int(time.time()))}, description):
+                    return
+            except (TrackingError, StorageError) as exc:
+                failure = exc
+            owner = self._owner()
+            if owner is not None and owner[0] == self.nonce:
+                return  # this process created it: the reply was lost and MLflow's retry found it
+            if owner is None and failure is not None:
+                raise type(failure)(f"locking {self.what}: {failure}") from None
+            if time.monotonic() > deadline:
+                by = f" by run {owner[1]}" if owner is not None and owner[1] else ""
+                raise TrackingError(
+                    f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
+                    f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
+                )
+            time.sleep(backoff(0.2, 0))
+
+    def release(self) -> str | None:
+        """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried
+        delete whose first reply was lost) or that is not this process's counts as deleted.
+        Returns None, or a warning naming what is left."""
+        deadline = time.monotonic() + self.store.timeout_s
+        last = ""
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                self.store.delete_lock(self.name)
+                return None
+            except (TrackingError, StorageError) as exc:
+                last = str(exc)
+            try:
+                owner = self._owner()
+            except (TrackingError, StorageError) as exc:
+                last = str(exc)
+            else:
+                if owner is None or owner[0] != self.nonce:
+                    return None
+            pause = backoff(0.5, attempt)
+            if time.monotonic() + pause >= deadline:
+                break
+            time.sleep(pause)
+        return (
+            f"the promotion lock (registered model '{self.name}') could not be removed ({last}); delete it "
+            f"if no promotion of {self.what} is running, or the next one waits for it"
+        )
+
+    def _owner(self) -> tuple[str, str] | None:
+        """(nonce, run) of the lock that exists now; None when there is none."""
+        tags = self.store.lock_tags(self.name)
+        if tags is None:
+            return None
+        return tags.get(LOCK_NONCE, ""), tags.get("ragexp.lock.holder", "")
+
+
+def _runs(ids: Iterable[str]) -> str:
+    listed = sorted(ids)
+    return ", ".join(listed) if listed else "no run"

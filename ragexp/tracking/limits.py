@@ -65,8 +65,6 @@ EXPERIMENT_NAME = Limit("experiment name", 256, control=True)
 DATASET_NAME = Limit("dataset name", 500, control=True)
 DATASET_DIGEST = Limit("dataset digest", 36)
 CLIENT_REQUEST_ID = Limit("trace client request id", 50)
-TRACE_METADATA_VALUE = Limit("trace metadata value", 8000)
-ASSESSMENT_NAME = Limit("assessment name", 250)
 ASSESSMENT_SOURCE_ID = Limit("assessment source id", 250)
 PREVIEW = Limit("trace request/response preview", 1000)
 TEXT = Limit("text", 1 << 30)
@@ -99,11 +97,6 @@ def problem(limit: Limit, value: str) -> str | None:
                 "'/' or '..' nor hold '//', './' or a trailing '/'"
             )
     return None
-
-
-def has_control(text: str) -> bool:
-    """Whether ``text`` holds a control character (one search, for a column of ids at once)."""
-    return _CONTROL.search(text) is not None
 
 
 def check(limit: Limit, value: str, where: str) -> None:

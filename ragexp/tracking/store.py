@@ -10,7 +10,6 @@ MLflow it was not checked against turns it off for good, said once on stderr.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,15 +17,14 @@ import re
 import socket
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from ragexp.errors import PromotionConflict, StorageError, StoreUnreachable, TrackingError
+from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
 from ragexp.tracking.records import CONNECTION_LOST, one_line, store_os_error
@@ -47,12 +45,11 @@ DEFAULT_TIMEOUT_S = 60.0
 CREATION_TAG = TAG_PREFIX + "creation_id"
 """A nonce set when a run is created on a tracking server, to find the duplicates of a retried
 creation."""
-_HTTP_SETTINGS = (
+_USER_SET = frozenset(os.environ) & {
     "MLFLOW_HTTP_REQUEST_TIMEOUT",
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-)
-_USER_SET = frozenset(name for name in _HTTP_SETTINGS if name in os.environ)
+}
 """MLflow's HTTP settings the user chose: ragexp does not override them."""
 DIRECT_ENV = "RAGEXP_SQLITE_DIRECT"
 """Set to 0 to make every call of a SQLite store go through ``MlflowClient`` (slower by the ~3 s
@@ -112,6 +109,16 @@ def _file_lock(path: Path | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _init_lock(db: Path | None) -> Path | None:
+    """The lock around opening a SQLite store. A new store runs schema migrations on first open;
+    parallel processes (a joblib sweep) must not run them at the same time, and a file that exists
+    may still be mid-migration by another process. A folder that cannot be written (a read-only
+    copy of a team's store) needs no lock: nothing can migrate it."""
+    if db is None or str(db) == ":memory:" or not os.access(db.parent, os.W_OK):
+        return None
+    return db.parent / ".ragexp-init.lock"
+
+
 def _sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
@@ -158,18 +165,10 @@ class Store:
                 logging.getLogger(name).setLevel(logging.CRITICAL)
             self._check_location()
             db = _sqlite_path(self.uri)
-            lock = None
-            if db is not None and str(db) != ":memory:":
-                if not db.exists():
-                    db.parent.mkdir(parents=True, exist_ok=True)
-                # A new SQLite store runs schema migrations on first open; parallel processes
-                # (a joblib sweep) must not run them at the same time, and a file that exists may
-                # still be mid-migration by another process. A folder that cannot be written (a
-                # read-only copy of a team's store) needs no lock: nothing can migrate it.
-                if os.access(db.parent, os.W_OK):
-                    lock = db.parent / ".ragexp-init.lock"
+            if db is not None and str(db) != ":memory:" and not db.exists():
+                db.parent.mkdir(parents=True, exist_ok=True)
             try:
-                with _file_lock(lock):
+                with _file_lock(_init_lock(db)):
                     self._refuse_migration(db)
                     self._client = MlflowClient(tracking_uri=self.uri)
             except OSError as exc:
@@ -259,11 +258,9 @@ class Store:
                 return str(experiment.experiment_id)
             if not create:
                 return None
-            db = _sqlite_path(self.uri)
-            location = None
-            if db is not None:
-                # Keep artifacts beside the database instead of MLflow's cwd-relative ./mlruns.
-                location = (db.resolve().parent / "artifacts").as_uri()
+            # Keep artifacts beside the database instead of MLflow's cwd-relative ./mlruns.
+            folder = self.sqlite_folder()
+            location = (folder / "artifacts").as_uri() if folder is not None else None
             from mlflow.exceptions import MlflowException
 
             try:
@@ -404,14 +401,19 @@ class Store:
 
     @native("delete_tags")
     def delete_tags(self, run_id: str, names: Sequence[str]) -> None:
+        """Delete the run's tags ``names``; one already gone (removed in the meantime, or a
+        retried request whose first reply was lost) counts as deleted."""
         from mlflow.exceptions import MlflowException
 
         record = self.get_run(run_id)
         with self.calling(f"tagging run {run_id}"):
             for name in names:
                 if name in record.tags:
-                    with suppress(MlflowException):  # removed in the meantime
+                    try:
                         self.client.delete_tag(run_id, name)
+                    except MlflowException:
+                        if name in self.client.get_run(run_id).data.tags:
+                            raise
 
     @native("end_run")
     def end_run(self, run_id: str, status: str) -> None:
@@ -439,10 +441,7 @@ class Store:
                     from ragexp.tracking.mlflow_sql.writer import SqliteWriter
 
                     # A store another process is still migrating is opened once it is done.
-                    lock = None
-                    if not self.read_only and os.access(db.parent, os.W_OK):
-                        lock = db.parent / ".ragexp-init.lock"
-                    with _file_lock(lock):
+                    with _file_lock(None if self.read_only else _init_lock(db)):
                         try:
                             self._direct_store = SqliteWriter.open(db, self.uri)
                         except Declined as declined:
@@ -477,12 +476,14 @@ class Store:
     def get_run(self, run_id: str) -> RunRecord:
         from mlflow.exceptions import MlflowException
 
-        try:
-            run = self.client.get_run(run_id)
-        except MlflowException:
-            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}") from None
-        except OSError as exc:
-            raise TrackingError(f"tracking store {self.uri} unreachable ({one_line(exc)})") from None
+        with self.calling(f"reading run {run_id}"):
+            try:
+                run = self.client.get_run(run_id)
+            except MlflowException as exc:
+                # A store that does not answer is not a run that does not exist.
+                if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                    raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}") from None
+                raise
         return _record(run)
 
     @native("read_artifact")
@@ -533,190 +534,52 @@ class Store:
             if not token:
                 return
 
-    def swap_tag(
-        self, key: str, value: str, run_id: str, experiment_id: str, *, expected: Iterable[str], wait_s: float = 60.0
-    ) -> Swap:
-        """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
-        one step: under a lock kept in the store itself, and only if the runs holding the tag are
-        still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from (and a
-        warning if the lock could not be removed).
+    # --- registered models as locks ---------------------------------------------------------
 
-        MLflow has no transactions over tags; the one write it refuses to repeat is creating a
-        registered model whose name exists (a unique key in the database, on SQLite and on a
-        server alike). The lock is such a model, deleted when the swap ends, so two processes
-        cannot both be inside, and the second one in finds the tag moved and loses.
-
-        Every call here survives a lost reply (MLflow's client sends a request again when the
-        connection closes before the answer): the lock carries a nonce of this process, so a
-        creation answered "exists" is recognised as its own; a tag or lock already gone counts as
-        removed. An unlock that fails is a warning on the result, never an error over its outcome.
-        """
-        scope = hashlib.sha256(f"{experiment_id}\0{key}\0{value}".encode()).hexdigest()[:24]
-        lock = _RegistryLock(self, f"{LOCK_PREFIX}{scope}", run_id, f"{key}={value}")
-        lock.acquire(wait_s)
-        try:
-            holders = [r.run_id for r in self.iter_runs([experiment_id], tag_filter(key, value))]
-            if set(holders) != set(expected):
-                raise PromotionConflict(
-                    f"tag {key}={value} is now on {_runs(holders)}, not on {_runs(expected)}", holders
-                )
-            with self.calling(f"tagging run {run_id}"):
-                # The new holder first: a reader in between sees two holders, never none.
-                self.client.set_tag(run_id, key, value)
-                for other in holders:
-                    if other != run_id:
-                        self._delete_tag(other, key)
-        except PromotionConflict as exc:
-            exc.warning = lock.release()
-            raise
-        except BaseException:
-            lock.release()
-            raise
-        return Swap([other for other in holders if other != run_id], lock.release())
-
-    def _delete_tag(self, run_id: str, key: str) -> None:
-        """Delete a tag; one already gone (a retried request whose first reply was lost) is deleted."""
+    def create_lock(self, name: str, tags: Mapping[str, str], description: str) -> bool:
+        """Register a model named ``name``; False when one of that name exists. MLflow refuses to
+        create a registered model whose name exists (a unique key in its database, on SQLite and
+        on a server alike), so of two processes creating one name, one gets False."""
         from mlflow.exceptions import MlflowException
 
-        try:
-            self.client.delete_tag(run_id, key)
-        except MlflowException:
-            if key in self.client.get_run(run_id).data.tags:
+        with self.calling(f"registered model {name}"):
+            try:
+                self.client.create_registered_model(name, tags=dict(tags), description=description)
+            except MlflowException as exc:
+                if exc.error_code == "RESOURCE_ALREADY_EXISTS" or _DUPLICATE_KEY.search(str(exc)):
+                    return False
                 raise
+        return True
+
+    def lock_tags(self, name: str) -> dict[str, str] | None:
+        """The tags of the registered model ``name``; None when there is none."""
+        from mlflow.exceptions import MlflowException
+
+        with self.calling(f"registered model {name}"):
+            try:
+                model = self.client.get_registered_model(name)
+            except MlflowException as exc:
+                if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                    return None
+                raise
+            return dict(model.tags or {})
+
+    def delete_lock(self, name: str) -> None:
+        with self.calling(f"deleting registered model {name}"):
+            self.client.delete_registered_model(name)
 
     def search(
         self, experiment: str, *, limit: int, filter_string: str = "", finished_only: bool = False
     ) -> list[RunRecord]:
+        """Runs of an experiment matching an MLflow filter, newest first, at most ``limit``."""
         experiment_id = self.experiment_id(experiment, create=False)
         if experiment_id is None:
             return []
         clauses = [filter_string] if filter_string else []
         if finished_only:
             clauses.append("attributes.status = 'FINISHED'")
-        return self.search_in(experiment_id, " and ".join(clauses), limit)
-
-    def search_in(self, experiment_id: str, filter_string: str, limit: int) -> list[RunRecord]:
-        """Runs of one experiment matching an MLflow filter, newest first, at most ``limit``."""
-        return list(islice(self.iter_runs([experiment_id], filter_string, page_size=min(limit, 1000)), limit))
-
-
-LOCK_PREFIX = "ragexp.promotion-lock."
-"""Registered models named so are promotion locks (:meth:`Store.swap_tag`)."""
-LOCK_NONCE = "ragexp.lock.nonce"
-
-
-@dataclass(frozen=True)
-class Swap:
-    """What :meth:`Store.swap_tag` did."""
-
-    taken_from: list[str]
-    """Runs the tag was taken from."""
-    warning: str | None = None
-    """Why the lock is left behind (None: removed)."""
-
-
-class _RegistryLock:
-    """A registered model as a lock, tagged with a nonce of the process that holds it."""
-
-    def __init__(self, store: Store, name: str, holder: str, what: str) -> None:
-        self.store, self.name, self.holder, self.what = store, name, holder, what
-        self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-
-    def acquire(self, wait_s: float) -> None:
-        import time
-
-        from mlflow.exceptions import MlflowException
-
-        from ragexp.transport import backoff
-
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self.store.client.create_registered_model(
-                    self.name,
-                    tags={
-                        "ragexp.lock.holder": self.holder,
-                        LOCK_NONCE: self.nonce,
-                        "ragexp.lock.since": str(int(time.time())),
-                    },
-                    description=f"ragexp: promotion of {self.what} in progress (deleted when it ends)",
-                )
-                return
-            except (MlflowException, OSError) as exc:
-                failure: Exception = exc
-            owner = self._owner()
-            if owner is not None and owner[0] == self.nonce:
-                return  # this process created it: the reply was lost and MLflow's retry found it
-            if owner is None and not _lost_race(failure):
-                if isinstance(failure, OSError) or CONNECTION_LOST.search(str(failure)):
-                    raise StoreUnreachable(f"locking {self.what}: {mask_url(one_line(failure))}")
-                raise TrackingError(f"locking {self.what}: {mask_url(one_line(failure))}")
-            if time.monotonic() > deadline:
-                by = f" by run {owner[1]}" if owner is not None and owner[1] else ""
-                raise TrackingError(
-                    f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
-                    f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
-                )
-            time.sleep(backoff(0.2, 0))
-
-    def release(self) -> str | None:
-        """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried
-        delete whose first reply was lost) or that is not this process's counts as deleted.
-        Returns None, or a warning naming what is left."""
-        import time
-
-        from mlflow.exceptions import MlflowException
-
-        from ragexp.transport import backoff
-
-        deadline = time.monotonic() + self.store.timeout_s
-        last = ""
-        for attempt in range(RELEASE_ATTEMPTS):
-            try:
-                self.store.client.delete_registered_model(self.name)
-                return None
-            except (MlflowException, OSError) as exc:
-                last = mask_url(one_line(exc))
-            try:
-                owner = self._owner()
-            except TrackingError as exc:
-                last = str(exc)
-            else:
-                if owner is None or owner[0] != self.nonce:
-                    return None
-            pause = backoff(0.5, attempt)
-            if time.monotonic() + pause >= deadline:
-                break
-            time.sleep(pause)
-        return (
-            f"the promotion lock (registered model '{self.name}') could not be removed ({last}); delete it "
-            f"if no promotion of {self.what} is running, or the next one waits for it"
-        )
-
-    def _owner(self) -> tuple[str, str] | None:
-        """(nonce, run) of the lock that exists now; None when there is none."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            model = self.store.client.get_registered_model(self.name)
-        except MlflowException as exc:
-            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-                return None
-            text = mask_url(one_line(exc))
-            error = StoreUnreachable if CONNECTION_LOST.search(text) else TrackingError
-            raise error(f"reading the promotion lock of {self.what}: {text}") from None
-        except OSError as exc:
-            raise store_os_error(exc, self.store.uri, f"reading the promotion lock of {self.what}") from None
-        tags = dict(model.tags or {})
-        return tags.get(LOCK_NONCE, ""), tags.get("ragexp.lock.holder", "")
-
-
-RELEASE_ATTEMPTS = 5
-
-
-def _lost_race(exc: Exception) -> bool:
-    """A creation refused because another process's lock existed at that moment."""
-    return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or bool(_DUPLICATE_KEY.search(str(exc)))
+        runs = self.iter_runs([experiment_id], " and ".join(clauses), page_size=min(limit, 1000))
+        return list(islice(runs, limit))
 
 
 def tag_filter(key: str, value: str) -> str:
@@ -724,11 +587,6 @@ def tag_filter(key: str, value: str) -> str:
     if "`" in key or "'" in value:
         raise TrackingError(f"tag {key}={value}: a tag key cannot contain ` and a value cannot contain '")
     return f"tags.`{key}` = '{value}'"
-
-
-def _runs(ids: Iterable[str]) -> str:
-    listed = sorted(ids)
-    return ", ".join(listed) if listed else "no run"
 
 
 def _existing_parent(path: Path) -> Path:

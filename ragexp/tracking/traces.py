@@ -64,7 +64,6 @@ class TraceWriter:
         self.experiment_id = experiment_id
         self.run_id = run_id
         self._backend: Any = None
-        self._experiment: Any = None
 
     @property
     def backend(self) -> Any:
@@ -335,11 +334,11 @@ class TraceWriter:
 
     # --- reading back -------------------------------------------------------------------------
 
-    def trace_ids(self) -> list[str]:
-        """Ids of every trace linked to the run (all pages)."""
+    def delete_all(self) -> int:
+        """Remove the run's traces (a resumed run writes each case's trace once, afresh)."""
         ids: list[str] = []
         token = None
-        with self.store.calling(f"listing traces of run {self.run_id}"):
+        with self.store.calling(f"deleting traces of run {self.run_id}"):
             while True:
                 page = self.store.client.search_traces(
                     locations=[self.experiment_id],
@@ -351,21 +350,7 @@ class TraceWriter:
                 ids.extend(trace.info.trace_id for trace in page)
                 token = page.token
                 if not token:
-                    return ids
-
-    def count(self) -> tuple[int, int]:
-        """(traces, assessments) the store holds for the run, read back from the store."""
-        ids = self.trace_ids()
-        assessments = 0
-        with self.store.calling(f"reading traces of run {self.run_id}"):
-            for trace_id in ids:
-                assessments += len(self.store.client.get_trace(trace_id).info.assessments)
-        return len(ids), assessments
-
-    def delete_all(self) -> int:
-        """Remove the run's traces (a resumed run writes each case's trace once, afresh)."""
-        ids = self.trace_ids()
-        with self.store.calling(f"deleting traces of run {self.run_id}"):
+                    break
             for start in range(0, len(ids), 100):
                 self.store.client.delete_traces(self.experiment_id, trace_ids=ids[start : start + 100])
         return len(ids)

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.servers.procs import mlflow_server  # noqa: E402
+from tests.test_traces import trace_counts  # noqa: E402
 
 os.environ["MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"] = "false"  # the baseline must not drop traces
 
@@ -82,7 +83,7 @@ def ragexp_path(uri: str, experiment: str, n: int) -> tuple[float, int, int, flo
     writer.write(records)
     seconds = time.perf_counter() - started
     counted = time.perf_counter()
-    traces, assessments = writer.count()
+    traces, assessments = trace_counts(store.uri, run_id)
     store.end_run(run_id, "FINISHED")
     return seconds, traces, assessments, time.perf_counter() - counted
 
@@ -94,7 +95,6 @@ def mlflow_path(uri: str, experiment: str, n: int, threads: int = 1) -> tuple[fl
     from mlflow.entities import AssessmentSource, AssessmentSourceType, Document
 
     from ragexp.tracking.store import Store
-    from ragexp.tracking.traces import TraceWriter
 
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment)
@@ -136,7 +136,7 @@ def mlflow_path(uri: str, experiment: str, n: int, threads: int = 1) -> tuple[fl
     store = Store(uri)
     experiment_id = store.experiment_id(experiment, create=False)
     assert experiment_id is not None
-    traces, assessments = TraceWriter(store, experiment_id, run.info.run_id).count()
+    traces, assessments = trace_counts(uri, run.info.run_id)
     return seconds, traces, assessments
 
 
