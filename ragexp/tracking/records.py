@@ -67,3 +67,12 @@ def store_os_error(exc: OSError, uri: str, what: str) -> TrackingError | Storage
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def database_error(text: str, uri: str, what: str) -> TrackingError | StorageError | None:
+    """A database's refusal of the disk or the file, not the call (None: anything else)."""
+    if "database or disk is full" in text:
+        return StorageError(f"disk full: {what}: the tracking store {uri} cannot grow")
+    if "readonly" in text or "read-only" in text:
+        return TrackingError(f"{what}: tracking store {uri} is read-only")
+    return None

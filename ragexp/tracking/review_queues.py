@@ -22,7 +22,6 @@ REVIEW_QUEUES_SINCE = "3.14"
 """The first MLflow release with review queues and label schemas."""
 LABEL_TAG = "labels.queue"
 """Run tag (under ``ragexp.``) naming the review queue ``ragexp label`` filled with the run's traces."""
-PAGE = 500
 TRACKING_ENV = "MLFLOW_TRACKING_URI"
 
 
@@ -78,21 +77,9 @@ def calls(store: Store, what: str) -> Iterator[None]:
 
 def run_traces(store: Store, record: RunRecord) -> list[Any]:
     """``TraceInfo`` of every trace of the run (assessments included, spans left out)."""
-    infos: list[Any] = []
-    token = None
-    with store.calling(f"reading the traces of run {record.run_id}"):
-        while True:
-            page = store.client.search_traces(
-                locations=[record.experiment_id],
-                run_id=record.run_id,
-                include_spans=False,
-                max_results=PAGE,
-                page_token=token,
-            )
-            infos.extend(trace.info for trace in page)
-            token = page.token
-            if not token or not page:
-                return infos
+    from ragexp.tracking.traces import TraceWriter
+
+    return TraceWriter(store, record.experiment_id, record.run_id).infos()
 
 
 def label_schemas_of(label_schemas: Any, experiment_id: str) -> list[Any]:

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
-from ragexp.errors import StorageError, StoreUnreachable, TrackingError
+from ragexp.errors import StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking import limits
-from ragexp.tracking.records import CONNECTION_LOST, one_line, store_os_error
+from ragexp.tracking.records import CONNECTION_LOST, database_error, one_line, store_os_error
 from ragexp.tracking.records import TAG_PREFIX as TAG_PREFIX  # re-exported: where callers have always found them
 from ragexp.tracking.records import RunRecord as RunRecord
 from ragexp.tracking.records import connection_lost as connection_lost
@@ -45,10 +45,14 @@ DEFAULT_TIMEOUT_S = 60.0
 CREATION_TAG = TAG_PREFIX + "creation_id"
 """A nonce set when a run is created on a tracking server, to find the duplicates of a retried
 creation."""
+SERVER_THREADS = 16
+"""Requests in flight to a tracking server (traces): its workers wait on the database between
+requests, so more requests than cores keep them busy."""
 _USER_SET = frozenset(os.environ) & {
     "MLFLOW_HTTP_REQUEST_TIMEOUT",
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "MLFLOW_HTTP_POOL_MAXSIZE",
 }
 """MLflow's HTTP settings the user chose: ragexp does not override them."""
 DIRECT_ENV = "RAGEXP_SQLITE_DIRECT"
@@ -224,6 +228,7 @@ class Store:
             "MLFLOW_HTTP_REQUEST_TIMEOUT": str(per_attempt),
             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+            "MLFLOW_HTTP_POOL_MAXSIZE": str(SERVER_THREADS),  # one kept connection per thread
         }
         for name, value in wanted.items():
             if name not in _USER_SET:
@@ -238,10 +243,9 @@ class Store:
             yield
         except MlflowException as exc:
             text = one_line(exc)
-            if "database or disk is full" in text:
-                raise StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow") from None
-            if "readonly database" in text or "read-only" in text:
-                raise TrackingError(f"{what}: tracking store {self.uri} is read-only") from None
+            refused = database_error(text, self.uri, what)
+            if refused is not None:
+                raise refused from None
             if "failed with exception" in text and CONNECTION_LOST.search(text):
                 raise StoreUnreachable(f"{what}: {mask_url(text)}") from None
             raise TrackingError(f"{what}: {mask_url(text)}") from None

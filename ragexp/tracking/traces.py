@@ -41,6 +41,7 @@ from ragexp.tracking.mlflow_sql.trace_rows import (
 )
 from ragexp.tracking.mlflow_sql.writer import append_path
 from ragexp.tracking.records import connection_lost, one_line
+from ragexp.tracking.store import SERVER_THREADS
 from ragexp.transport import backoff
 
 if TYPE_CHECKING:
@@ -48,9 +49,6 @@ if TYPE_CHECKING:
 
 BATCH = 500
 """Traces per transaction (SQL stores)."""
-SERVER_THREADS = 16
-"""Requests in flight to a tracking server: its workers wait on the database between requests,
-so more requests than cores keep them busy."""
 SERVER_SPAN_BATCH = 100
 """Traces whose spans go in one OTLP request to a tracking server."""
 RUN_METADATA = "mlflow.sourceRun"
@@ -334,11 +332,11 @@ class TraceWriter:
 
     # --- reading back -------------------------------------------------------------------------
 
-    def delete_all(self) -> int:
-        """Remove the run's traces (a resumed run writes each case's trace once, afresh)."""
-        ids: list[str] = []
+    def infos(self) -> list[Any]:
+        """``TraceInfo`` of every trace of the run (assessments included, spans left out)."""
+        infos: list[Any] = []
         token = None
-        with self.store.calling(f"deleting traces of run {self.run_id}"):
+        with self.store.calling(f"reading the traces of run {self.run_id}"):
             while True:
                 page = self.store.client.search_traces(
                     locations=[self.experiment_id],
@@ -347,10 +345,15 @@ class TraceWriter:
                     page_token=token,
                     include_spans=False,
                 )
-                ids.extend(trace.info.trace_id for trace in page)
+                infos.extend(trace.info for trace in page)
                 token = page.token
-                if not token:
-                    break
+                if not token or not page:
+                    return infos
+
+    def delete_all(self) -> int:
+        """Remove the run's traces (a resumed run writes each case's trace once, afresh)."""
+        ids = [info.trace_id for info in self.infos()]
+        with self.store.calling(f"deleting traces of run {self.run_id}"):
             for start in range(0, len(ids), 100):
                 self.store.client.delete_traces(self.experiment_id, trace_ids=ids[start : start + 100])
         return len(ids)

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ragexp.errors import StorageError, TrackingError
+from ragexp.errors import TrackingError
 from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
 from ragexp.tracking.mlflow_sql.schema import Declined
-from ragexp.tracking.records import store_os_error
+from ragexp.tracking.records import database_error, store_os_error
 
 ACTIVE = "active"
 RUN_NAME = "mlflow.runName"
@@ -97,15 +97,9 @@ class SqliteWriter(SqliteReader):
                         self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise self.failure(exc, what) from None
-
-    def failure(self, exc: sqlite3.Error, what: str) -> TrackingError | StorageError:
-        text = str(exc)
-        if "database or disk is full" in text:
-            return StorageError(f"disk full: {what}: the tracking store {self.uri} cannot grow")
-        if "readonly" in text or "read-only" in text:
-            return TrackingError(f"{what}: tracking store {self.uri} is read-only")
-        return TrackingError(f"{what}: tracking store {self.uri}: {text}")
+            raise database_error(str(exc), self.uri, what) or TrackingError(
+                f"{what}: tracking store {self.uri}: {exc}"
+            ) from None
 
     @staticmethod
     def _active_run(db: sqlite3.Connection, run_id: str) -> tuple[int, str] | None:
