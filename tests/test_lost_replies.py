@@ -166,9 +166,9 @@ def test_every_call_of_a_promotion_survives_a_lost_reply(server: str, tmp_path: 
     assert {
         "POST /api/2.0/mlflow/registered-models/create#1",
         "DELETE /api/2.0/mlflow/registered-models/delete#1",
-        "POST /api/2.0/mlflow/runs/set-tag#1",
         "POST /api/2.0/mlflow/runs/delete-tag#1",
-        "POST /api/2.0/mlflow/runs/log-batch#2",  # the ragexp.promoted* tags
+        "POST /api/2.0/mlflow/runs/log-batch#2",  # the tag onto the candidate
+        "POST /api/2.0/mlflow/runs/log-batch#3",  # the ragexp.promoted* tags
     } <= set(rules)
     for rule in rules:
         reset()
