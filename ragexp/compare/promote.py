@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from ragexp.errors import ConfigError, PromotionConflict, StorageError, TrackingError
 from ragexp.tracking import limits
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
-from ragexp.transport import backoff
 
 PROMOTION_READS = 3
 """How often ``gate --promote`` reads its baseline and the tag's holders again when another
@@ -175,6 +174,8 @@ class _Lock:
         self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
     def acquire(self, wait_s: float) -> None:
+        from ragexp.transport import backoff  # imports httpx: only when a promotion runs
+
         deadline = time.monotonic() + wait_s
         tags = {"ragexp.lock.holder": self.holder, LOCK_NONCE: self.nonce}
         description = f"ragexp: promotion of {self.what} in progress (deleted when it ends)"
@@ -202,6 +203,8 @@ class _Lock:
         """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried
         delete whose first reply was lost) or that is not this process's counts as deleted.
         Returns None, or a warning naming what is left."""
+        from ragexp.transport import backoff
+
         deadline = time.monotonic() + self.store.timeout_s
         last = ""
         for attempt in range(RELEASE_ATTEMPTS):
