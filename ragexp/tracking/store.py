@@ -202,8 +202,7 @@ class Store:
                     "pass --tracking-uri or set MLFLOW_TRACKING_URI"
                 )
             if not self.read_only:
-                folder = db.parent if db.parent.exists() else _existing_parent(db.parent)
-                target = db if db.exists() else folder
+                target = db if db.exists() else _existing_parent(db.parent)
                 if not os.access(target, os.W_OK):
                     raise TrackingError(f"tracking store {db} is read-only: a run cannot be logged to it")
             return
@@ -220,13 +219,18 @@ class Store:
                 ) from None
 
     def _bound_http_retries(self) -> None:
-        """Fit MLflow's retries of one call within ``timeout_s``: 3 retries waiting about 0, 2
-        and 4 s (plus jitter), each attempt bounded by a quarter of what is left (at least 5 s: a
-        busy server answering a large batch takes seconds)."""
-        per_attempt = max(5, int((self.timeout_s - 10) / 4))
+        """Fit MLflow's retries of one call within ``timeout_s``: as many of 3 retries as leave each
+        attempt an equal share of at least 5 s (a busy server can take seconds), else one attempt."""
+        retries, per_attempt = 0, self.timeout_s
+        for tries in (3, 2, 1):
+            # urllib3 waits 0 s before the first retry, then 2 and 4 s, each plus up to 1 s of jitter.
+            share = (self.timeout_s - sum(2 ** (n - 1) + 1 for n in range(2, tries + 1))) / (tries + 1)
+            if share >= 5:
+                retries, per_attempt = tries, share
+                break
         wanted = {
-            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(per_attempt),
-            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, int(per_attempt))),
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
             "MLFLOW_HTTP_POOL_MAXSIZE": str(SERVER_THREADS),  # one kept connection per thread
         }
