@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
-from ragexp.compare.power import POWER
-from ragexp.compare.release import POWER_ASSUMPTION
+from ragexp.compare.power import POWER, POWER_ASSUMPTION
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.metrics.registry import headline_metrics
 from ragexp.secrets import mask_url
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from ragexp.runner import Evaluation, RunOutcome
     from ragexp.sweep import SweepOutcome
 
-MISSED_SHOWN = 5
 """Cases a run lists among those it missed; the rest are counted."""
 
 
@@ -69,7 +67,7 @@ def show_run(evaluation: Evaluation) -> None:
 
 
 def missed_lines(evaluation: Evaluation) -> list[str]:
-    """The first :data:`MISSED_SHOWN` cases scored below full marks: each metric it missed, what
+    """The first :data:`ragexp.metrics.missed.MISSED_SHOWN` cases scored below full marks: each metric it missed, what
     the case expected and what came back; then how many more."""
     missed = evaluation.outcome.missed
     if not missed.count:

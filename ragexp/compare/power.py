@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
 POWER = 0.8
 """Probability of detecting a true change of the detectable size."""
+POWER_ASSUMPTION = (
+    "sd of the paired difference = sd(baseline) * sqrt(2 * (1 - correlation)): the candidate is assumed "
+    "to have the baseline's per-case variance"
+)
 
 MAX_CASES = 10**9
 """Past this many cases the answer is "practically never" (an effect of almost nothing)."""

@@ -8,15 +8,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragexp.compare.summary import Links
 from ragexp.config.compose import compose
 from ragexp.draft.corpus import read_corpus
-from ragexp.draft.drafting import Drafter, Options, Summary
 from ragexp.draft.review import Accepted, ReviewQueue, accept, create_review
 from ragexp.errors import ConfigError, StorageError
 from ragexp.tracking.store import Store
+
+if TYPE_CHECKING:
+    from ragexp.draft.drafting import Summary
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ def draft_set(
         raise ConfigError(
             "ragexp draft needs a model: choose judge=openai (or judge=mindie) and set provider.judge.base_url"
         )
+    from ragexp.draft.drafting import Drafter, Options  # asyncio, httpx: only when drafting
+
     options = Options(n=n, unanswerable=unanswerable, multi=multi, seed=seed)
     options.counts()
     out_path = Path(out)

@@ -17,6 +17,8 @@ from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult, SystemOutput
 
 TOLERANCE = 1e-9
+MISSED_SHOWN = 5
+"""How many missed cases ``ragexp run`` lists."""
 
 EXPECTED: dict[str, tuple[str, Callable[[Case], Any]]] = {
     "relevant_ids": ("relevant ids", lambda case: case.relevant_ids),
@@ -67,7 +69,7 @@ def missed_cases(
     results: Sequence[CaseResult],
     k: int,
     *,
-    first: int = 5,
+    first: int = MISSED_SHOWN,
 ) -> Missed:
     """The cases scored below full marks, counted; the first ``first`` of them described."""
     n = len(cases)

@@ -42,7 +42,6 @@ from ragexp.tracking.mlflow_sql.trace_rows import (
 from ragexp.tracking.mlflow_sql.writer import append_path
 from ragexp.tracking.records import connection_lost, one_line
 from ragexp.tracking.store import SERVER_THREADS
-from ragexp.transport import backoff
 
 if TYPE_CHECKING:
     from ragexp.tracking.store import Store
@@ -432,6 +431,8 @@ class _Flow:
                         not lost and self.BUSY.search(text) is not None
                     )
                     self._answered(busy=busy, gone=exc if lost and not busy else None)
+                    from ragexp.transport import backoff  # imports httpx: only on a failure
+
                     pause = backoff(0.5, attempt)
                     if not busy or time.monotonic() + pause >= deadline:
                         raise
