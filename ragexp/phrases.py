@@ -11,6 +11,15 @@ from __future__ import annotations
 LANGUAGES = ("zh", "en")
 """Languages of every phrase: ``--language`` and ``report.language`` take these."""
 
+
+def check_language(language: str | None) -> None:
+    """Refuse a ``--language`` no phrase is written in."""
+    if language is not None and language not in LANGUAGES:
+        from ragexp.errors import ConfigError
+
+        raise ConfigError(f"--language: expected {' or '.join(LANGUAGES)}, got {language!r}")
+
+
 PHRASES: dict[str, dict[str, str]] = {
     # The report.
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragexp.errors import ConfigError, TrackingError
+from ragexp.errors import TrackingError
+from ragexp.phrases import check_language
 from ragexp.report.build import build_report, write_report
 from ragexp.tracking.store import Store
 
@@ -30,8 +31,7 @@ def publish_report(
     say: Callable[[str], None] = lambda line: None,
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
-    if language not in (None, "zh", "en"):
-        raise ConfigError(f"--language: expected zh or en, got {language!r}")
+    check_language(language)
     store = Store(tracking_uri, read_only=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable)
     folder = Path(out) if out else Path("reports") / run_id

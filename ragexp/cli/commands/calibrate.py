@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json
+from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import JsonFlag, TrackingUri
-
-
-def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
 
 
 def calibrate(
@@ -24,7 +19,7 @@ def calibrate(
     from ragexp.cli.views import show_calibration
     from ragexp.labels.workflow import calibrate_labels
 
-    calibrated = calibrate_labels(run_id, tracking_uri=tracking_uri, say=_stderr)
+    calibrated = calibrate_labels(run_id, tracking_uri=tracking_uri, say=info)
     if as_json:
         emit_json(calibrated.to_json())
     else:

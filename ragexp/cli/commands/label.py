@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json
+from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import JsonFlag, TrackingUri
-
-
-def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
 
 
 def label(
@@ -50,7 +45,7 @@ def label(
             raise ConfigError("label export: give the run id (ragexp label export RUN_ID --out FILE)")
         if metrics is not None or sample is not None or queue is not None:
             raise ConfigError("label export: --metrics, --sample and --queue belong to 'ragexp label RUN_ID'")
-        exported = export_labels(run, out, tracking_uri=tracking_uri, say=_stderr)
+        exported = export_labels(run, out, tracking_uri=tracking_uri, say=info)
         if as_json:
             emit_json(exported.to_json())
         else:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json
+from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import JsonFlag, TrackingUri
-
-
-def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
 
 
 def power(
@@ -50,7 +45,7 @@ def power(
         confidence=confidence,
         correlation=correlation,
         tracking_uri=tracking_uri,
-        say=_stderr,
+        say=info,
     )
     if as_json:
         emit_json(found.to_json())
