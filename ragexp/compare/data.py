@@ -94,8 +94,10 @@ class RunData:
         )
 
 
-def load_run(store: Store, run_id: str) -> RunData:
-    record = store.get_run(run_id)
+def load_run(store: Store, run: str | RunRecord) -> RunData:
+    """A run's record and score columns (``run``: its id, or its record when the caller holds it)."""
+    record = run if isinstance(run, RunRecord) else store.get_run(run)
+    run_id = record.run_id
     if not record.tag("config_hash"):
         raise TrackingError(f"run {run_id} was not logged by ragexp run (no ragexp.config_hash tag)")
     if record.status != FINISHED:

@@ -22,7 +22,7 @@ from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult, compute_diff
 from ragexp.compare.gate import GateResult, check_gate, gate_runs
 from ragexp.compare.junit import junit_xml
-from ragexp.compare.power import POWER, Plan, baseline_plan
+from ragexp.compare.power import POWER, POWER_ASSUMPTION, Plan, baseline_plan
 from ragexp.compare.promote import PROMOTION_READS, Promotion, PromotionTag, holders, parse_tag
 from ragexp.compare.promote import promote as move_tag
 from ragexp.compare.select import (
@@ -33,10 +33,11 @@ from ragexp.compare.select import (
     parse_selector,
     resolve_baseline,
 )
-from ragexp.compare.summary import LANGUAGES, SUMMARY_CASES, Links, diff_summary, gate_summary
+from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summary
 from ragexp.config.compose import compose
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.outputs import check_writable, write_file
+from ragexp.phrases import check_language
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store
 
 Say = Callable[[str], None]
@@ -77,11 +78,6 @@ class GateOutcome:
             "selection": {"baseline": self.selected[0], "candidate": self.selected[1]},
             **({"promotion": self.promotion.to_json()} if self.promotion else {}),
         }
-
-
-def check_language(language: str | None) -> None:
-    if language is not None and language not in LANGUAGES:
-        raise ConfigError(f"--language: expected zh or en, got {language!r}")
 
 
 def not_the_baseline(candidate: str, baseline: str) -> None:
@@ -128,7 +124,7 @@ def compare_runs(
     if chosen.asked:
         say(chosen.how)
     not_the_baseline(given.run_id, chosen.run_id)
-    base, cand = load_run(store, chosen.run_id), load_run(store, candidate)
+    base, cand = load_run(store, chosen.record), load_run(store, given)
     result = compute_diff(
         base,
         cand,
@@ -231,7 +227,7 @@ def run_gate(
         if selection.asked:
             say(selection.how)
     base_selection, cand_selection = chosen
-    base, cand = load_run(store, base_selection.run_id), load_run(store, cand_selection.run_id)
+    base, cand = load_run(store, base_selection.record), load_run(store, cand_selection.record)
     diff, result = gate_runs(
         gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
     )
@@ -284,12 +280,6 @@ def run_gate(
     return GateOutcome(result, diff, base.run_id, cand.run_id, how, tag, promotion)
 
 
-POWER_ASSUMPTION = (
-    "sd of the paired difference = sd(baseline) * sqrt(2 * (1 - correlation)): the candidate is assumed "
-    "to have the baseline's per-case variance"
-)
-
-
 @dataclass(frozen=True)
 class BaselinePower:
     """What a comparison with one baseline could detect, metric by metric."""
@@ -329,6 +319,6 @@ def baseline_power(
     chosen = resolve_baseline(store, selector, candidate=None)
     if chosen.asked:
         say(chosen.how)
-    run = load_run(store, chosen.run_id)
+    run = load_run(store, chosen.record)
     plans = baseline_plan(run, confidence=confidence, effect=effect, correlation=correlation)
     return BaselinePower(run, plans, confidence, effect, correlation)

@@ -236,7 +236,7 @@ def create_label_queue(
 def _case_order(store: Store, record: RunRecord) -> list[str]:
     from ragexp.compare.data import load_run
 
-    return load_run(store, record.run_id).case_ids
+    return load_run(store, record).case_ids
 
 
 def _queue_named(review_queues: Any, experiment_id: str, name: str) -> Any:
