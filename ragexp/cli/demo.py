@@ -63,17 +63,11 @@ def step(number: int, title: str, command: list[str]) -> None:
     print("$ " + " ".join(shlex.quote(part) for part in command), flush=True)
 
 
-def new_run(store_uri: str, before: set[str]) -> str:
-    runs = Store(store_uri).search(EXPERIMENT, limit=len(before) + 5)
-    fresh = [record.run_id for record in runs if record.run_id not in before]
-    if len(fresh) != 1:  # the demo's own store: exactly one new run per step, or something is wrong
-        raise RuntimeError(f"expected one new run in {store_uri}, found {len(fresh)}")
-    return fresh[0]
-
-
-def show_evaluation(evaluation: Evaluation) -> None:
+def show_evaluation(evaluation: Evaluation) -> str:
+    """Show a step's run; returns its id."""
     run_warning(evaluation.outcome)
     show_run(evaluation)
+    return evaluation.outcome.run_id
 
 
 def run_demo(folder: Path) -> None:
@@ -89,11 +83,9 @@ def run_demo(folder: Path) -> None:
     print("an extractive answer) on kb_zh, 35 Chinese customer-service questions, run in-process.")
 
     step(1, "baseline: the sample system as shipped (one chunk per document)", ["ragexp", "run", *common])
-    show_evaluation(run_config([f"tracking.uri={uri}", *common[1:]]))
-    baseline = new_run(uri, set())
+    baseline = show_evaluation(run_config([f"tracking.uri={uri}", *common[1:]]))
     step(2, "candidate: one knob changed, one chunk per sentence", ["ragexp", "run", *common, KNOB])
-    show_evaluation(run_config([f"tracking.uri={uri}", *common[1:], KNOB]))
-    candidate = new_run(uri, {baseline})
+    candidate = show_evaluation(run_config([f"tracking.uri={uri}", *common[1:], KNOB]))
     store = Store(uri)
     store.set_tags(baseline, {"mlflow.runName": "demo-baseline"})
     store.set_tags(candidate, {"mlflow.runName": "demo-candidate (chunking=sentence)"})

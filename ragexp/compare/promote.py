@@ -77,7 +77,7 @@ def promote(store: Store, tag: PromotionTag, candidate: RunRecord, expected: lis
     Once the tag has moved (or the race is lost), the outcome stands: a failure to record it on
     the run or to remove the lock becomes one of its ``warnings``."""
     try:
-        swap = swap_tag(store, tag.key, tag.value, candidate.run_id, candidate.experiment_id, expected=expected)
+        swap = swap_tag(store, tag, candidate.run_id, candidate.experiment_id, expected=expected)
     except PromotionConflict as exc:
         now = ", ".join(exc.holders) or "no run"
         return Promotion(
@@ -123,17 +123,12 @@ class Swap:
     """Why the lock is left behind (None: removed)."""
 
 
-def swap_tag(
-    store: Store,
-    key: str,
-    value: str,
-    run_id: str,
-    experiment_id: str,
-    *,
-    expected: Iterable[str],
-    wait_s: float = 60.0,
-) -> Swap:
-    """Put tag ``key=value`` on ``run_id`` and take it off every other run of the experiment, as
+LOCK_WAIT_S = 60.0
+"""How long a promotion waits for another one's lock."""
+
+
+def swap_tag(store: Store, tag: PromotionTag, run_id: str, experiment_id: str, *, expected: Iterable[str]) -> Swap:
+    """Put ``tag`` on ``run_id`` and take it off every other run of the experiment, as
     one step: under a lock kept in the store itself, and only if the runs holding the tag are
     still exactly ``expected`` (compare-and-swap). Returns the runs it was taken from (and a
     warning if the lock could not be removed).
@@ -145,18 +140,18 @@ def swap_tag(
     the lock carries a nonce of this process, so a creation answered "exists" is recognised as its
     own; a tag or lock already gone counts as removed. An unlock that fails is a warning on the
     result, never an error over its outcome."""
-    scope = hashlib.sha256(f"{experiment_id}\0{key}\0{value}".encode()).hexdigest()[:24]
-    lock = _Lock(store, f"{LOCK_PREFIX}{scope}", run_id, f"{key}={value}")
-    lock.acquire(wait_s)
+    scope = hashlib.sha256(f"{experiment_id}\0{tag.key}\0{tag.value}".encode()).hexdigest()[:24]
+    lock = _Lock(store, f"{LOCK_PREFIX}{scope}", run_id, str(tag))
+    lock.acquire(LOCK_WAIT_S)
     try:
-        found = [r.run_id for r in store.iter_runs([experiment_id], tag_filter(key, value))]
+        found = holders(store, tag, experiment_id)
         if set(found) != set(expected):
-            raise PromotionConflict(f"tag {key}={value} is now on {_runs(found)}, not on {_runs(expected)}", found)
+            raise PromotionConflict(f"tag {tag} is now on {_runs(found)}, not on {_runs(expected)}", found)
         # The new holder first: a reader in between sees two holders, never none.
-        store.set_tags(run_id, {key: value})
+        store.set_tags(run_id, {tag.key: tag.value})
         for other in found:
             if other != run_id:
-                store.delete_tags(other, [key])
+                store.delete_tags(other, [tag.key])
     except PromotionConflict as exc:
         exc.warning = lock.release()
         raise

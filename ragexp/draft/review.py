@@ -193,7 +193,7 @@ def create_review(store: Store, path: Path, corpus: list[Chunk], queue: str | No
         writer = TraceWriter(store, experiment_id, run_id)
         writer.write([case_trace(case, chunks) for case in cases])
         order = {str(case["id"]): i for i, case in enumerate(cases)}
-        infos = review.run_traces(store, store.get_run(run_id))
+        infos = writer.infos()
         infos.sort(key=lambda info: order.get(reviewed.case_id(info) or "", len(order)))
         ids = [info.trace_id for info in infos]
         with review.calls(store, f"creating the review queue of {path}"):

@@ -524,9 +524,6 @@ class Store:
         self, experiment_ids: Sequence[str], filter_string: str = "", page_size: int = 500
     ) -> Iterator[RunRecord]:
         """Runs of the experiments matching an MLflow filter, newest first, fetched page by page."""
-        return self._mlflow_runs(experiment_ids, filter_string, page_size)
-
-    def _mlflow_runs(self, experiment_ids: Sequence[str], filter_string: str, page_size: int) -> Iterator[RunRecord]:
         token = None
         while True:
             with self.calling("searching runs"):

@@ -76,15 +76,6 @@ def parse_filter(text: str) -> list[Clause] | None:
     return clauses
 
 
-@dataclass
-class RunRow:
-    """A run as the store's tables hold it: what ragexp reads back, plus where MLflow keeps it."""
-
-    record: RunRecord
-    lifecycle_stage: str
-    artifact_uri: str
-
-
 class SqliteReader:
     """An open SQLite MLflow store that this module can read (see the module docstring)."""
 
@@ -154,20 +145,21 @@ class SqliteReader:
 
     # --- runs ---------------------------------------------------------------------------------
 
-    _RUN_COLUMNS = "run_uuid, name, experiment_id, status, start_time, end_time, lifecycle_stage, artifact_uri"
+    _RUN_COLUMNS = "run_uuid, name, experiment_id, status, start_time, end_time"
 
-    def run_row(self, run_id: str) -> RunRow:
+    def get_run(self, run_id: str) -> RunRecord:
         self.check()
         rows = self._rows(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_uuid = ?", [run_id])
         if not rows:
             raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
         return self._complete(rows)[0]
 
-    def get_run(self, run_id: str) -> RunRecord:
-        return self.run_row(run_id).record
-
     def read_artifact(self, run_id: str, path: str) -> bytes:
-        root = local_folder(self.run_row(run_id).artifact_uri)
+        self.check()
+        rows = self._rows("SELECT artifact_uri FROM runs WHERE run_uuid = ?", [run_id])
+        if not rows:
+            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+        root = local_folder(str(rows[0][0] or ""))
         if root is None:
             raise Declined()
         try:
@@ -185,9 +177,11 @@ class SqliteReader:
         if clauses is None:
             raise Declined()
         self.check()
-        return (row.record for row in self.search(experiment_ids, clauses, min(page_size, _BATCH)))
+        return self.search(experiment_ids, clauses, min(page_size, _BATCH))
 
-    def search(self, experiment_ids: Sequence[str], clauses: Sequence[Clause], page: int = _BATCH) -> Iterator[RunRow]:
+    def search(
+        self, experiment_ids: Sequence[str], clauses: Sequence[Clause], page: int = _BATCH
+    ) -> Iterator[RunRecord]:
         """Active runs of the experiments matching every clause, newest first (then by id, as
         MLflow), read ``page`` at a time."""
         ids = [_int(e) for e in experiment_ids]
@@ -210,7 +204,7 @@ class SqliteReader:
                 return
             offset += len(rows)
 
-    def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRow]:
+    def _complete(self, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Runs from their ``runs`` rows, with their tags, params and latest metrics."""
         runs = {
             str(r[0]): RunRecord(
@@ -237,7 +231,7 @@ class SqliteReader:
             f"SELECT key, value, is_nan, run_uuid FROM latest_metrics WHERE run_uuid IN ({marks})", ids
         ):
             runs[str(run_id)].metrics[str(key)] = math.nan if is_nan else float(value)
-        return [RunRow(runs[str(r[0])], str(r[6]), str(r[7] or "")) for r in rows]
+        return [runs[str(r[0])] for r in rows]
 
 
 def local_folder(uri: str) -> Path | None:

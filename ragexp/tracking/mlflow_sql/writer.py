@@ -192,11 +192,11 @@ class SqliteWriter(SqliteReader):
                 rows,
             )
             db.executemany(
-                "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES (?, ?, ?, ?, ?, ?) "
+                "INSERT INTO latest_metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (key, run_uuid) DO UPDATE SET value = excluded.value, timestamp = excluded.timestamp, "
                 "step = excluded.step, is_nan = excluded.is_nan WHERE (excluded.step, excluded.timestamp, "
                 "excluded.value) > (latest_metrics.step, latest_metrics.timestamp, latest_metrics.value)",
-                [(key, value, stamp_, step_, nan, run) for key, value, stamp_, run, step_, nan in rows],
+                rows,
             )
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
