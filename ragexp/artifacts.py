@@ -132,6 +132,24 @@ def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
+def write_config(path: Path, config: Mapping[str, Any]) -> None:
+    """``config.yaml``: the resolved config, secrets left out."""
+    import yaml
+
+    text: str = yaml.safe_dump(dict(config), allow_unicode=True, sort_keys=False)
+    path.write_bytes(text.encode("utf-8"))
+
+
+def write_timings(path: Path, stages: Sequence[Mapping[str, Any]]) -> None:
+    """``timings.json``: per stage its name, the key prefix of its metrics and its figures."""
+    path.write_bytes(orjson.dumps({"stages": list(stages)}, option=orjson.OPT_INDENT_2))
+
+
+def write_audit(path: Path, findings: Sequence[Mapping[str, Any]]) -> None:
+    """``audit.json``: the label audit's findings against the dataset's corpus."""
+    path.write_bytes(orjson.dumps({"findings": list(findings)}, option=orjson.OPT_INDENT_2))
+
+
 def check_version(payload: Mapping[str, Any], artifact: str, run_id: str) -> int:
     """The payload's format version, or one line saying this ragexp cannot read it."""
     version = payload.get("format_version", 1)

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ragexp import limits
 from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult
-from ragexp.tracking import limits
 
 TRACE_NAME = "rag_case"
 SOURCE_ID = "ragexp"

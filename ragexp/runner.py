@@ -16,21 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
-from ragexp import __version__
+from ragexp import __version__, limits
 from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_checkpoint, run_lock
 from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
-from ragexp.draft.screening import DRAFT_TAG, refuse_unscreened, unscreened
+from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.missed import Missed, missed_cases
-from ragexp.metrics.offline import build_inputs, nearest_rank
+from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
@@ -38,7 +37,6 @@ from ragexp.progress import Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
 from ragexp.secrets import register_url, scrub
-from ragexp.tracking import limits
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -456,15 +454,67 @@ def info(message: str) -> None:
     sys.stderr.write(terminal(message) + "\n")
 
 
+@dataclass
+class Scored:
+    """A run's per-case scores and what they add up to (the inputs of every later step)."""
+
+    inputs: OfflineInputs
+    scores: dict[str, np.ndarray]
+    """Metric -> per-case scores (NaN: no score)."""
+    errored: np.ndarray
+    """(n,) bool: the case's system call or one of its metrics failed."""
+    summary: dict[str, float | None]
+    spread: dict[str, list[float | None]] = field(default_factory=dict)
+    """Judge metric -> per-case spread over repeats."""
+    judge_metrics: dict[str, float] = field(default_factory=dict)
+    """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
+
+    @property
+    def error_count(self) -> int:
+        return int(self.errored.sum())
+
+    def columns(self) -> dict[str, list[float | None]]:
+        return {name: nullable(values) for name, values in self.scores.items()}
+
+
 def _score_and_log(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
 ) -> RunOutcome:
+    """Score every case, weigh the scores against people's, log metrics, artifacts and traces."""
+    scored = score_results(plan, results)
+    human = _human_scores(plan, store, run_id, results, scored, resumed)
+    trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
+    timings = stage_timings(results)
+    store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
+    _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
+    if plan.config.tracking.traces:
+        _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
+    return RunOutcome(
+        run_id,
+        plan.config.experiment,
+        store.uri,
+        plan.config_hash,
+        plan.dataset.dataset_hash,
+        len(plan.dataset.cases),
+        scored.error_count,
+        scored.summary,
+        {name: int(np.isfinite(values).sum()) for name, values in scored.scores.items()},
+        plan.specs,
+        timings,
+        trust,
+        missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
+    )
+
+
+def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
+    """The offline metrics, then the judge's; a judge metric that failed for a case is recorded
+    on the case (``metric_errors``), never scored."""
     cfg = plan.config
     cases = plan.dataset.cases
     inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
     scores = score_cases(plan.specs, inputs)
-    judge_metrics: dict[str, float] = {}
     spread: dict[str, list[float | None]] = {}
+    judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:
         started = time.perf_counter()
         judged = plan.scorer.score(cases, results, progress=cfg.progress)
@@ -478,89 +528,99 @@ def _score_and_log(
         judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits), "judge.seconds": judge_seconds}
         for name, values in judged.spread.items():
             spread[name] = nullable(values)
-            mean_spread = float(np.nanmean(values)) if np.isfinite(values).any() else None
-            if mean_spread is not None:
-                judge_metrics[f"judge_spread.{name}"] = mean_spread
+            if np.isfinite(values).any():
+                judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
-    error_count = int(errored.sum())
-    human = human_columns([case.human for case in cases], list(scores))
-    from ragexp.labels.collect import run_labels, with_run_labels  # the review queues' labels, as `ragexp calibrate`
+    return Scored(inputs, scores, errored, summary, spread, judge_metrics)
 
-    human = with_run_labels(human, run_labels(store, run_id, cases, results, list(scores), resumed=resumed, info=info))
-    trust = assess(plan.specs, scores, human, inputs.unanswerable, cfg.calibration)
 
-    timings = stage_timings(results)
-    metrics = {name: value for name, value in summary.items() if value is not None}
-    metrics["case_count"] = float(len(cases))
-    metrics["error_count"] = float(error_count)
-    metrics.update(judge_metrics)
+def _human_scores(
+    plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
+) -> dict[str, np.ndarray]:
+    """People's scores of this run's cases: the dataset's ``human`` field, then the review
+    queues' labels of this run (as ``ragexp calibrate`` reads them)."""
+    from ragexp.labels.collect import run_labels, with_run_labels
+
+    cases = plan.dataset.cases
+    names = list(scored.scores)
+    human = human_columns([case.human for case in cases], names)
+    return with_run_labels(human, run_labels(store, run_id, cases, results, names, resumed=resumed, info=info))
+
+
+def run_metrics(
+    plan: Plan, results: Sequence[CaseResult], scored: Scored, trust: Trust, timings: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Every figure the run logs as an MLflow metric."""
+    metrics = {name: value for name, value in scored.summary.items() if value is not None}
+    metrics["case_count"] = float(len(plan.dataset.cases))
+    metrics["error_count"] = float(scored.error_count)
+    metrics.update(scored.judge_metrics)
     metrics.update(trust.as_metrics())
-    stages = []
-    for stage, figures in timings.items():
-        prefix = timing_prefix(stage)
-        for figure, value in figures.items():
-            metrics[f"{prefix}.{figure}"] = value
-        stages.append({"stage": stage, "metric_prefix": prefix, **figures})
+    for stage in stage_rows(timings):
+        for figure in TIMING_FIGURES:
+            metrics[f"{stage['metric_prefix']}.{figure}"] = stage[figure]
     metrics.update(ttft_figures(results))
-    store.log_metrics(run_id, metrics)
+    return metrics
 
-    columns = {name: nullable(values) for name, values in scores.items()}
-    latency = nullable(inputs.latency)
+
+def stage_rows(timings: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """``timings.json``'s rows: each stage's name, the key prefix of its metrics, its figures."""
+    return [{"stage": stage, "metric_prefix": timing_prefix(stage), **figures} for stage, figures in timings.items()]
+
+
+def _log_artifacts(
+    plan: Plan,
+    store: Store,
+    run_id: str,
+    results: list[CaseResult],
+    scored: Scored,
+    human: dict[str, np.ndarray],
+    trust: Trust,
+    timings: dict[str, dict[str, float]],
+) -> None:
+    cfg = plan.config
+    cases = plan.dataset.cases
+    columns = scored.columns()
+    latency = nullable(scored.inputs.latency)
+    summary = {
+        "summary": scored.summary,
+        "case_count": len(cases),
+        "error_count": scored.error_count,
+        "config_hash": plan.config_hash,
+        "dataset_hash": plan.dataset.dataset_hash,
+        **trust.to_json(),
+    }
     with tempfile.TemporaryDirectory(prefix="ragexp-run-") as tmp:
         folder = Path(tmp)
-        artifacts.write_cases(folder / artifacts.CASES, cases, results, columns, latency, spread)
-        (folder / artifacts.CONFIG).write_bytes(_yaml(resolved_config(cfg)))
-        artifacts.write_summary(
-            folder / artifacts.SUMMARY,
-            {
-                "summary": summary,
-                "case_count": len(cases),
-                "error_count": error_count,
-                "config_hash": plan.config_hash,
-                "dataset_hash": plan.dataset.dataset_hash,
-                **trust.to_json(),
-            },
-        )
+        artifacts.write_cases(folder / artifacts.CASES, cases, results, columns, latency, scored.spread)
+        artifacts.write_config(folder / artifacts.CONFIG, resolved_config(cfg))
+        artifacts.write_summary(folder / artifacts.SUMMARY, summary)
         artifacts.write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
-        if stages:
-            (folder / artifacts.TIMINGS).write_bytes(orjson.dumps({"stages": stages}, option=orjson.OPT_INDENT_2))
-        artifacts.write_scores(folder / artifacts.SCORES, cases, errored, latency, columns, human)
+        if timings:
+            artifacts.write_timings(folder / artifacts.TIMINGS, stage_rows(timings))
+        artifacts.write_scores(folder / artifacts.SCORES, cases, scored.errored, latency, columns, human)
         if plan.findings is not None:
-            (folder / artifacts.AUDIT).write_bytes(
-                orjson.dumps({"findings": [f.to_json() for f in plan.findings]}, option=orjson.OPT_INDENT_2)
-            )
+            artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
-    if cfg.tracking.traces:
-        from ragexp.case_traces import build_traces
 
-        traced = build_traces(
-            cases,
-            results,
-            plan.specs,
-            scores,
-            inputs.latency,
-            errored,
-            judge=plan.judge,
-            cap=cfg.tracking.traces_max_cases,
-        )
-        _log_traces(store, run_id, cfg.experiment, traced, resumed=resumed, info=info)
-    scored = {name: int(np.isfinite(values).sum()) for name, values in scores.items()}
-    return RunOutcome(
-        run_id,
-        cfg.experiment,
-        store.uri,
-        plan.config_hash,
-        plan.dataset.dataset_hash,
-        len(cases),
-        error_count,
-        summary,
-        scored,
+
+def _log_case_traces(
+    plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, *, resumed: bool
+) -> None:
+    from ragexp.case_traces import build_traces
+
+    traced = build_traces(
+        plan.dataset.cases,
+        results,
         plan.specs,
-        timings,
-        trust,
-        missed_cases(plan.specs, scores, cases, results, cfg.k),
+        scored.scores,
+        scored.inputs.latency,
+        scored.errored,
+        judge=plan.judge,
+        cap=plan.config.tracking.traces_max_cases,
     )
+    _log_traces(store, run_id, plan.config.experiment, traced, resumed=resumed, info=info)
 
 
 def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
@@ -607,13 +667,6 @@ def _table(
         **columns,
         "latency_seconds": latency,
     }
-
-
-def _yaml(data: dict[str, Any]) -> bytes:
-    import yaml
-
-    text: str = yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
-    return text.encode("utf-8")
 
 
 def _log_traces(

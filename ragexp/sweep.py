@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragexp import limits
 from ragexp.config.compose import compose, from_composed, prepare_overrides, search_path
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.escape import terminal
-from ragexp.tracking import limits
 from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunRecord, Store
 
 PARENT_ENV = "RAGEXP_SWEEP_PARENT"

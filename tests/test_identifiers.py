@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.tracking import limits
+from ragexp import limits
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import free_port, serve
 from tests.test_http import labelled

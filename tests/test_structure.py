@@ -135,7 +135,7 @@ COMMAND_MAX_LINES = 100
 ENTRY_POINTS = {
     "init": {"ragexp.cli.init.init_project", "ragexp.cli.init.next_commands"},
     "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep"},
-    "validate": {"ragexp.datasets.check.check_dataset"},
+    "validate": {"ragexp.validate.check_dataset"},
     "runs": {"ragexp.compare.listing.list_runs"},
     "gate": {"ragexp.compare.release.run_gate"},
     "diff": {"ragexp.compare.release.compare_runs"},
@@ -356,3 +356,21 @@ def test_help_imports_no_command_work() -> None:
     # One command's help imports that command's module alone.
     heavy, commands, shown = _imported_by("gate", "--help")
     assert heavy == [] and commands == ["ragexp.cli.commands.gate"] and "--promote-tag" in shown
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_loading_a_dataset_imports_nothing_of_the_store() -> None:
+    graph = import_graph()
+    reached = _reachable(graph, "ragexp.datasets.loader")
+    assert "ragexp.limits" in reached  # the loader checks MLflow's limits, from outside the store
+    assert sorted(m for m in reached if m.startswith("ragexp.tracking")) == []
+    assert sorted(m for m in _reachable(graph, "ragexp.datasets.screening") if m.startswith("ragexp.draft")) == []

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ragexp import limits
 from ragexp.errors import ConfigError, PromotionConflict, StorageError, TrackingError
-from ragexp.tracking import limits
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store, tag_filter
 
 PROMOTION_READS = 3

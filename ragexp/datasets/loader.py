@@ -21,10 +21,10 @@ from typing import Any
 
 import orjson
 
+from ragexp import limits
 from ragexp.errors import DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
 from ragexp.records import Case, SystemOutput
-from ragexp.tracking import limits
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50

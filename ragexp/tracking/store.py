@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+from ragexp import limits
 from ragexp.errors import StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
-from ragexp.tracking import limits
 from ragexp.tracking.records import CONNECTION_LOST, database_error, one_line, store_os_error
 from ragexp.tracking.records import TAG_PREFIX as TAG_PREFIX  # re-exported: where callers have always found them
 from ragexp.tracking.records import RunRecord as RunRecord

@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ragexp import limits
 from ragexp.case_traces import CASE_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
-from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql import internals
 from ragexp.tracking.mlflow_sql.schema import Declined
 from ragexp.tracking.mlflow_sql.trace_rows import (

@@ -40,8 +40,8 @@ def validate(
     --probe, ask the system under test about the first case."""
     use_config_dir(config_dir)
     from ragexp.cli.views import show_validation
-    from ragexp.datasets.check import check_dataset
     from ragexp.errors import DatasetErrors
+    from ragexp.validate import check_dataset
 
     try:
         checked = check_dataset(

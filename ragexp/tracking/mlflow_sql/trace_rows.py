@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ragexp import limits
 from ragexp.case_traces import TRACE_NAME
-from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, check_mlflow, check_revision, installed_mlflow
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ragexp import limits
 from ragexp.errors import TrackingError
-from ragexp.tracking import limits
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
 from ragexp.tracking.mlflow_sql.schema import Declined
 from ragexp.tracking.records import database_error, store_os_error

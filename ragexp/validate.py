@@ -11,7 +11,7 @@ from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
-from ragexp.draft.screening import refuse_unscreened
+from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
 from ragexp.paths import data_roots
 from ragexp.providers.base import RunSettings, build_provider
