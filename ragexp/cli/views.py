@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
-from ragexp.compare.power import POWER, POWER_ASSUMPTION
+from ragexp.compare.missing import case_legend, metric_legend
+from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.metrics.registry import headline_metrics
+from ragexp.phrases import t
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ def show_run(evaluation: Evaluation) -> None:
             [spec.name, fmt(value), spec.direction, f"{scored}/{outcome.case_count}" if scored is not None else "run"]
         )
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
+    unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
+    if unscored:
+        print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -100,6 +105,8 @@ def show_sweep(outcome: SweepOutcome) -> None:
         for r in outcome.runs
     ]
     print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
+    if any(r.metrics.get(n) is None for r in outcome.runs for n in shown):
+        print("— means no value: that point's run logged none for the metric (not in its metric set, or no case scored)")
     print(f"\nsweep {outcome.parent}: {len(outcome.runs)} runs, {len(outcome.failures)} failed points")
 
 
@@ -198,6 +205,8 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
             "l" * (7 + with_experiment) + "r" * len(shown) + "r",
         )
     )
+    if any(item["metrics"].get(name) is None for item in items for name in shown):
+        print("— means no value: the run logged none for the metric (not in its metric set, or no case scored)")
 
 
 def show_diff(result: DiffResult) -> None:
@@ -206,6 +215,7 @@ def show_diff(result: DiffResult) -> None:
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
+    legend(metric_legend(result))
     print_diff_power(result)
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
@@ -233,6 +243,16 @@ def show_diff(result: DiffResult) -> None:
                 answer = (did["answer"] or "").replace("\n", " ")[:80]
                 error = f"  error: {did['error']}" if did["error"] else ""
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
+        for line in case_legend(result.cases):
+            print(f"  {line}")
+
+
+def legend(lines: Sequence[str]) -> None:
+    """What each ``—`` of the table above means: a title line, then one indented line per reason."""
+    if lines:
+        print(lines[0])
+        for line in lines[1:]:
+            print(f"  {terminal(line)}")
 
 
 def show_gate(outcome: GateOutcome) -> None:
@@ -244,6 +264,8 @@ def show_gate(outcome: GateOutcome) -> None:
         info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
     if result.failures:
         print(to_terminal(failure_table(result, "en")))
+        if any(None in (r.baseline, r.candidate) for r in result.failures):
+            print(t("dash_run_value", "en"))
     for r in result.rules:
         if r.method == "prediction-powered" and r.passed:
             print(f"note: {terminal(r.message)}")
@@ -287,7 +309,12 @@ def print_gate_power(result: GateResult) -> None:
     seen: dict[str, str] = {}
     for rule in result.rules:
         if rule.power is not None and rule.metric not in seen:
-            seen[rule.metric] = f"{fmt(rule.detectable_effect)} with {rule.power.n} cases"
+            power = rule.power
+            seen[rule.metric] = (
+                f"{fmt(power.detectable)} with {power.n} cases"
+                if power.detectable is not None
+                else f"{detectable_words(power)} ({power.n} here)"
+            )
     if seen:
         print("detectable change (two-sided, 80% power):")
         for name, text in seen.items():
@@ -355,6 +382,11 @@ def show_power(found: BaselinePower) -> None:
             row.append(f"{p.needed:,}" if p.needed is not None else "not reachable")
         rows.append(row)
     print(table(headers, rows, "lrrr" + "r" * (effect is not None)))
+    missing = [(p.metric, reason) for p in found.plans for reason in dict.fromkeys(p.why.values())]
+    if missing:
+        print("\nwhy a figure is missing (— or not reachable):")
+        for metric, reason in missing:
+            print(f"  {terminal(metric)}: {reason}")
     print(
         f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
         f"and a correlation of {found.correlation:g} with it"

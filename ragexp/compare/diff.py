@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ragexp.compare.data import RunData
+from ragexp.compare.missing import metric_why
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
@@ -104,7 +105,7 @@ class DiffResult:
             "candidate": self.candidate.run_id,
             "comparable": not self.differences,
             "differences": self.differences,
-            "metrics": [m.to_json() for m in self.metrics],
+            "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
             "diagnosis": self.diagnosis,
         }
