@@ -25,6 +25,7 @@ from ragexp.draft.cache import DraftCache
 from ragexp.draft.corpus import Chunk
 from ragexp.draft.rules import RETRIEVE_K, Retriever, found_in, missing_facts, near_duplicates, stratified
 from ragexp.errors import ConfigError, ProviderError
+from ragexp.escape import prompt_attribute, prompt_block
 from ragexp.metrics.judge.cache import cache_key
 from ragexp.metrics.judge.scorer import JSON_MODE
 from ragexp.metrics.judge.usage import Usage
@@ -163,7 +164,11 @@ def prompt_hash(language: str) -> str:
 
 
 def render(template: str, chunks: list[Chunk]) -> str:
-    block = "\n\n".join(f'<chunk id="{chunk.id}">\n{chunk.text}\n</chunk>' for chunk in chunks)
+    """The prompt: ``template`` with each chunk in a ``<chunk id="...">`` block; ids and texts
+    escaped (:func:`ragexp.escape.prompt_block`), so a document cannot forge a block."""
+    block = "\n\n".join(
+        f'<chunk id="{prompt_attribute(chunk.id)}">\n{prompt_block(chunk.text, "chunk")}\n</chunk>' for chunk in chunks
+    )
     return template.replace("{{chunks}}", block)
 
 

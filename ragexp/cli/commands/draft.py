@@ -91,6 +91,7 @@ def draft(
     else:
         for line in drafted.summary.lines():
             print(line)
-        print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
+        if drafted.written:
+            print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
     if drafted.failure:
         raise ProviderError(drafted.failure)
