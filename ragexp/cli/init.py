@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ragexp.errors import ConfigError
-from ragexp.paths import package_conf
+from ragexp.paths import package_conf, packaged_owner
 
 STARTER_CASES = [
     {
@@ -92,15 +93,32 @@ def _preset_template(name: str) -> str:
     return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
 
 
+
+def _python_preset_template(name: str, example: str) -> str:
+    """A packaged Python preset (LangChain, LlamaIndex) as the user's own file: every key kept,
+    the target to fill in."""
+    text = (package_conf() / "system" / f"{name}.yaml").read_text(encoding="utf-8")
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("target:"):
+            line = f"target: {example}   # CHANGE ME: package.module:attr of yours (docs/systems.md)"
+        lines.append(line)
+    header = f"# Your {name} pipeline: `ragexp run system=my_service` (written from the packaged `{name}` preset).\n"
+    return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
+
+
 SYSTEM_TEMPLATES: dict[str, Callable[[], str]] = {
     "http": lambda: SYSTEM,
     "dify": lambda: _preset_template("dify"),
     "ragflow": lambda: _preset_template("ragflow"),
     "openai_chat": lambda: _preset_template("openai_chat"),
     "python": lambda: PYTHON_SYSTEM,
+    "langchain": lambda: _python_preset_template("langchain", "my_package.rag:chain"),
+    "llamaindex": lambda: _python_preset_template("llamaindex", "my_package.rag:query_engine.query"),
 }
 """``ragexp init --system NAME`` -> the content of ``conf/system/my_service.yaml``."""
 
+GITIGNORE = ".gitignore"
 GITIGNORE_LINES = ["mlruns/"]
 
 
@@ -127,38 +145,84 @@ def starter_files(system: str = "http") -> dict[str, str]:
     }
 
 
-def init_project(directory: Path, force: bool = False, system: str = "http") -> list[Path]:
-    """Write the starter files under ``directory`` (``conf/system/my_service.yaml`` from the
-    ``system`` template); refuse to overwrite unless ``force``.
+@dataclass(frozen=True)
+class Planned:
+    """One file ``ragexp init`` writes: its path under the target folder and its content
+    (``append``: added at the end of the file if it exists, as the ``.gitignore`` lines are)."""
 
-    A target that cannot take the files (a file, a path through a file, a folder without write
-    permission) is refused in one line before anything is written."""
-    check_target(directory)
+    path: str
+    content: str
+    append: bool = False
+
+
+def plan_init(directory: Path, force: bool = False, system: str = "http") -> list[Planned]:
+    """Every file ``ragexp init`` would write under ``directory``, after every check: nothing is
+    written before all of them pass, so a refusal leaves the folder as it was.
+
+    Refused in one line: an unknown ``system``; a target that cannot take the files (a file, a
+    path through a file, a folder without write permission, a starter path that is a folder);
+    ragexp's own folders (a checkout of ragexp, whose ``conf/`` is the packaged tree, a packaged
+    config tree, the installed package); starter files that exist, unless ``force``."""
     files = starter_files(system)
-    existing = [directory / name for name in files if (directory / name).exists()]
+    check_not_packaged(directory)
+    check_target(directory)
+    planned = [Planned(name, content) for name, content in files.items()]
+    for item in planned:
+        path = directory / item.path
+        if path.is_dir():
+            raise ConfigError(f"ragexp init {directory}: cannot write {path} (a folder is there)")
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            raise ConfigError(f"ragexp init {directory}: cannot write {path} ({blocking} is a file)")
+    existing = [directory / item.path for item in planned if (directory / item.path).exists()]
     if existing and not force:
         raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")
+    ignore = _gitignore_lines(directory)
+    return [*planned, ignore] if ignore is not None else planned
+
+
+def _gitignore_lines(directory: Path) -> Planned | None:
+    """The lines of :data:`GITIGNORE_LINES` the folder's ``.gitignore`` lacks (None: none)."""
+    ignore = directory / GITIGNORE
+    if ignore.is_dir():
+        raise ConfigError(f"ragexp init {directory}: cannot write {ignore} (a folder is there)")
+    try:
+        text = ignore.read_text(encoding="utf-8") if ignore.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(f"ragexp init {directory}: cannot read {ignore} ({reason})") from None
+    lines = text.splitlines()
+    missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
+    if not missing:
+        return None
+    prefix = "\n" if text and not text.endswith("\n") else ""
+    comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
+    return Planned(GITIGNORE, prefix + comment + "\n".join(missing) + "\n", append=True)
+
+
+def write_plan(directory: Path, planned: list[Planned]) -> list[Path]:
+    """Write what :func:`plan_init` planned; returns the paths written."""
     written = []
     try:
-        for name, content in files.items():
-            path = directory / name
+        for item in planned:
+            path = directory / item.path
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
+            if item.append:
+                with path.open("a", encoding="utf-8") as handle:
+                    handle.write(item.content)
+            else:
+                path.write_text(item.content, encoding="utf-8")
             written.append(path)
-        ignore = directory / ".gitignore"
-        lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
-        missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
-        if missing:
-            prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
-            comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
-            with ignore.open("a", encoding="utf-8") as handle:
-                handle.write(prefix + comment + "\n".join(missing) + "\n")
-            written.append(ignore)
-    except (OSError, UnicodeDecodeError) as exc:  # e.g. a starter path that is a folder, a full disk
-        where = getattr(exc, "filename", None) or directory
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"ragexp init {directory}: cannot write {where} ({reason})") from None
+    except OSError as exc:  # every path was checked: a disk that filled up meanwhile
+        where = exc.filename or directory
+        raise ConfigError(f"ragexp init {directory}: cannot write {where} ({exc.strerror or exc})") from None
     return written
+
+
+def init_project(directory: Path, force: bool = False, system: str = "http") -> list[Path]:
+    """Write the starter files under ``directory`` (``conf/system/my_service.yaml`` from the
+    ``system`` template): :func:`plan_init`, then :func:`write_plan`."""
+    return write_plan(directory, plan_init(directory, force=force, system=system))
 
 
 def check_target(directory: Path) -> None:
@@ -178,6 +242,13 @@ def check_target(directory: Path) -> None:
         raise ConfigError(f"ragexp init {directory}: cannot write into {existing} ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def check_not_packaged(directory: Path) -> None:
+    """Refuse ragexp's own folders (:func:`ragexp.paths.packaged_owner`): a user's files never go there."""
+    owner = packaged_owner(directory)
+    if owner is not None:
+        raise ConfigError(f"ragexp init {directory}: {owner}; name a folder of your own project (ragexp init PATH)")
 
 
 def next_commands(directory: Path) -> list[str]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragexp.config.models import SYSTEM_KINDS, RagexpConfig
 from ragexp.errors import ConfigError
-from ragexp.paths import packaged_trees, user_conf_dir
+from ragexp.paths import is_ragexp_checkout, packaged_trees, user_conf_dir
 
 GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates", "setup")
 """Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``;
@@ -46,6 +46,11 @@ def search_path() -> tuple[Path, str, list[str]]:
         return packaged, "config", _search_after(experiments)
     if not user.is_dir():
         raise ConfigError(f"{user}: no such config folder (--config-dir / RAGEXP_CONFIG_DIR)")
+    if is_ragexp_checkout(user.parent):
+        raise ConfigError(
+            f"{user}: the conf/ of a checkout of ragexp (ragexp's packaged config tree), not a config folder "
+            "of your own (--config-dir / RAGEXP_CONFIG_DIR)"
+        )
     name = "config"
     if not (user / "config.yaml").is_file():
         _store_packaged_primary(packaged)
