@@ -68,6 +68,7 @@ def test_a_checkouts_conf_is_never_taken_for_a_users(ragexp: Any, tmp_path: Path
     assert checked.code == 0, checked.stderr
     assert "replaces the packaged" not in checked.stderr and checked.stderr == ""
     # Named explicitly, it is refused in one line rather than half used.
+    monkeypatch.setattr("os.environ", dict(__import__("os").environ))  # the option sets RAGEXP_CONFIG_DIR
     named = ragexp("validate", "--config-dir", str(clone / "conf"))
     assert named.code == 1
     assert named.stderr.splitlines() == [
