@@ -22,6 +22,7 @@ from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_ch
 from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
+from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
@@ -272,14 +273,21 @@ class Evaluation:
 
 
 def run_config(
-    overrides: Sequence[str], *, resume: str | None = None, retry_errors: bool = False, allow_draft: bool = False
+    overrides: Sequence[str],
+    *,
+    resume: str | None = None,
+    retry_errors: bool = False,
+    allow_draft: bool = False,
+    tracking_uri: str | None = None,
 ) -> Evaluation:
     """``ragexp run``: compose the config, plan (every check before an MLflow run exists),
-    evaluate every case and log one run; ``resume`` continues an interrupted one."""
+    evaluate every case and log one run; ``resume`` continues an interrupted one;
+    ``tracking_uri`` is ``--tracking-uri`` (:mod:`ragexp.config.tracking`)."""
     if retry_errors and not resume:
         raise ConfigError("--retry-errors goes with --resume RUN_ID")
     config = compose(list(overrides))
-    store = Store(config.tracking.uri, timeout_s=config.tracking.timeout_s)
+    uri = chosen_uri(tracking_uri, overrides, config.tracking.uri)
+    store = Store(uri, timeout_s=config.tracking.timeout_s)
     register_url(store.uri)  # a tracking server's password is masked wherever a secret is
     plan = plan_run(config, store.state_dir())
     if not allow_draft:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig
+from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
@@ -17,6 +18,8 @@ from ragexp.paths import data_roots
 from ragexp.providers.base import RunSettings, build_provider
 from ragexp.records import Case
 from ragexp.runner import check_store_fields
+from ragexp.secrets import mask_url
+from ragexp.tracking.store import resolve_uri
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,18 @@ def check_dataset(
     corpus: str | None = None,
     probe: bool = False,
     allow_draft: bool = False,
+    tracking_uri: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> DatasetCheck:
     """Load and check the configured dataset (or the file at ``path``); a broken one raises
-    :class:`~ragexp.errors.DatasetErrors` listing every problem."""
+    :class:`~ragexp.errors.DatasetErrors` listing every problem. ``tracking_uri``
+    (``--tracking-uri``) and the config choose the store a run would log to, which the summary
+    names (:mod:`ragexp.config.tracking`)."""
     config = None
+    store = tracking_uri
     if path is None:
         config = compose(list(overrides))
+        store = chosen_uri(tracking_uri, overrides, config.tracking.uri)
         check_store_fields(config)
         file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
         configured = corpus or config.dataset.corpus
@@ -73,6 +81,7 @@ def check_dataset(
         "dataset_hash": dataset.dataset_hash,
         "label_fields": sorted(dataset.label_fields),
         "output_fields": sorted(dataset.output_fields),
+        "tracking_uri": mask_url(resolve_uri(store)),
         "human_labels": _human_counts(dataset.cases),
     }
     if findings is not None:

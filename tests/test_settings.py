@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from ragexp.errors import ConfigError
-from tests.conftest import ROOT, invoke
+from tests.conftest import ROOT, invoke, write_jsonl
+from tests.test_compare import replay_rows
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -59,7 +60,9 @@ def test_init_inside_a_checkout_of_ragexp_refuses_in_one_line_and_writes_where_n
     assert ragexp("validate", "dataset=my_set").code == 0
 
 
-def test_a_checkouts_conf_is_never_taken_for_a_users(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_checkouts_conf_is_never_taken_for_a_users(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # In a checkout of ragexp other than the installed one, ./conf is ragexp's packaged tree: it is
     # not composed over the installed tree (no "replaces the packaged ..." note for each file).
     clone = checkout_copy(tmp_path)
@@ -102,3 +105,84 @@ def test_init_writes_nothing_before_it_refuses(ragexp: Any, tmp_path: Path) -> N
         ], name
         assert tree(folder) == before, name
         assert not (folder / "conf").exists(), name
+
+
+# --- the store option -----------------------------------------------------------------------------
+
+
+def store_commands() -> set[str]:
+    """Every command with a --tracking-uri option: the commands that touch a store."""
+    import importlib
+    import inspect
+
+    from ragexp.cli.commands import COMMANDS
+
+    found = set()
+    for name in COMMANDS:
+        source = inspect.getsource(importlib.import_module(f"ragexp.cli.commands.{name}"))
+        if "TrackingUri" in source:
+            found.add(name)
+    return found
+
+
+def test_every_store_command_takes_both_spellings_with_one_precedence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr("os.environ", dict(__import__("os").environ))
+    monkeypatch.chdir(tmp_path)  # the default store, ./mlruns, must stay untouched
+    uri = f"sqlite:///{tmp_path}/team/mlflow.db"
+    cases = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 4 + [{"rank": 2}] * 4))
+    run = ["run", f"dataset.path={cases}", "dataset.name=crafted", "provider=replay", "k=3", "--json"]
+    by_flag = invoke(*run, "--tracking-uri", uri)
+    by_key = invoke(*run, f"tracking.uri={uri}", "k=5")
+    assert by_flag.code == 0 and by_key.code == 0, by_flag.stderr + by_key.stderr
+    base, cand = by_flag.json()["run_id"], by_key.json()["run_id"]
+    ids = {base, cand}
+    checked: dict[str, set[str]] = {}
+
+    def both(command: str, *args: str, check: Any) -> None:
+        for spelling in (["--tracking-uri", uri], [f"tracking.uri={uri}"]):
+            result = invoke(command, *args, *spelling)
+            assert result.code in (0, 2), (command, spelling, result.stderr)
+            check(result)
+            checked.setdefault(command, set()).add(spelling[0].split("=")[0])
+
+    both("runs", "--json", check=lambda r: {row["run_id"] for row in r.json()["runs"]} == ids or pytest.fail(r.stdout))
+    both("validate", f"dataset.path={cases}", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail())
+    both("diff", base, cand, "--json", "--allow-incomparable", check=lambda r: r.json()["candidate"] == cand)
+    both("gate", "--baseline", base, "--candidate", cand, "--allow-incomparable", "--json", check=lambda r: None)
+    both("power", "--baseline", base, "--json", check=lambda r: r.json()["baseline"] == base or pytest.fail())
+    both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
+    both("calibrate", cand, "--json", check=lambda r: None)
+    both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    checked["run"] = {"--tracking-uri", "tracking.uri"}
+    assert not (tmp_path / "mlruns").exists()
+    draft_store = invoke("draft", "--accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}")
+    assert draft_store.code == 1 and "no-such-queue" in draft_store.stderr and not (tmp_path / "mlruns").exists()
+    checked["draft"] = {"tracking.uri"}
+    assert set(checked) == store_commands() and all(len(v) >= 1 for v in checked.values())
+
+    # Two different stores in the two spellings: refused in one line, whichever command.
+    other = f"sqlite:///{tmp_path}/other/mlflow.db"
+    for args in (["runs"], [*run[:-1]], ["diff", base, cand]):
+        refused = invoke(*args, "--tracking-uri", uri, f"tracking.uri={other}")
+        assert refused.code == 1 and refused.stderr.splitlines() == [
+            f"ragexp: error: --tracking-uri {uri} and tracking.uri={other} name two different stores: give one"
+        ], args
+    # A command that composes no config takes no other override.
+    assert invoke("runs", "k=3").stderr.splitlines() == [
+        "ragexp: error: ragexp runs: unexpected argument 'k=3' (of the config, runs takes tracking.uri=URI only)"
+    ]
+
+    # The config file's tracking.uri comes next, for every command; then MLFLOW_TRACKING_URI.
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    packaged = (ROOT / "conf/config.yaml").read_text(encoding="utf-8")
+    (conf / "config.yaml").write_text(packaged.replace("  uri: null", f"  uri: {uri}"), encoding="utf-8")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    listed = invoke("runs", "--json")
+    assert listed.code == 0, listed.stderr
+    assert {row["run_id"] for row in listed.json()["runs"]} == ids
+    assert invoke("validate", f"dataset.path={cases}", "--json").json()["tracking_uri"] == uri
+    assert invoke("runs", "--tracking-uri", other).stderr.startswith("ragexp: error: no tracking store at")

@@ -93,7 +93,6 @@ def _preset_template(name: str) -> str:
     return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
 
 
-
 def _python_preset_template(name: str, example: str) -> str:
     """A packaged Python preset (LangChain, LlamaIndex) as the user's own file: every key kept,
     the target to fill in."""

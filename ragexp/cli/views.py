@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
     from ragexp.draft.review import Accepted
-    from ragexp.draft.workflow import InReview
+    from ragexp.draft.workflow import DraftedSet, InReview
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
@@ -106,7 +106,9 @@ def show_sweep(outcome: SweepOutcome) -> None:
     ]
     print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
     if any(r.metrics.get(n) is None for r in outcome.runs for n in shown):
-        print("— means no value: that point's run logged none for the metric (not in its metric set, or no case scored)")
+        print(
+            "— means no value: that point's run logged none for the metric (not in its metric set, or no case scored)"
+        )
     print(f"\nsweep {outcome.parent}: {len(outcome.runs)} runs, {len(outcome.failures)} failed points")
 
 
@@ -135,6 +137,7 @@ def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> 
     )
     print(f"labels: {terminal(', '.join(summary['label_fields']))}")
     print(f"recorded outputs: {terminal(', '.join(summary['output_fields']) or 'none')}")
+    print(f"runs log to: {terminal(summary['tracking_uri'])}")
     if summary["human_labels"]:
         counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
         print(f"human scores: {terminal(counts)}")
@@ -391,6 +394,14 @@ def show_power(found: BaselinePower) -> None:
         f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
         f"and a correlation of {found.correlation:g} with it"
     )
+
+
+def show_drafted(drafted: DraftedSet) -> None:
+    """What a draft kept and dropped, and (when it wrote the file) that people screen it next."""
+    for line in drafted.summary.lines():
+        print(line)
+    if drafted.written:
+        print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
 
 
 def show_draft_review(queued: InReview) -> None:

@@ -35,6 +35,7 @@ from ragexp.compare.select import (
 )
 from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summary
 from ragexp.config.compose import compose
+from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.outputs import check_writable, write_file
 from ragexp.phrases import check_language
@@ -218,7 +219,7 @@ def run_gate(
     config = compose(list(overrides))
     gates = config.gates
     check_gate(gates)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri), read_only=True)
     given = store.get_run(candidate) if candidate else None
     chosen, expected = _choose_under_tag(store, selector, given, tag)
     # Whatever was chosen (not named by id) is said once the runs and the tag's holders are

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.compare.summary import Links
 from ragexp.config.compose import compose
+from ragexp.config.tracking import chosen_uri
 from ragexp.draft.corpus import read_corpus
 from ragexp.draft.review import Accepted, ReviewQueue, accept, create_review
 from ragexp.errors import ConfigError, StorageError
@@ -45,9 +46,11 @@ def draft_set(
     multi: float = 0.2,
     seed: int = 0,
     cache: str | None = None,
+    tracking_uri: str | None = None,
 ) -> DraftedSet:
     """Draft cases (``draft.status: draft``) from the corpus with the configured judge model and
-    write them to ``out``; calls that got no reply leave their cases out, said in ``failure``."""
+    write them to ``out``; calls that got no reply leave their cases out, said in ``failure``.
+    The reply cache lives in the tracking store's folder (``tracking_uri``: ``--tracking-uri``)."""
     config = compose(list(overrides))
     judge = config.provider.judge
     if judge is None:
@@ -62,7 +65,8 @@ def draft_set(
     if out_path.is_dir():
         raise ConfigError(f"--out {out}: is a folder")
     chunks = read_corpus(Path(corpus))
-    cache_path = Path(cache) if cache else Store(config.tracking.uri).state_dir() / "draft-cache.sqlite"
+    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri))
+    cache_path = Path(cache) if cache else store.state_dir() / "draft-cache.sqlite"
     drafter = Drafter(judge, cache_path)
     drafter.preflight()
     drafted = drafter.draft(chunks, options)
@@ -87,7 +91,11 @@ def nothing_drafted(summary: Summary, out: Path) -> str:
 
     reason, count = max(summary.dropped.items(), key=lambda item: item[1], default=("", 0))
     why = f"{count} of {summary.planned}: {REASONS[reason]}" if reason else "nothing was planned"
-    hint = "; check that provider.judge.model replies with the JSON the prompt asks for" if reason == "unusable_reply" else ""
+    hint = (
+        "; check that provider.judge.model replies with the JSON the prompt asks for"
+        if reason == "unusable_reply"
+        else ""
+    )
     return f"no case drafted ({why}){hint}; nothing written to {out}"
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, use_config_dir
+from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
 
 
 def validate(
@@ -34,6 +34,7 @@ def validate(
         ),
     ] = False,
     allow_draft: AllowDraft = False,
+    tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Check a dataset without running anything; with a corpus, audit its labels too; with
@@ -51,6 +52,7 @@ def validate(
             corpus=corpus,
             probe=probe,
             allow_draft=allow_draft,
+            tracking_uri=tracking_uri,
             say=info,
         )
     except DatasetErrors as exc:
