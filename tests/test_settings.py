@@ -149,7 +149,9 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
             checked.setdefault(command, set()).add(spelling[0].split("=")[0])
 
     both("runs", "--json", check=lambda r: {row["run_id"] for row in r.json()["runs"]} == ids or pytest.fail(r.stdout))
-    both("validate", f"dataset.path={cases}", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail())
+    both(
+        "validate", f"dataset.path={cases}", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail()
+    )
     both("diff", base, cand, "--json", "--allow-incomparable", check=lambda r: r.json()["candidate"] == cand)
     both("gate", "--baseline", base, "--candidate", cand, "--allow-incomparable", "--json", check=lambda r: None)
     both("power", "--baseline", base, "--json", check=lambda r: r.json()["baseline"] == base or pytest.fail())
@@ -158,7 +160,9 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
     checked["run"] = {"--tracking-uri", "tracking.uri"}
     assert not (tmp_path / "mlruns").exists()
-    draft_store = invoke("draft", "--accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}")
+    draft_store = invoke(
+        "draft", "--accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}"
+    )
     assert draft_store.code == 1 and "no-such-queue" in draft_store.stderr and not (tmp_path / "mlruns").exists()
     checked["draft"] = {"tracking.uri"}
     assert set(checked) == store_commands() and all(len(v) >= 1 for v in checked.values())
@@ -186,3 +190,40 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     assert {row["run_id"] for row in listed.json()["runs"]} == ids
     assert invoke("validate", f"dataset.path={cases}", "--json").json()["tracking_uri"] == uri
     assert invoke("runs", "--tracking-uri", other).stderr.startswith("ragexp: error: no tracking store at")
+
+
+# --- unknown keys ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("target=app:chain", "target: no such key (did you mean provider.system.target?)"),
+        ("+target=app:chain", "target: unknown key (did you mean provider.system.target?)"),
+        ("uri=sqlite:///x.db", "uri: no such key (did you mean tracking.uri?)"),
+        ("provider.system.timeout=3", "provider.system.timeout: no such key (did you mean provider.system.timeout_s?)"),
+        ("provider.sytem.url=http://x", "provider.sytem.url: no such key (did you mean provider.system.url?)"),
+        (
+            "gates.rules.mrr.max_dropp=0.1",
+            "gates.rules.mrr.max_dropp: no such key (did you mean gates.rules.mrr.max_drop?)",
+        ),
+        ("experimnt=x", "experimnt: no such key (did you mean experiment?)"),
+        ("systm=http", "systm: no such key (did you mean system?)"),
+        # Only keys of the system kind in use are offered under provider.system.
+        ("+provider.system.timeout=3", "provider.system.timeout: unknown key for kind 'sample'"),
+        ("zzz=1", "zzz: no such key"),
+    ],
+)
+def test_an_unknown_key_names_the_closest_known_key(ragexp: Any, override: str, said: str) -> None:
+    result = ragexp("validate", override)
+    assert result.code == 1
+    assert result.stderr.splitlines() == [f"ragexp: error: config: {said}"]
+
+
+def test_an_unknown_option_of_a_group_lists_the_options(ragexp: Any) -> None:
+    result = ragexp("validate", "system=htp")
+    assert result.code == 1 and len(result.stderr.splitlines()) == 1
+    options = ", ".join(sorted(path.stem for path in (ROOT / "conf/system").glob("*.yaml")))
+    assert result.stderr.strip().endswith(
+        f"Could not find 'system/htp' (did you mean system=http? system options: {options})"
+    )
