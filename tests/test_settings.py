@@ -227,3 +227,32 @@ def test_an_unknown_option_of_a_group_lists_the_options(ragexp: Any) -> None:
     assert result.stderr.strip().endswith(
         f"Could not find 'system/htp' (did you mean system=http? system options: {options})"
     )
+
+
+# --- plain ragexp, --version ----------------------------------------------------------------------
+
+
+def test_plain_ragexp_prints_help_and_exits_0_and_version_exists() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    from ragexp import __version__
+    from ragexp.cli.commands import COMMANDS
+
+    plain = invoke()
+    assert plain.code == 0 and plain.stderr == ""
+    assert "Usage:" in plain.stdout and all(name in plain.stdout for name in COMMANDS)
+    shown = invoke("--version")
+    assert shown.code == 0 and shown.stdout == f"ragexp {__version__} (MLflow {version('mlflow')})\n"
+    assert __version__ == version("ragexp")
+    # The console script itself, in a fresh process: no command's work is imported for either.
+    probe = (
+        "import sys\nfrom ragexp.cli.app import main\nsys.argv = ['ragexp', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'mlflow', 'hydra', 'numpy'})\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    for args in ([], ["--version"]):
+        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
+        assert done.stderr.strip().splitlines()[-1] == "0 []", args
