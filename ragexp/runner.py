@@ -227,6 +227,35 @@ class StoreLost(Stopped):
     """The tracking store stopped answering during a run; the results are kept locally."""
 
 
+class NotFinished(Stopped):
+    """Every case was evaluated and logged, but the store did not mark the run finished: it is
+    complete, and a ``--resume`` finishes it without asking any case again."""
+
+
+def finish_run(store: Store, run_id: str) -> None:
+    """Mark the run finished, the call retried within the store's ``timeout_s``: a run whose data
+    is complete is never left RUNNING by one failed call, nor said to be finished when it is not."""
+    from ragexp.transport import backoff
+
+    deadline = time.monotonic() + store.timeout_s
+    attempt = 0
+    while True:
+        try:
+            store.end_run(run_id, FINISHED)
+            return
+        except RagexpError as exc:
+            pause = backoff(0.5, attempt)
+            if time.monotonic() + pause >= deadline:
+                raise NotFinished(
+                    f"run {run_id}: every case was evaluated and logged (its data is complete), but the store did "
+                    f"not mark it finished ({exc}); it stays RUNNING until a resume finishes it, which asks no case "
+                    "again",
+                    run_id,
+                ) from None
+        time.sleep(pause)
+        attempt += 1
+
+
 class AllCasesErrored(RagexpError):
     """The run completed, but no case has a score: nothing it logged can be compared."""
 
@@ -302,6 +331,7 @@ def _execute(
     checkpoint = Checkpoint(checkpoint_path(store.state_dir(), run_id)) if plan.provider.remote else None
     status = FAILED
     store_alive = True
+    ended = False
     arrived: list[CaseResult] = []
     try:
         if not resumed:
@@ -319,13 +349,18 @@ def _execute(
         store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
         store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
         status = FINISHED
-        if checkpoint is not None:
+        finish_run(store, run_id)
+        ended = True
+        if checkpoint is not None:  # only now: a run not marked finished is resumed from it
             checkpoint.remove()
         return outcome
     except KeyboardInterrupt:
         status = KILLED
         store_alive = _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise Interrupted(run_id, len(done) + len(arrived), len(plan.dataset.cases)) from None
+    except NotFinished:
+        store_alive = False  # its end was tried, within the store's timeout; the checkpoint stays
+        raise
     except StoreUnreachable as exc:
         # The store stopped answering: every further call would wait for its own timeout.
         store_alive = False
@@ -343,7 +378,7 @@ def _execute(
     finally:
         if checkpoint is not None:
             checkpoint.close()
-        if store_alive:
+        if store_alive and not ended:
             with contextlib.suppress(RagexpError):  # the first error is the one worth a line
                 store.end_run(run_id, status)
 

@@ -368,10 +368,14 @@ def closest_key_hint(key: str, kind: str | None = None) -> str:
         tail = [siblings[name] for name in difflib.get_close_matches(parts[-1], list(siblings), n=1, cutoff=0.6)]
     if not tail:  # a misspelt folder of the right name: provider.sytem.url
         same_name = {".".join(known.split(".")[:-1]): known for known in ranked if known.split(".")[-1] == parts[-1]}
-        tail = [same_name[path] for path in difflib.get_close_matches(".".join(parent), list(same_name), n=1, cutoff=0.8)]
+        tail = [
+            same_name[path] for path in difflib.get_close_matches(".".join(parent), list(same_name), n=1, cutoff=0.8)
+        ]
     if not tail and not parent:  # a misspelt group (systm=) or bare key (experimnt=)
         tail = difflib.get_close_matches(parts[-1], GROUPS, n=1, cutoff=0.75)
-        tail = tail or [anywhere[name] for name in difflib.get_close_matches(parts[-1], list(anywhere), n=1, cutoff=0.8)]
+        tail = tail or [
+            anywhere[name] for name in difflib.get_close_matches(parts[-1], list(anywhere), n=1, cutoff=0.8)
+        ]
     if not tail:
         return ""
     shown = " or ".join(tail[:3])
