@@ -34,7 +34,7 @@ from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
-from ragexp.progress import Progress
+from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
 from ragexp.secrets import register_url, scrub
@@ -318,7 +318,8 @@ def run_config(
     uri = chosen_uri(tracking_uri, overrides, config.tracking.uri)
     store = Store(uri, timeout_s=config.tracking.timeout_s)
     register_url(store.uri)  # a tracking server's password is masked wherever a secret is
-    plan = plan_run(config, store.state_dir())
+    with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
+        plan = plan_run(config, store.state_dir())
     if not allow_draft:
         refuse_unscreened(plan.dataset)
     draft_tags = {DRAFT_TAG: "true"} if unscreened(plan.dataset) else None
@@ -524,14 +525,17 @@ def _score_and_log(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
 ) -> RunOutcome:
     """Score every case, weigh the scores against people's, log metrics, artifacts and traces."""
+    shown = plan.config.progress
     scored = score_results(plan, results)
-    human = _human_scores(plan, store, run_id, results, scored, resumed)
-    trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
-    timings = stage_timings(results)
-    store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
-    _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
+    with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
+        human = _human_scores(plan, store, run_id, results, scored, resumed)
+        trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
+        timings = stage_timings(results)
+        store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
+        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
     if plan.config.tracking.traces:
-        _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
+        with Phase("logging the cases' traces", enabled=shown):
+            _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
     return RunOutcome(
         run_id,
         plan.config.experiment,
@@ -554,8 +558,9 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     on the case (``metric_errors``), never scored."""
     cfg = plan.config
     cases = plan.dataset.cases
-    inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
-    scores = score_cases(plan.specs, inputs)
+    with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
+        inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
+        scores = score_cases(plan.specs, inputs)
     spread: dict[str, list[float | None]] = {}
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:

@@ -26,7 +26,10 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
     # a wheel install, Ray clusters, whole runs and comparisons. ("*",): the whole module. Listed
     # here rather than marked in each file so that the edit loop's subset is chosen in one place;
     # a name that no longer exists is a usage error, not a silent drop.
-    "test_cli_output.py": ("test_progress_bar_with_rate_and_eta_on_a_terminal_only",),
+    "test_cli_output.py": (
+        "test_progress_bar_with_rate_and_eta_on_a_terminal_only",
+        "test_every_long_phase_of_a_large_replay_run_shows_progress",
+    ),
     "test_docs.py": (
         "test_gate_and_sample_pages_commands_run_as_shown",
         "test_readme_commands_run_as_shown",
