@@ -256,3 +256,33 @@ def test_plain_ragexp_prints_help_and_exits_0_and_version_exists() -> None:
     for args in ([], ["--version"]):
         done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True)
         assert done.stderr.strip().splitlines()[-1] == "0 []", args
+
+
+# --- what a run says after its tables --------------------------------------------------------------
+
+
+def test_a_run_says_what_it_evaluated_what_the_numbers_mean_and_what_to_try_next(ragexp: Any, tmp_path: Path) -> None:
+    shown = ragexp("run")  # what `make run` runs
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    run_id = next(line.split()[1] for line in lines if line.startswith("run "))
+    start = lines.index(next(line for line in lines if line.startswith("evaluated: ")))
+    assert lines[start] == (
+        "evaluated: the bundled sample RAG system (BM25, a reranker, an extractive answer), in-process,"
+    )
+    assert lines[start + 1] == "  on kb_zh (35 cases), the top 5 retrieved ids scored"
+    assert lines[start + 2].startswith("the numbers: scores from 0 to 1, each the mean over the cases 'scored'")
+    assert "docs/metrics.md" in lines[start + 4]
+    steps = [line.split("#")[0].split() for line in lines[lines.index("next:") + 1 :]]
+    assert steps == [
+        ["ragexp", "run", "provider.system.sample.chunking=sentence"],
+        ["ragexp", "diff", run_id, "CANDIDATE_RUN_ID"],
+        ["ragexp", "gate", "--baseline", run_id],
+        ["mlflow", "ui", "--backend-store-uri", steps[3][3]],
+    ]
+    # Another system is named for what it is; --json prints the one object only.
+    cases = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 3))
+    replayed = ragexp("run", "provider=replay", f"dataset.path={cases}", "k=3")
+    assert "evaluated: the outputs recorded in the dataset (no system was called)," in replayed.stdout
+    assert "ragexp run ... (once you changed your system)" in replayed.stdout
+    assert "evaluated" not in ragexp("run", "provider=replay", f"dataset.path={cases}", "k=3", "--json").stdout

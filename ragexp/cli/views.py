@@ -71,6 +71,42 @@ def show_run(evaluation: Evaluation) -> None:
         print(line)
 
 
+SYSTEMS: dict[str, Callable[[Any], str]] = {
+    "sample": lambda system: "the bundled sample RAG system (BM25, a reranker, an extractive answer), in-process",
+    "fake": lambda system: "outputs built from the dataset's own labels (they prove the chain, not a system)",
+    "replay": lambda system: "the outputs recorded in the dataset (no system was called)",
+    "http": lambda system: f"the HTTP service at {mask_url(system.url or '?')}",
+    "python": lambda system: f"the Python target {system.target}, in-process",
+}
+"""What ``provider.system.kind`` evaluated, in words, for the lines after a run's tables."""
+
+NEXT_KNOB = {"sample": "provider.system.sample.chunking=sentence"}
+"""A knob worth changing for a first candidate, per system kind (the others: your own change)."""
+
+
+def show_next(evaluation: Evaluation) -> None:
+    """After a run's tables: what was evaluated, what the numbers mean, what to try next."""
+    outcome, config = evaluation.outcome, evaluation.plan.config
+    system = config.provider.system
+    run_id = outcome.run_id
+    print(f"\nevaluated: {terminal(SYSTEMS[system.kind](system))},")
+    print(f"  on {terminal(config.dataset.name)} ({outcome.case_count} cases), the top {config.k} retrieved ids scored")
+    print("the numbers: scores from 0 to 1, each the mean over the cases 'scored' counts ('better': which way is")
+    print("  good); p95_seconds (seconds) and error_rate are figures of the whole run; an errored case is counted,")
+    print("  never scored 0; docs/metrics.md defines each metric")
+    knob = NEXT_KNOB.get(system.kind)
+    steps = [
+        (f"ragexp run {knob}" if knob else "ragexp run ... (once you changed your system)", "a candidate run"),
+        (f"ragexp diff {run_id} CANDIDATE_RUN_ID", "what changed, per metric and per case"),
+        (f"ragexp gate --baseline {run_id}", "the release rules: exit 0 passed, 2 failed"),
+        (f"mlflow ui --backend-store-uri {terminal(mask_url(outcome.tracking_uri))}", "every run and case"),
+    ]
+    width = max(len(command) for command, _ in steps)
+    print("next:")
+    for command, what in steps:
+        print(f"  {command:{width}}  # {what}")
+
+
 def missed_lines(evaluation: Evaluation) -> list[str]:
     """The first :data:`ragexp.metrics.missed.MISSED_SHOWN` cases scored below full marks: each metric it missed, what
     the case expected and what came back; then how many more."""

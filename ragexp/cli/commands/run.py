@@ -51,7 +51,7 @@ def run(
     import shlex
     import signal
 
-    from ragexp.cli.views import run_warning, show_run
+    from ragexp.cli.views import run_warning, show_next, show_run
     from ragexp.runner import Interrupted, Stopped, run_config
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -77,6 +77,7 @@ def run(
         emit_json(evaluation.outcome.to_json())
         return
     show_run(evaluation)
+    show_next(evaluation)
 
 
 def _sweep(overrides: list[str], resume: str | None, as_json: bool, tracking_uri: str | None) -> None:
