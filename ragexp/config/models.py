@@ -300,7 +300,8 @@ class CalibrationConfig(Model):
 
 class TrackingConfig(Model):
     uri: str | None = runtime(None)
-    """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
+    """MLflow tracking URI (``--tracking-uri`` is the same setting); null: ``MLFLOW_TRACKING_URI``, else
+    ``sqlite:///mlruns/mlflow.db``."""
     timeout_s: float = runtime(60.0, gt=0)
     """How long a tracking server may fail to answer one logging call before the run stops
     (checkpoint kept for ``--resume``)."""
@@ -324,7 +325,8 @@ class RagexpConfig(Model):
     concurrency: int = runtime(8, ge=1, le=4096)
     """Requests to the system under test in flight at once."""
     progress: bool | None = runtime(None)
-    """Progress bar on stderr; null: only when stderr is a terminal."""
+    """Progress on stderr (a bar while evaluating and judging, a line for any other phase that takes
+    over a second); null: only when stderr is a terminal."""
     dataset: DatasetConfig
     """The evaluation set."""
     metrics: MetricsConfig
