@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragexp.compare.figures import fmt
-from ragexp.metrics.registry import METRICS
 from ragexp.phrases import t
 
 if TYPE_CHECKING:
@@ -414,7 +413,7 @@ def baseline_plan(
     """One :class:`Plan` per per-case-mean metric of the baseline ``run``."""
     plans = []
     for name in run.metrics:
-        spec = METRICS.get(name)
+        spec = run.spec(name)
         values = run.per_case(name)
         if spec is None or not spec.mean_of_cases or values is None:
             continue
