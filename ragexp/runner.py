@@ -539,7 +539,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             if np.isfinite(values).any():
                 judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
     if plan.custom.python:
-        scores.update(score_python(plan.custom.python, cases, results, workers=cfg.concurrency))
+        scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     return Scored(inputs, scores, errored, summary, spread, judge_metrics)

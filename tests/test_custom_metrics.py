@@ -104,7 +104,7 @@ def test_a_python_metric_is_scored_logged_diffed_and_gated(ragexp: Any, store_ur
     assert diff.code == 0, diff.stderr
     moved = {m["name"]: m for m in diff.json()["metrics"]}["hotline"]
     assert (moved["baseline"], moved["candidate"], moved["regressed"], moved["improved"]) == (1.0, 0.8, 2, 0)
-    assert moved["delta"] == pytest.approx(-0.2) and moved["not_comparable"] is None
+    assert moved["delta"] == pytest.approx(-0.2) and "not_comparable" not in moved
     assert moved["ci_low"] is not None and moved["p_value"] is not None
     worst = {case["id"] for case in diff.json()["cases"]}
     assert worst == {"case-8", "case-9"}
@@ -455,9 +455,10 @@ def test_a_changed_rubric_or_function_is_not_comparable_for_that_metric(
         said,
     ), said
     assert metrics["team_check"]["delta"] is None and metrics["team_check"]["ci_low"] is None
-    assert metrics["hotline"]["not_comparable"] is None and metrics["hotline"]["delta"] == 0.0
+    assert "not_comparable" not in metrics["hotline"] and metrics["hotline"]["delta"] == 0.0
     text = ragexp("diff", base["run_id"], cand["run_id"])
     assert any(line.startswith("team_check") and "not comparable" in line for line in text.stdout.splitlines())
+    assert f"note: team_check is not compared: {said}" in text.stdout.splitlines()
     gate = ragexp(
         "gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], "gates.rules.team_check.max_drop=0.1"
     )
@@ -601,7 +602,7 @@ def test_scoring_skips_failed_cases_and_the_unanswerable_ones_of_an_answerable_m
     cases = [Case(f"c{i}", "q", [], [], None, i == 2, i + 1) for i in range(3)]
     results = [CaseResult("c0", SystemOutput(answer="a")), CaseResult("c1", None, "refused")]
     results.append(CaseResult("c2", SystemOutput()))
-    scores = score_python(loaded.python, cases, results, workers=2)
+    scores = score_python(loaded.python, cases, results, np.array([r.ok for r in results]), workers=2)
     assert scores["m"][0] == 1.0 and np.isnan(scores["m"][1:]).all()
     assert all(not result.metric_errors for result in results)
 

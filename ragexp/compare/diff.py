@@ -73,7 +73,9 @@ class MetricDiff:
         return "better" if good else "worse"
 
     def to_json(self) -> dict[str, Any]:
-        ppi = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
+        extra: dict[str, Any] = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
+        if self.not_comparable is not None:
+            extra["not_comparable"] = self.not_comparable
         return {
             "name": self.name,
             "direction": self.direction,
@@ -87,8 +89,7 @@ class MetricDiff:
             "regressed": self.regressed,
             "unchanged": self.unchanged,
             "detectable_effect": self.detectable_effect,
-            "not_comparable": self.not_comparable,
-            **ppi,
+            **extra,
         }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ SCORER_ARGUMENTS = ("inputs", "outputs", "expectations")
 it cannot)."""
 YES_NO = {"yes": 1.0, "no": 0.0}
 """MLflow's categorical judge answers, as scores."""
+OUTPUT = operator.attrgetter("output")
 
 
 @dataclass(frozen=True)
@@ -142,29 +144,37 @@ def _scorer_adapter(scorer: Any, target: str, key: str) -> Callable[[Case, Syste
 
 
 def score_python(
-    metrics: Sequence[PythonMetric], cases: Sequence[Case], results: Sequence[CaseResult], *, workers: int
+    metrics: Sequence[PythonMetric],
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    answered: np.ndarray,
+    *,
+    workers: int,
 ) -> dict[str, np.ndarray]:
-    """Metric -> (n,) scores, NaN where there is none. A case whose system call failed is not
-    scored (it is that case's error already); a metric over answerable cases skips the others;
-    every value that is not a score goes into the case's ``metric_errors`` with its reason, and
-    a rationale into its ``rationale``."""
+    """Metric -> (n,) scores, NaN where there is none. ``answered``: (n,) bool, the case's system
+    call succeeded; the others are not scored (each is its case's error already). A metric over
+    answerable cases skips the unanswerable ones. Every value that is not a score goes into its
+    case's ``metric_errors`` with the reason, a rationale into its ``rationale``."""
     n = len(cases)
-    ok = [i for i, result in enumerate(results) if result.error is None and result.output is not None]
-    every = len(ok) == n
     scores: dict[str, np.ndarray] = {}
     for metric in metrics:
         spec = metric.spec
-        chosen = ok if spec.population == "all" else [i for i in ok if not cases[i].unanswerable]
-        if every and len(chosen) == n:
-            firsts: Sequence[Case] = cases
-            seconds = [result.output for result in results]
+        wanted = answered
+        if spec.population == "answerable":
+            wanted = answered & ~np.fromiter((case.unanswerable for case in cases), dtype=bool, count=n)
+        if wanted.all():
+            chosen: Sequence[int] = range(n)
+            firsts, seconds = cases, results
         else:
-            firsts = [cases[i] for i in chosen]
-            seconds = [results[i].output for i in chosen]
-        raw = call_each(metric.function, firsts, seconds, workers=workers, timeout_s=metric.timeout_s)
+            chosen = np.flatnonzero(wanted).tolist()
+            firsts, seconds = [cases[i] for i in chosen], [results[i] for i in chosen]
+        raw = call_each(metric.function, firsts, seconds, workers=workers, timeout_s=metric.timeout_s, second_of=OUTPUT)
         values, problems, rationales = read_values(raw, spec, metric.timeout_s)
-        column = np.full(n, np.nan)
-        column[chosen] = values
+        if len(chosen) == n:
+            column = values
+        else:
+            column = np.full(n, np.nan)
+            column[wanted] = values
         for position, reason in problems.items():
             results[chosen[position]].metric_errors[spec.name] = reason
         for position, text in rationales.items():
@@ -180,15 +190,16 @@ def read_values(
 
     Numbers and bools, the common case, are read as one array; anything else one by one."""
     low, high = spec.low, spec.high if spec.high is not None else math.inf
-    try:
-        array = np.array(raw) if raw else np.zeros(0)
-    except (ValueError, TypeError, OverflowError):  # ragged lists and the like: read one by one
-        array = np.array(raw, dtype=object)
     problems: dict[int, str] = {}
     rationales: dict[int, str] = {}
-    if array.ndim == 1 and array.dtype.kind in "biuf":
-        values = array.astype(np.float64)
-    else:
+    values = _bools_and_small_ints(raw)
+    if values is None:
+        try:
+            array = np.array(raw) if raw else np.zeros(0)
+        except (ValueError, TypeError, OverflowError):  # ragged lists and the like: read one by one
+            array = np.array(raw, dtype=object)
+        values = array.astype(np.float64) if array.ndim == 1 and array.dtype.kind in "biuf" else None
+    if values is None:
         values = np.full(len(raw), np.nan)
         for position, value in enumerate(raw):
             number, reason, rationale = _read_one(value, spec, timeout_s)
@@ -208,6 +219,16 @@ def read_values(
     for position in problems:
         rationales.pop(position, None)
     return values, problems, rationales
+
+
+def _bools_and_small_ints(raw: Sequence[Any]) -> np.ndarray | None:
+    """The values as floats when every one is a bool or an integer from 0 to 255 (a pass/fail
+    rule's answers), else None. ``bytes`` takes exactly those, in one C pass: five times
+    faster than numpy finding the type of each."""
+    try:
+        return np.frombuffer(bytes(raw), dtype=np.uint8).astype(np.float64)
+    except Exception:  # a float, a dict, an error...: the general path decides
+        return None
 
 
 def _read_one(value: Any, spec: MetricSpec, timeout_s: float) -> tuple[float, str | None, str | None]:

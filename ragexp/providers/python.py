@@ -758,9 +758,12 @@ def call_each(
     *,
     workers: int,
     timeout_s: float,
+    second_of: Callable[[Any], Any] | None = None,
 ) -> list[Any]:
     """``function(firsts[i], seconds[i])`` for every ``i`` on up to ``workers`` daemon threads, each
     call under ``timeout_s``: per call its return value, a :class:`Raised` or :data:`TIMED_OUT`.
+    ``second_of`` (an ``operator.attrgetter``, say) is applied to each of ``seconds`` first,
+    as the calls are made: no second list is built.
 
     A system's calls go through :class:`_Driver`, which reports every result as it comes (the
     checkpoint, the progress bar) and so takes locks per call. A metric function is called once
@@ -806,14 +809,13 @@ def call_each(
             start, end = span
             values: list[Any] = []
             me.values, me.left, me.span = values, iter(firsts[start:end]), span
-            firsts_left, seconds_left = me.left, iter(seconds[start:end])
+            firsts_left = me.left
+            seconds_left = iter(seconds[start:end]) if second_of is None else map(second_of, seconds[start:end])
             while True:
                 try:
-                    # zip takes the first argument first: once the watcher has taken the rest of
-                    # them, no further call is made. (A plain loop, not map: Python calls
-                    # Python functions faster from Python code.)
-                    for first, second in zip(firsts_left, seconds_left, strict=False):
-                        values.append(call(first, second))
+                    # map takes the first argument first: once the watcher has taken the rest of
+                    # them, no further call is made; extend keeps the values made before a raise.
+                    values.extend(map(call, firsts_left, seconds_left))
                     break
                 except BaseException as exc:  # the function's own failure: that call's result
                     values.append(Raised(exc))
@@ -867,6 +869,8 @@ def call_each(
                 for _ in range(min(len(alive), workers - len(alive))):
                     spawn()
             last, progress = now, moved
+    if not any(me.abandoned for me in pool):
+        return results
     # A copy: an abandoned worker whose call returns late writes into the list it holds, not this.
     final = list(results)
     for index in timed_out:
