@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragexp import secrets
-from ragexp.case_traces import case_expectations
 from ragexp.errors import MetricError, ProviderError
 from ragexp.metrics.registry import MetricSpec, custom_spec
-from ragexp.providers.python import TIMED_OUT, Raised, call_each, failure_text, import_target, source_identity
-from ragexp.records import Case, CaseResult, SystemOutput
 
 if TYPE_CHECKING:
     from ragexp.config.models import JudgeMetricConfig, PythonMetricConfig
+    from ragexp.records import Case, CaseResult, SystemOutput
+
+# The Python-target machinery (and the HTTP stack it imports) is loaded by the runs that have a
+# Python metric, not by every run: each function below imports what it calls.
 
 SLACK = 1e-9
 """A value this far outside its range is rounding (``0.1 + 0.2``) and is clipped, as the judge's are."""
@@ -76,6 +77,8 @@ def load_custom(entries: Sequence[PythonMetricConfig | JudgeMetricConfig]) -> Cu
     for index, entry in enumerate(entries):
         spec = custom_spec(entry, index)
         if entry.kind == "python" and spec.custom is not None:
+            from ragexp.providers.python import source_identity
+
             function, module = load_function(entry.target, entry.path, spec.custom.key)
             identity = f"python:{entry.target}@{source_identity(module)}"
             spec = dataclasses.replace(spec, custom=dataclasses.replace(spec.custom, identity=identity))
@@ -87,6 +90,8 @@ def load_custom(entries: Sequence[PythonMetricConfig | JudgeMetricConfig]) -> Cu
 def load_function(target: str, path: str | None, key: str) -> tuple[Callable[[Case, SystemOutput], Any], Any]:
     """The function ``target`` names, as ``(case, output) -> value``, and its module; a
     MetricError naming ``key.target`` when it cannot be called so."""
+    from ragexp.providers.python import import_target
+
     try:
         obj, module = import_target(target, path, key)
     except ProviderError as exc:
@@ -131,6 +136,7 @@ def _scorer_adapter(scorer: Any, target: str, key: str) -> Callable[[Case, Syste
             f"(it passes {', '.join(SCORER_ARGUMENTS)})"
         )
     wanted = [name for name in SCORER_ARGUMENTS if name in parameters]
+    from ragexp.case_traces import case_expectations
 
     def call(case: Case, output: SystemOutput) -> Any:
         given = {
@@ -155,6 +161,8 @@ def score_python(
     call succeeded; the others are not scored (each is its case's error already). A metric over
     answerable cases skips the unanswerable ones. Every value that is not a score goes into its
     case's ``metric_errors`` with the reason, a rationale into its ``rationale``."""
+    from ragexp.providers.python import call_each
+
     n = len(cases)
     scores: dict[str, np.ndarray] = {}
     for metric in metrics:
@@ -200,9 +208,11 @@ def read_values(
             array = np.array(raw, dtype=object)
         values = array.astype(np.float64) if array.ndim == 1 and array.dtype.kind in "biuf" else None
     if values is None:
+        from ragexp.providers import python as calls
+
         values = np.full(len(raw), np.nan)
         for position, value in enumerate(raw):
-            number, reason, rationale = _read_one(value, spec, timeout_s)
+            number, reason, rationale = _read_one(value, spec, timeout_s, calls)
             if reason is not None:
                 problems[position] = reason
             else:
@@ -231,13 +241,18 @@ def _bools_and_small_ints(raw: Sequence[Any]) -> np.ndarray | None:
         return None
 
 
-def _read_one(value: Any, spec: MetricSpec, timeout_s: float) -> tuple[float, str | None, str | None]:
-    """(score, why there is none, rationale) of one call's value."""
-    if value is TIMED_OUT:
+def _read_one(value: Any, spec: MetricSpec, timeout_s: float, calls: Any) -> tuple[float, str | None, str | None]:
+    """(score, why there is none, rationale) of one call's value (``calls``: the module that made
+    the calls, :mod:`ragexp.providers.python`)."""
+    if value is calls.TIMED_OUT:
         key = spec.custom.key if spec.custom is not None else "metrics.custom"
         return math.nan, f"timed out after {timeout_s:g} s ({key}.timeout_s)", None
-    if isinstance(value, Raised):
-        return math.nan, f"raised {failure_text(value.error).splitlines()[0][:REASON_CHARS]}", None
+    if isinstance(value, calls.Raised):
+        try:
+            said = calls.failure_text(value.error).splitlines()[0][:REASON_CHARS]
+        except Exception:  # an exception that cannot be printed is still said by its type
+            said = type(value.error).__name__
+        return math.nan, f"raised {said}", None
     rationale: Any = None
     if isinstance(value, Mapping):
         if "score" not in value:
