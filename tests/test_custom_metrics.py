@@ -515,9 +515,14 @@ def test_values_are_read_as_scores_or_as_errors() -> None:
     }
     assert np.isnan(values[list(problems)]).all()
     assert rationales == {11: "ok"}
-    # The common case, one array: numbers alone.
+    # The common cases, one array: numbers alone; bools and small integers alone (one C pass).
     plain, none, said = read_values([0.0, 1.0, 2.0], spec, 2.0)
     assert plain.tolist()[:2] == [0.0, 1.0] and none == {2: "returned 2, outside its range [0, 1]"} and said == {}
+    flags, wrong, _ = read_values([True, False, 1, 7, -1], spec, 2.0)
+    assert flags.tolist()[:3] == [1.0, 0.0, 1.0]
+    assert wrong == {3: "returned 7, outside its range [0, 1]", 4: "returned -1, outside its range [0, 1]"}
+    empty, nothing, _ = read_values([], spec, 2.0)
+    assert empty.size == 0 and nothing == {}
 
 
 def compose_entry(text: str) -> Any:

@@ -28,8 +28,6 @@ import argparse
 import gc
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -134,16 +132,9 @@ def generate(path: Path, count: int) -> Path:
     return path
 
 
-def cpu_of(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:6])}... failed:\n{done.stderr[-2000:]}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout
-
-
 def run_row(count: int, loop_per_case: float, runs: int) -> dict[str, Any]:
+    from bench_python_systems import cpu_of  # a sibling script: CPU seconds of one child process
+
     with tempfile.TemporaryDirectory(prefix="ragexp-bench-custom-run-") as tmp:
         folder = Path(tmp)
         (folder / "bench_rules.py").write_text(RULES, encoding="utf-8")
