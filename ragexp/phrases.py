@@ -54,9 +54,9 @@ PHRASES: dict[str, dict[str, str]] = {
     "yours_note": {
         "zh": "标为“由你定义”的指标（{names}）是你们团队在 metrics.custom 中自定的规则或评分标准：非官方，"
         "其定义、取值范围与方向以你们的配置为准，本报告只按该定义计算。",
-        "en": 'The metrics marked "defined by you" ({names}) are your team\'s own rules or rubrics from '
-        "metrics.custom: not official; their definition, range and direction are your config's, and this report "
-        "only computes them as defined.",
+        "en": 'The metrics marked "defined by you" ({names}) are your team\'s own rules or rubrics, as your '
+        "config's metrics.custom states them: not official; their definition, range and direction are yours, and "
+        "this report only computes them as defined.",
     },
     "item": {"zh": "项", "en": "Item"},
     "value": {"zh": "取值", "en": "Value"},
