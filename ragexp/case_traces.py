@@ -216,7 +216,8 @@ def build_traces(
             value = float(scores[spec.name][index])
             source = judge if spec.judge else None
             if value == value:
-                feedback.append(FeedbackRecord(spec.name, value, judge=source))
+                said = result.rationale.get(spec.name)
+                feedback.append(FeedbackRecord(spec.name, value, judge=source, rationale=said))
                 continue
             reason = result.metric_errors.get(spec.name) or (f"case error: {result.error}" if result.error else None)
             if reason is not None:
@@ -232,14 +233,16 @@ def build_traces(
                 ranked_ids=list(output.ranked_ids) if output is not None else [],
                 contexts=list(output.contexts) if output is not None else [],
                 timings=dict(output.timings or {}) if output is not None else {},
-                expectations=_expectations(case),
+                expectations=case_expectations(case),
                 feedback=feedback,
             )
         )
     return TracePlan(traces, len(cases), capped)
 
 
-def _expectations(case: Case) -> dict[str, Any]:
+def case_expectations(case: Case) -> dict[str, Any]:
+    """The case's labels under MLflow's expectation names: its trace's expectations, and what an
+    MLflow scorer used as a metric of the user's gets as ``expectations``."""
     expected: dict[str, Any] = {}
     if case.expected_facts:
         expected["expected_facts"] = list(case.expected_facts)

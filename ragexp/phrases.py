@@ -50,6 +50,14 @@ PHRASES: dict[str, dict[str, str]] = {
     "higher": {"zh": "越高越好", "en": "higher is better"},
     "lower": {"zh": "越低越好", "en": "lower is better"},
     "project": {"zh": "本项目定义", "en": "defined by this project"},
+    "yours": {"zh": "由你定义", "en": "defined by you"},
+    "yours_note": {
+        "zh": "标为“由你定义”的指标（{names}）是你们团队在 metrics.custom 中自定的规则或评分标准：非官方，"
+        "其定义、取值范围与方向以你们的配置为准，本报告只按该定义计算。",
+        "en": 'The metrics marked "defined by you" ({names}) are your team\'s own rules or rubrics, as your '
+        "config's metrics.custom states them: not official; their definition, range and direction are yours, and "
+        "this report only computes them as defined.",
+    },
     "item": {"zh": "项", "en": "Item"},
     "value": {"zh": "取值", "en": "Value"},
     "who": {"zh": "谁定的", "en": "Set by"},
@@ -156,6 +164,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "moved_better": {"en": "better", "zh": "变好"},
     "moved_worse": {"en": "worse", "zh": "变差"},
     "moved_flat": {"en": "flat", "zh": "持平"},
+    "moved_not_comparable": {"en": "not comparable", "zh": "不可比"},
     "no_worst": {"en": "No case regressed.", "zh": "没有样本退步。"},
     "case": {"en": "Case", "zh": "样本"},
     "regression": {"en": "Regression", "zh": "退步量"},

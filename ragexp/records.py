@@ -102,6 +102,9 @@ class CaseResult:
     retryable: bool = False
     """The system call failed at the transport level (refused, timed out, 5xx after retries):
     the failure says nothing about the case, and ``--resume`` asks again."""
+    rationale: dict[str, str] = field(default_factory=dict)
+    """Metric name -> why the case got its score, where the metric says (a rubric's judge, a
+    function of the user's returning ``{"score", "rationale"}``)."""
 
     @property
     def ok(self) -> bool:

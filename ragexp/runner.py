@@ -29,6 +29,7 @@ from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
@@ -70,6 +71,8 @@ class Plan:
     scorer: JudgeScorer | None = None
     findings: list[Finding] | None = None
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
+    custom: CustomMetrics = field(default_factory=CustomMetrics)
+    """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
 
     def run_name(self) -> str:
         """The configured name, else provider, dataset, k and short hash (the start cut if the
@@ -139,14 +142,17 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
 
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
-    specs = parse_metric_names(config.metrics.names)
+    custom = load_custom(config.metrics.custom)
+    specs = parse_metric_names(config.metrics.names, custom.specs)
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
-    judge_specs = [spec.name for spec in specs if spec.judge]
+    judge_specs = [spec for spec in specs if spec.judge]
     if judge_specs and config.provider.judge is None:
+        first = judge_specs[0]
+        who = f"{first.custom.key}: the rubric '{first.name}'" if first.custom else f"metric '{first.name}'"
         raise MetricError(
-            f"metric '{judge_specs[0]}' needs an LLM judge, and provider {config.provider.name} has none "
+            f"{who} needs an LLM judge, and provider {config.provider.name} has none "
             "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
         )
     settings = RunSettings(k=config.k, concurrency=config.concurrency, dataset=config.dataset)
@@ -175,8 +181,8 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         # under a group that names its corpus): no audit, rather than one finding per case.
         if shares_ids(dataset, corpus):
             findings = audit(dataset, corpus)
-    digest = config_hash(config, dataset.file_sha256, judge, provider.identity())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings)
+    digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
+    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
 
 
 def check_store_fields(config: RagexpConfig) -> None:
@@ -570,6 +576,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores.update(judged.scores)
         for index, reasons in judged.errors.items():
             results[index].metric_errors.update(reasons)
+        for index, texts in judged.rationales.items():
+            results[index].rationale.update(texts)
         usage = judged.usage.as_metrics()
         for name, value in plan.scorer.adaptation_usage.as_metrics().items():
             usage[name] += value
@@ -578,6 +586,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             spread[name] = nullable(values)
             if np.isfinite(values).any():
                 judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
+    if plan.custom.python:
+        scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     return Scored(inputs, scores, errored, summary, spread, judge_metrics)
@@ -593,7 +603,9 @@ def _human_scores(
     cases = plan.dataset.cases
     names = list(scored.scores)
     human = human_columns([case.human for case in cases], names)
-    return with_run_labels(human, run_labels(store, run_id, cases, results, names, resumed=resumed, info=info))
+    custom = {spec.name: spec for spec in plan.custom.specs}
+    labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
+    return with_run_labels(human, labels)
 
 
 def run_metrics(
@@ -650,6 +662,8 @@ def _log_artifacts(
         artifacts.write_scores(folder / artifacts.SCORES, cases, scored.errored, latency, columns, human)
         if plan.findings is not None:
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
+        if plan.custom.specs:
+            artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
 
 

@@ -173,6 +173,17 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
     "test_ui.py": ("*",),
     "test_json_output.py": ("test_every_commands_json_is_strict_on_data_with_non_finite_values",),
     "test_settings.py": ("test_every_store_command_takes_both_spellings_with_one_precedence",),
+    "test_custom_metrics.py": (
+        "test_a_changed_rubric_or_function_is_not_comparable_for_that_metric",
+        "test_a_python_metric_is_scored_logged_diffed_and_gated",
+        "test_a_raising_a_wrong_and_an_out_of_range_value_are_errors_never_zero",
+        "test_a_rationale_is_recorded_in_cases_and_on_the_trace",
+        "test_a_rubric_is_judged_through_the_judge_client_cached_and_repeated",
+        "test_a_rubric_is_labelled_in_a_review_queue_and_calibrated_against_people",
+        "test_a_slow_call_times_out_prints_go_to_stderr_and_calls_run_on_worker_threads",
+        "test_an_mlflow_scorer_is_called_as_mlflow_calls_it",
+        "test_the_report_says_defined_by_you",
+    ),
 }
 
 

@@ -81,6 +81,61 @@ target: my_package.rag:answer   # CHANGE ME: package.module:attr; attr may be do
 """
 
 
+METRICS_HEADER = """\
+# Your metric set: `ragexp run metrics=my_metrics`. `names` are built-in metrics (docs/metrics.md,
+# copied from the packaged `offline` set); `custom` adds your team's own rules, scored beside them
+# (docs/metrics.md#your-own-metrics). Uncomment an example to use it.
+"""
+
+CUSTOM_EXAMPLES = """\
+custom: []
+# custom:
+#   # A rule as code: hotline_in_refusal in my_rules.py (beside conf/), called once per case as
+#   # (case, output) -> a number, a bool or {"score": ..., "rationale": "..."}.
+#   - name: hotline_in_refusal
+#     kind: python
+#     target: my_rules:hotline_in_refusal
+#     needs: [answer]            # what it reads: refused before the run if the system lacks it
+#     # direction: higher        # range: [0, 1]    over: all (or answerable)    timeout_s: 30
+#   # A rubric the configured judge scores (a provider with a judge: provider=replay_judge, npu...).
+#   - name: polite_tone
+#     kind: judge
+#     rubric: 回答语气礼貌、没有责备用户时记 1 分，否则记 0 分。
+#     scale: pass_fail           # or [1, 5], mapped onto range
+#     needs: [question, answer]  # what the judge is shown
+"""
+
+RULES = '''\
+"""Your team's own metrics, named in conf/metrics/my_metrics.yaml (metrics.custom).
+
+Each is called once per case as f(case, output): `case` has id, question, relevant_ids,
+expected_facts, reference, unanswerable and metadata; `output` is what your system returned:
+answer, ranked_ids, contexts, citations, latency_seconds, timings. Return a number or a bool in
+the metric's range, or {"score": ..., "rationale": "why"}; raising, None or NaN is an error for
+that case, never a zero. What a function prints goes to stderr.
+"""
+
+HOTLINE = "400-820-8820"  # CHANGE ME: the number a refusal must give
+
+
+def hotline_in_refusal(case, output):
+    """A refusal must give the hotline number; an answered case passes."""
+    if not case.unanswerable:
+        return True
+    found = HOTLINE in output.answer
+    return {"score": found, "rationale": "gives the hotline" if found else f"no {HOTLINE} in the refusal"}
+'''
+"""``my_rules.py``: the function the example Python metric names."""
+
+
+def _metrics_template() -> str:
+    """The packaged ``offline`` metric set as the user's own, with one custom metric of each kind."""
+    text = (package_conf() / "metrics" / "offline.yaml").read_text(encoding="utf-8")
+    body = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line.replace("set: offline", "set: my_metrics", 1) for line in body]
+    return METRICS_HEADER + "\n".join(lines) + "\n" + CUSTOM_EXAMPLES
+
+
 def _preset_template(name: str) -> str:
     """A packaged HTTP preset as the user's own file: every key kept, the URL to fill in."""
     text = (package_conf() / "system" / f"{name}.yaml").read_text(encoding="utf-8")
@@ -140,7 +195,9 @@ def starter_files(system: str = "http") -> dict[str, str]:
         "conf/dataset/my_set.yaml": DATASET,
         "conf/system/my_service.yaml": template(),
         "conf/gates/my_release.yaml": gates,
+        "conf/metrics/my_metrics.yaml": _metrics_template(),
         "data/my_set.jsonl": cases,
+        "my_rules.py": RULES,
     }
 
 

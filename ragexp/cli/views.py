@@ -254,6 +254,9 @@ def show_diff(result: DiffResult) -> None:
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
+    for m in result.metrics:
+        if m.not_comparable is not None:
+            print(terminal(f"note: {m.name} is not compared: {m.not_comparable}"))
     legend(metric_legend(result))
     print_diff_power(result)
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]

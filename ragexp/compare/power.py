@@ -446,7 +446,7 @@ def baseline_plan(
     plans = []
     floor = smallest_testable(confidence)
     for name in run.metrics:
-        spec = METRICS.get(name)
+        spec = run.spec(name)
         values = run.per_case(name)
         if spec is None or not spec.mean_of_cases or values is None:
             continue

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ragexp.config.models import SYSTEM_KINDS, RagexpConfig
+from ragexp.config.models import CUSTOM_METRIC_KINDS, SYSTEM_KINDS, RagexpConfig
 from ragexp.errors import ConfigError
 from ragexp.paths import is_ragexp_checkout, packaged_trees, user_conf_dir
 
@@ -254,9 +254,11 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
         elif first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             context = first.get("ctx", {})
             location += "." + str(context.get("discriminator", "kind")).strip("'")
-            known = ", ".join(sorted(SYSTEM_KINDS))
+            metric = location.startswith("metrics.custom")
+            known = ", ".join(sorted(CUSTOM_METRIC_KINDS if metric else SYSTEM_KINDS))
+            what = "metric kind" if metric else "provider"
             message = (
-                f"unknown provider '{context.get('tag')}' (known: {known})"
+                f"unknown {what} '{context.get('tag')}' (known: {known})"
                 if first["type"] == "union_tag_invalid"
                 else f"required (one of {known})"
             )
@@ -267,13 +269,18 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
 
 
 def _location(loc: Sequence[int | str]) -> tuple[str, str | None]:
-    """The dotted key path of a validation error, and the system kind it was checked against:
-    pydantic puts the discriminator's tag into the path of a union member (``provider.system.fake.url``),
-    which is no key of the config."""
+    """The dotted key path of a validation error, and the system or metric kind it was checked
+    against: pydantic puts the discriminator's tag into the path of a union member
+    (``provider.system.fake.url``, ``metrics.custom.0.python.target``), which is no key of the
+    config. A list entry is said as ``metrics.custom[0]``."""
     parts = [str(part) for part in loc]
     kind = None
     if len(parts) > 2 and parts[:2] == ["provider", "system"] and parts[2] in SYSTEM_KINDS:
         kind = parts.pop(2)
+    if len(parts) > 2 and parts[:2] == ["metrics", "custom"] and parts[2].isdigit():
+        parts[1:3] = [f"custom[{parts[2]}]"]
+        if len(parts) > 2 and parts[2] in CUSTOM_METRIC_KINDS:
+            kind = parts.pop(2)
     return ".".join(parts) or "config", kind
 
 

@@ -47,11 +47,71 @@ class DatasetConfig(Model):
     it (findings are logged and reported, never fatal). Relative paths as for ``path``."""
 
 
+def _unit_range() -> list[float | None]:
+    return [0.0, 1.0]
+
+
+class CustomMetric(Model):
+    """What every metric of the team's own (``metrics.custom``) declares, whatever computes it."""
+
+    name: str
+    """The name it is logged under: an MLflow metric key of at most 50 characters without ``.``,
+    ``/``, ``:`` or spaces, and no built-in metric's name."""
+    direction: Literal["higher", "lower"] = "higher"
+    """Which way is better."""
+    range: list[float | None] = Field(default_factory=_unit_range)
+    """``[low, high]``: every per-case value lies in it (null high: unbounded); a value outside
+    is an error for that case, never clipped."""
+    needs: list[str] = Field(default_factory=list)
+    """The fields it reads (``question``, ``answer``, ``contexts``, ``ranked_ids``,
+    ``citations``, ``reference``, ``expected_facts``, ``relevant_ids``): refused before the run
+    when the dataset or the system does not give them."""
+    over: Literal["all", "answerable"] = "all"
+    """Which cases it is computed on and averaged over (``answerable``: the unanswerable cases
+    get no score, as recall's mean leaves them out)."""
+    description: str = runtime("")
+    """One sentence on what it checks, for the report and the review queue's question (default:
+    the rubric, or the target); a label, not identity."""
+
+
+class PythonMetricConfig(CustomMetric):
+    kind: Literal["python"]
+    """``python``: a function of the team's own code, ``(case, output) -> float | bool |
+    {"score", "rationale"}``, or an MLflow ``@scorer``."""
+    target: str = Field(min_length=1)
+    """``package.module:attr``, imported as ``provider.system.target`` is; the module's
+    distribution version or file hash identifies the metric."""
+    path: str | None = runtime(None)
+    """A folder put on the import path before the target is imported."""
+    timeout_s: float = runtime(30.0, gt=0)
+    """Deadline in seconds for one call: a call past it is an error for that case."""
+
+
+class JudgeMetricConfig(CustomMetric):
+    kind: Literal["judge"]
+    """``judge``: a rubric the configured judge (``provider.judge``) scores case by case."""
+    rubric: str
+    """What the judge checks, in the team's words; its text and the scale identify the metric."""
+    scale: Any = "pass_fail"
+    """``pass_fail`` (the judge answers 1 or 0) or ``[low, high]``, integers from 0 to 10 (e.g.
+    ``[1, 5]``); the judge's score is mapped linearly onto ``range``."""
+
+
+CUSTOM_METRIC_KINDS = ("python", "judge")
+"""The ``kind`` tags of :data:`CustomMetricConfig`."""
+
+CustomMetricConfig = Annotated[PythonMetricConfig | JudgeMetricConfig, Field(discriminator="kind")]
+"""A metric of the team's own: one model per ``kind``."""
+
+
 class MetricsConfig(Model):
     set: str = Field(min_length=1)
     """Name of the metric set (the ``metrics`` config group option), logged as a tag."""
     names: list[str]
-    """Metric names, checked against the registry (1 to 14 names, no duplicates)."""
+    """Metric names, checked against the registry (no duplicates; at most 14 judge metrics, the
+    rubrics of ``custom`` counted; at least one metric here or in ``custom``)."""
+    custom: list[CustomMetricConfig] = Field([], json_schema_extra={"identity_omit_default": True})
+    """The team's own metrics (docs/metrics.md#your-own-metrics), scored beside ``names``."""
 
 
 class SampleConfig(Model):
@@ -323,7 +383,8 @@ class RagexpConfig(Model):
     k: int = Field(ge=1, le=10_000, strict=True)
     """Cut-off of Recall@K and nDCG@K, and how many ids are asked of the system."""
     concurrency: int = runtime(8, ge=1, le=4096)
-    """Requests to the system under test in flight at once."""
+    """Requests to the system under test in flight at once; also the most threads a metric of
+    your own (``metrics.custom``) is called on."""
     progress: bool | None = runtime(None)
     """Progress on stderr (a bar while evaluating and judging, a line for any other phase that takes
     over a second); null: only when stderr is a terminal."""
