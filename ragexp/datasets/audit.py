@@ -47,8 +47,28 @@ class Finding:
         return {"path": self.path, "line": self.line, "id": self.case_id, "kind": self.kind, "message": self.message}
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A chunk file: ``{"id", "text", "doc"?}`` per line. A row with ``doc`` is a chunk of that
+    document; a row without it is a whole document (its id is the document's)."""
+
+    path: Path
+    texts: dict[str, str]
+    """Chunk id -> text, in file order."""
+    docs: dict[str, str]
+    """Chunk id -> document id, for the rows that give ``doc``."""
+
+    def doc_of(self, chunk_id: str) -> str:
+        return self.docs.get(chunk_id, chunk_id)
+
+
 def load_corpus(path: Path) -> dict[str, str]:
     """``{"id", "text"}`` per line (other keys such as ``title`` are allowed) -> id: text."""
+    return load_chunks(path).texts
+
+
+def load_chunks(path: Path) -> Corpus:
+    """The corpus with each chunk's document; bad input is a DatasetErrors naming line and field."""
     name = str(path)
     try:
         data = path.read_bytes()
@@ -56,6 +76,7 @@ def load_corpus(path: Path) -> dict[str, str]:
         raise DatasetErrors([DatasetError(name, None, None, f"cannot read corpus: {exc.strerror}")]) from None
     errors: list[DatasetError] = []
     corpus: dict[str, str] = {}
+    docs: dict[str, str] = {}
     first: dict[str, int] = {}
     try:
         text = data.decode("utf-8-sig")
@@ -73,11 +94,13 @@ def load_corpus(path: Path) -> dict[str, str]:
         if not isinstance(row, dict):
             errors.append(DatasetError(name, number, None, "expected a JSON object with 'id' and 'text'"))
             continue
-        chunk_id, body = row.get("id"), row.get("text")
+        chunk_id, body, doc = row.get("id"), row.get("text"), row.get("doc")
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             errors.append(DatasetError(name, number, "id", "required: a non-empty string"))
         elif not isinstance(body, str):
             errors.append(DatasetError(name, number, "text", "required: a string"))
+        elif doc is not None and (not isinstance(doc, str) or not doc.strip()):
+            errors.append(DatasetError(name, number, "doc", "the chunk's document id: a non-empty string"))
         elif chunk_id in first:
             errors.append(
                 DatasetError(name, number, "id", f"duplicate id {chunk_id!r} (first on line {first[chunk_id]})")
@@ -85,11 +108,13 @@ def load_corpus(path: Path) -> dict[str, str]:
         else:
             first[chunk_id] = number
             corpus[chunk_id] = body
+            if doc is not None:
+                docs[chunk_id] = doc
     if not corpus and not errors:
         errors.append(DatasetError(name, None, None, "empty corpus: no chunks"))
     if errors:
         raise DatasetErrors(errors)
-    return corpus
+    return Corpus(path, corpus, docs)
 
 
 def shares_ids(dataset: Dataset, corpus: dict[str, str]) -> bool:
