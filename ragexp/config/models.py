@@ -178,7 +178,7 @@ class HttpSystemConfig(Model):
     exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the reply. Null: ragexp's own contract
-    (``{"ranked_ids", "contexts", "answer", "citations", "timings"}``)."""
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``)."""
     stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)
