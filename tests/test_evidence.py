@@ -671,3 +671,37 @@ def test_a_reindexed_service_keeps_its_scores_on_evidence(
     assert found["spans-after"]["summary"]["mrr"] == 1.0
     diff = ragexp("diff", found["spans-before"]["run_id"], found["spans-after"]["run_id"], "--json")
     assert diff.code == 0 and diff.json()["comparable"] is True
+
+
+@pytest.mark.parametrize(
+    ("preset", "target", "doc_of"),
+    [
+        ("langchain", "tests.pipelines.chains:chain", lambda doc_id: "faq"),  # Document.metadata["source"]
+        ("llamaindex", "tests.pipelines.llama:engine.query", lambda doc_id: f"{doc_id}.md"),  # the node's SOURCE
+    ],
+)
+def test_framework_presets_read_the_documents_evidence_is_matched_in(
+    ragexp: Any, tmp_path: Path, preset: str, target: str, doc_of: Any
+) -> None:
+    from tests.pipelines.corpus import CASES, DOCS
+
+    rows = [
+        {
+            "id": row["id"],
+            "question": row["question"],
+            "expected_facts": row["expected_facts"],
+            "relevant": [{"doc": doc_of(doc_id), "span": DOCS[doc_id].rstrip(".")} for doc_id in row["relevant_ids"]],
+        }
+        for row in CASES
+    ]
+    data = write_jsonl(tmp_path / "spans.jsonl", rows)
+    args = [
+        "run",
+        f"system={preset}",
+        f"provider.system.target={target}",
+        f"dataset.path={data}",
+        "dataset.corpus=null",
+    ]
+    result = ragexp(*args, "metrics=retrieval", "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["summary"]["recall_at_k"] == 1.0 and "warning" not in result.stderr

@@ -222,11 +222,12 @@ class CompiledMapping:
         timings = self._timings(found.get("timings"))
         output = SystemOutput(ranked, contexts, answer, citations, latency, timings)
         doc_ids = self._strings("doc_ids", found.get("doc_ids"))
-        if doc_ids:
+        if any(doc_ids):  # all empty: the system named no chunk's document
             chunks = len(ranked or contexts)
             if len(doc_ids) != chunks:
                 raise MappingError(
-                    f"doc_ids ({self._expr('doc_ids')}) has {len(doc_ids)} items but the reply retrieved {chunks} chunks"
+                    f"doc_ids ({self._expr('doc_ids')}) has {len(doc_ids)} items "
+                    f"but the reply retrieved {chunks} chunks"
                 )
             output.doc_ids = doc_ids
         return output

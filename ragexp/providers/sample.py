@@ -39,7 +39,13 @@ class SampleProvider(Provider):
             raise ProviderError(f"provider.system.sample.docs: {exc}") from None
         knobs = self.knobs
         settings = Settings(
-            knobs.top_k, knobs.rerank, knobs.citations, knobs.chunking, knobs.threshold, knobs.chunk_chars, knobs.overlap
+            knobs.top_k,
+            knobs.rerank,
+            knobs.citations,
+            knobs.chunking,
+            knobs.threshold,
+            knobs.chunk_chars,
+            knobs.overlap,
         )
         self._system = SampleSystem(docs, settings)
         labelled = {doc_id for case in dataset.cases for doc_id in case.relevant_ids}
