@@ -149,6 +149,82 @@ def test_documents_decide_when_the_system_names_them() -> None:
     assert scores(case, [DOC])["recall"] == 1.0
     assert scores(case, [DOC], [""])["recall"] == 1.0  # this chunk's document is not said
     assert scores(case, [DOC], ["copy"], same_doc=False)["recall"] == 1.0
+    # Some chunks' documents named, some not: each chunk by what is known of it.
+    mixed = scores(case, [DOC, DOC], ["copy", ""])
+    assert (mixed["recall"], mixed["mrr"]) == (1.0, 0.5)
+
+
+def test_matching_by_text_agrees_with_positions_in_the_documents_on_random_windows() -> None:
+    """Windows and spans are pieces of documents of distinct-enough characters: whether a window
+    matches a span follows from where both lie in the document, which a plain per-case
+    implementation computes from offsets alone; the text matcher, the hit matrix and the kernels
+    must give the same scores on every case."""
+    import random
+
+    rng = random.Random(7)
+    alphabet = [chr(0x4E00 + i) for i in range(3000)]
+    docs = {f"d{n}": "".join(rng.choice(alphabet) for _ in range(rng.randint(40, 160))) for n in range(40)}
+    cases, expected = [], []
+    for index in range(1500):
+        size, overlap = rng.choice([(12, 0), (16, 4), (30, 10), (60, 0)])
+        pieces = [
+            (doc, start, min(start + size, len(text)))
+            for doc, text in docs.items()
+            for start in range(0, max(len(text) - overlap, 1), size - overlap)
+        ]
+        wanted = []
+        for _ in range(rng.randint(1, 3)):
+            doc = rng.choice(sorted(docs))
+            start = rng.randrange(0, len(docs[doc]) - 8)
+            end = min(len(docs[doc]), start + rng.randint(4, 40))
+            if (doc, start, end) not in wanted:
+                wanted.append((doc, start, end))
+        ranking = rng.sample(pieces, 6) + [p for p in pieces if p[0] == wanted[0][0]][: rng.randint(0, 3)]
+        rng.shuffle(ranking)
+        k = rng.choice([1, 3, 5, 10])
+        citations = rng.sample(range(1, len(ranking) + 2), rng.randint(0, 3))
+        named = rng.random() < 0.7
+
+        def matches(piece: tuple[str, int, int], span: tuple[str, int, int]) -> bool:
+            # Named or not, another document matches nothing: random documents share no run of
+            # the characters an overlap needs.
+            if piece[0] != span[0]:
+                return False
+            shared = min(piece[2], span[2]) - max(piece[1], span[1])
+            inside = span[1] <= piece[1] and piece[2] <= span[2]
+            return shared >= max(1, math.ceil(0.5 * (span[2] - span[1]))) or (inside and piece[2] - piece[1] >= 20)
+
+        found = [{j for j, span in enumerate(wanted) if matches(piece, span)} for piece in ranking]
+        covered: set[int] = set()
+        dcg = 0.0
+        for rank, hits in enumerate(found[:k]):
+            fresh = hits - covered
+            covered |= fresh
+            dcg += len(fresh) / math.log2(rank + 2)
+        ideal = sum(1 / math.log2(rank + 2) for rank in range(min(k, len(wanted))))
+        first = next((rank + 1 for rank, hits in enumerate(found) if hits), 0)
+        cited = [c for c in citations if c <= len(ranking) and found[c - 1]]
+        expected.append(
+            (
+                len(covered) / len(wanted),
+                1 / first if first else 0.0,
+                min(dcg / ideal, 1.0),
+                len(cited) / len(citations) if citations else 0.0,
+            )
+        )
+        case = evidence_case(*((doc, docs[doc][start:end]) for doc, start, end in wanted), cid=f"c{index}")
+        output = SystemOutput([f"{d}@{a}" for d, a, _ in ranking], [docs[d][a:b] for d, a, b in ranking], "", citations)
+        output.doc_ids = [d for d, _, _ in ranking] if named else []
+        cases.append((case, output, k))
+    for (case, output, k), want in zip(cases, expected, strict=True):
+        inputs = build_inputs([case], [CaseResult(case.id, output)], k, [], MatchConfig())
+        got = (
+            score_recall(inputs)[0],
+            score_mrr(inputs)[0],
+            score_ndcg(inputs)[0],
+            score_citation_precision(inputs)[0],
+        )
+        assert got == pytest.approx(want), (case.id, got, want)
 
 
 # --- equal to the id metrics on whole documents -------------------------------------------------

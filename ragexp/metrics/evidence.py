@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,6 +79,8 @@ class Matcher:
         self._spans: dict[str, _Span] = {}
 
     def span(self, text: str) -> _Span:
+        """The span normalised, with what overlap needs of it (computed once per span text, and
+        only for a span some chunk does not hold as written)."""
         found = self._spans.get(text)
         if found is None:
             norm = normalize(text)
@@ -87,27 +89,35 @@ class Matcher:
             self._spans[text] = found
         return found
 
-    def covers(self, chunk: str, span: str | _Span) -> bool:
+    def covers(self, chunk: str, span: str) -> bool:
         """The chunk's text matches the span's by text (documents aside)."""
-        s = self.span(span) if isinstance(span, str) else span
-        if s.raw in chunk:
-            return True
+        return span in chunk or self._matches(chunk, self.span(span))
+
+    def _matches(self, chunk: str, s: _Span) -> bool:
+        """The texts match after normalisation (the caller found the span not written in the chunk)."""
         norm = self._chunks.get(chunk)
         if norm is None:
             if len(self._chunks) >= CACHE_LIMIT:
                 self._chunks.clear()
             norm = self._chunks[chunk] = normalize(chunk)
+        text = s.text
+        if not text or not norm:
+            return False
+        if text in norm:
+            return True
+        size, length = len(norm), len(text)
+        if size < length:
+            if norm in text:
+                return size >= self.min_chunk_chars or size >= s.need
+        elif s.head not in norm and s.tail not in norm:
+            return False  # an overlap at either end holds the span's head or its tail
         return self._overlaps(norm, s)
 
     def _overlaps(self, chunk: str, s: _Span) -> bool:
+        """The end of one is the start of the other, by at least ``need`` of the span's characters
+        (both normalised; containment either way already ruled out)."""
         text = s.text
-        if not text or not chunk:
-            return False
-        if text in chunk:
-            return True
         size, length, need = len(chunk), len(text), s.need
-        if size < length and chunk in text:
-            return size >= self.min_chunk_chars or size >= need
         if need >= length or size <= need:
             return False  # only containment could match, and it did not
         # The chunk's end is the span's start: chunk[p:] == text[:size - p], size - p >= need.
@@ -126,33 +136,43 @@ class Matcher:
             q = chunk.find(s.tail, q + 1, limit)
         return False
 
-    def mask(self, evidence: Sequence[Evidence], spans: Sequence[_Span], text: str, doc: str) -> int:
-        """Bit j set: the chunk (its text, its document or "") matches span j."""
+    def mask(self, evidence: Sequence[Evidence], text: str, doc: str, spans: list[_Span] | None = None) -> int:
+        """Bit j set: the chunk (its text, its document or "") matches span j (``spans``: the
+        evidence's spans normalised, when the caller has them)."""
         found = 0
+        bit = 1
         for j, item in enumerate(evidence):
-            if doc and item.doc != doc:
-                continue
-            if self.covers(text, spans[j]):
-                found |= 1 << j
+            if not doc or item.doc == doc:
+                raw = item.span
+                if raw in text or self._matches(text, spans[j] if spans is not None else self.span(raw)):
+                    found |= bit
+            bit <<= 1
         return found
 
     def reduce(
         self, evidence: Sequence[Evidence], output: SystemOutput, k: int
-    ) -> tuple[list[int], list[int], int, int]:
-        """One case: (ranks in the top K where a chunk covers spans not covered before it, how many
-        each covers, 1-based rank of the first matching chunk anywhere or 0, supported citations)."""
+    ) -> tuple[list[int], list[int] | None, int, int]:
+        """One case: (ranks in the top K where a chunk covers spans not covered before it; how many
+        each covers, None when one each; 1-based rank of the first matching chunk anywhere, or 0;
+        citations of a matching chunk)."""
         texts = output.contexts
-        docs = output.doc_ids if self.same_doc else ()
+        docs: list[str] = output.doc_ids if self.same_doc else []
         known = len(docs)
-        spans = [self.span(item.span) for item in evidence]
+        wanted = {item.doc for item in evidence}
+        # Every chunk's document named: only the chunks of the evidence's documents can match, and
+        # they are found by the list's own scans; the others are let go unread. Otherwise (text
+        # alone, or some chunk's document unknown) every chunk is compared with every span.
+        named = known == len(texts) and "" not in docs
+        positions: Iterable[int] = _positions(docs, wanted) if named else range(len(texts))
+        spans = None if named else [self.span(item.span) for item in evidence]
         masks: dict[int, int] = {}
         ranks: list[int] = []
-        gains: list[int] = []
+        gains: list[int] | None = None
         covered = first = 0
-        for rank, text in enumerate(texts):
+        for rank in positions:
             if rank >= k and first:
                 break
-            found = masks[rank] = self.mask(evidence, spans, text, docs[rank] if rank < known else "")
+            found = masks[rank] = self.mask(evidence, texts[rank], docs[rank] if rank < known else "", spans)
             if not found:
                 continue
             if not first:
@@ -161,19 +181,35 @@ class Matcher:
             if fresh and rank < k:
                 covered |= fresh
                 ranks.append(rank)
-                gains.append(fresh.bit_count())
+                count = fresh.bit_count()
+                if count > 1 and gains is None:
+                    gains = [1] * (len(ranks) - 1)
+                if gains is not None:
+                    gains.append(count)
         supported = 0
         for cited in output.citations:
             if 0 < cited <= len(texts):
                 position = cited - 1
                 memo = masks.get(position)
                 if memo is None:
-                    memo = masks[position] = self.mask(
-                        evidence, spans, texts[position], docs[position] if position < known else ""
-                    )
-                if memo:
-                    supported += 1
+                    doc = docs[position] if position < known else ""
+                    memo = 0 if doc and doc not in wanted else self.mask(evidence, texts[position], doc)
+                    masks[position] = memo
+                supported += memo > 0
         return ranks, gains, first, supported
+
+
+def _positions(docs: list[str], wanted: set[str]) -> list[int]:
+    """Where in ``docs`` the ``wanted`` documents are, in rank order (C-level scans of the list)."""
+    found = []
+    for doc in wanted:
+        start = 0
+        for _ in range(docs.count(doc)):
+            start = docs.index(doc, start) + 1
+            found.append(start - 1)
+    if len(wanted) > 1:
+        found.sort()
+    return found
 
 
 def returned_documents(evidence_docs: set[str], outputs: Sequence[SystemOutput | None]) -> tuple[int, bool]:

@@ -105,9 +105,11 @@ def build_inputs(
                 empty[i] = True
             else:
                 ranks, gains, first_rank[i], supported[i] = matcher.reduce(case.relevant, output, k)
-                hit_rows.extend([i] * len(ranks))
-                hit_cols.extend(ranks)
-                several.extend((i, rank, gain) for rank, gain in zip(ranks, gains, strict=True) if gain > 1)
+                if ranks:
+                    hit_rows.extend([i] * len(ranks))
+                    hit_cols.extend(ranks)
+                    if gains is not None:  # a chunk covered several spans at once
+                        several.extend((i, rank, gain) for rank, gain in zip(ranks, gains, strict=True) if gain > 1)
         elif not ranked:
             # Where gold is evidence, a system may retrieve texts without ids.
             empty[i] = matcher is None or not output.contexts
