@@ -47,16 +47,9 @@ def check_dataset(
 ) -> DatasetCheck:
     """Load and check the configured dataset (or the file at ``path``); a broken one raises
     :class:`~ragexp.errors.DatasetErrors` listing every problem."""
-    config = None
-    if path is None:
-        config = compose(list(overrides))
+    config, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
+    if config is not None:
         check_store_fields(config)
-        file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
-        configured = corpus or config.dataset.corpus
-        corpus_file = resolve_path(configured, data_roots()) if configured else None
-    else:
-        file = resolve_path(path)
-        corpus_file = resolve_path(corpus) if corpus else None
     dataset = load_dataset(file, file_format)
     if not allow_draft:
         refuse_unscreened(dataset)
@@ -114,19 +107,25 @@ def anchor_dataset(
     the chunk file's texts and document ids (``--corpus``, else the configured ``dataset.corpus``)."""
     if out is None:
         raise ConfigError("--anchor writes a new dataset: give it --out FILE")
-    if path is None:
-        config = compose(list(overrides))
-        file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
-        configured = corpus or config.dataset.corpus
-        corpus_file = resolve_path(configured, data_roots()) if configured else None
-    else:
-        file = resolve_path(path)
-        corpus_file = resolve_path(corpus) if corpus else None
+    _, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
     if corpus_file is None:
         raise ConfigError(
             "--anchor reads the chunks the relevant ids name: give --corpus CHUNKS (JSONL of {id, text, doc})"
         )
     return anchor_file(load_dataset(file, file_format), load_chunks(corpus_file), Path(out))
+
+
+def _files(
+    overrides: Sequence[str], path: str | None, file_format: str, corpus: str | None
+) -> tuple[RagexpConfig | None, Path, str, Path | None]:
+    """(the composed config, or None with ``path``; the dataset file and its format; the corpus
+    file: ``corpus``, else the configured ``dataset.corpus``)."""
+    if path is not None:
+        return None, resolve_path(path), file_format, resolve_path(corpus) if corpus else None
+    config = compose(list(overrides))
+    configured = corpus or config.dataset.corpus
+    corpus_file = resolve_path(configured, data_roots()) if configured else None
+    return config, resolve_path(config.dataset.path, data_roots()), config.dataset.format, corpus_file
 
 
 def probe_system(config: RagexpConfig, dataset: Dataset) -> dict[str, Any]:

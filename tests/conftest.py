@@ -168,6 +168,11 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_sweep_points_each_have_their_traces",
     ),
     "test_ui.py": ("*",),
+    "test_evidence.py": (
+        "test_a_reindexed_service_keeps_its_scores_on_evidence",
+        "test_runs_of_different_chunkings_on_the_same_evidence_are_comparable",
+        "test_the_sample_service_serves_windows_with_their_documents",
+    ),
 }
 
 

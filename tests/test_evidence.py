@@ -781,3 +781,46 @@ def test_framework_presets_read_the_documents_evidence_is_matched_in(
     result = ragexp(*args, "metrics=retrieval", "--json")
     assert result.code == 0, result.stderr
     assert result.json()["summary"]["recall_at_k"] == 1.0 and "warning" not in result.stderr
+
+
+def test_the_sample_service_serves_windows_with_their_documents(ragexp: Any, tmp_path: Path) -> None:
+    service = ROOT / "experiments/kb_zh/service.py"
+    knobs = ["provider.system.sample.chunking=window", "provider.system.sample.chunk_chars=24"]
+    knobs.append("provider.system.sample.overlap=8")
+    local = ragexp("run", "dataset=kb_zh_spans", *knobs, "--json")
+    with serve(service, "--chunking", "window", "--chunk-chars", "24", "--overlap", "8") as url:
+        remote = ragexp("run", "dataset=kb_zh_spans", "provider=http", f"provider.system.url={url}/query", "--json")
+    assert local.code == remote.code == 0, remote.stderr
+    # ragexp's own contract carries doc_ids: over HTTP the windows score as they do in-process.
+    quality = ("recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy")
+    assert {m: remote.json()["summary"][m] for m in quality} == {m: local.json()["summary"][m] for m in quality}
+    assert local.json()["dataset_hash"] == remote.json()["dataset_hash"]
+
+
+def test_a_checkpoint_keeps_the_document_ids(tmp_path: Path) -> None:
+    from ragexp.checkpoint import Checkpoint, read_checkpoint
+
+    output = SystemOutput(["d#1", "d#2"], ["a", "b"], "x", [1], 0.5, {"keyword": 0.1})
+    output.doc_ids = ["d", "d"]
+    checkpoint = Checkpoint(tmp_path / "results.jsonl")
+    checkpoint.add(CaseResult("c1", output))
+    checkpoint.close()
+    assert read_checkpoint((tmp_path / "results.jsonl").read_bytes())["c1"].output == output
+
+
+def test_the_label_audit_looks_for_each_fact_in_the_evidence(ragexp: Any, tmp_path: Path) -> None:
+    docs = documents(tmp_path)
+    rows = [
+        {
+            "id": "fine",
+            "question": "q",
+            "expected_facts": ["1-3"],
+            "relevant": [{"doc": "refund", "span": "1-3 个工作日到账"}],
+        },
+        {"id": "off", "question": "q2", "expected_facts": ["七天"], "relevant": [{"doc": "refund", "span": "原路退回"}]},
+    ]
+    data = write_jsonl(tmp_path / "set.jsonl", rows)
+    checked = ragexp("validate", "--path", str(data), "--corpus", str(docs), "--json")
+    assert checked.code == 0, checked.stderr
+    assert [(f["id"], f["kind"]) for f in checked.json()["findings"]] == [("off", "fact_not_in_relevant")]
+    assert "appears in none of its evidence spans" in checked.json()["findings"][0]["message"]

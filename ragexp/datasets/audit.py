@@ -5,7 +5,8 @@ labelled with the fact "七天", the application deadline, not the arrival time)
 the labels that cannot be right as written, with file and line, so a person looks at them:
 
 - ``missing_id``: a relevant id that is not in the corpus;
-- ``fact_not_in_relevant``: an expected fact written in none of the case's relevant chunks;
+- ``fact_not_in_relevant``: an expected fact written in none of the case's relevant chunks (for
+  evidence: in none of its spans);
 - ``conflicting_labels``: the same question (after normalisation) labelled differently;
 - ``empty_relevant``: an answerable case whose relevant chunks have no text.
 
@@ -139,6 +140,16 @@ def audit(dataset: Dataset, corpus: dict[str, str]) -> list[Finding]:
         def add(kind: str, message: str, case_id: str = case.id, line: int = case.line) -> None:
             findings.append(Finding(path, line, case_id, kind, message))
 
+        if case.relevant:  # evidence: its facts should be in its spans, whatever the corpus
+            spans = [normalize(item.span) for item in case.relevant]
+            for fact in case.expected_facts:
+                if not any(normalize(fact) in span for span in spans):
+                    add(
+                        "fact_not_in_relevant",
+                        f"expected fact '{fact}' appears in none of its evidence spans: is the fact, or the span, "
+                        "the right one?",
+                    )
+            continue
         present = [chunk_id for chunk_id in case.relevant_ids if chunk_id in corpus]
         for chunk_id in case.relevant_ids:
             if chunk_id not in corpus:
@@ -167,7 +178,8 @@ def _conflicts(dataset: Dataset, path: str) -> list[Finding]:
     found = []
     for case in dataset.cases:
         key = "".join(normalize(case.question).split())
-        labels = (case.unanswerable, tuple(sorted(case.relevant_ids)), tuple(sorted(case.expected_facts)))
+        evidence = tuple(sorted((item.doc, item.span) for item in case.relevant))
+        labels = (case.unanswerable, tuple(sorted(case.relevant_ids)), tuple(sorted(case.expected_facts)), evidence)
         if key not in first:
             first[key] = (case, labels)
             continue
@@ -176,7 +188,7 @@ def _conflicts(dataset: Dataset, path: str) -> list[Finding]:
             what = [
                 name
                 for name, a, b in zip(
-                    ("unanswerable", "relevant_ids", "expected_facts"), labels, earlier_labels, strict=True
+                    ("unanswerable", "relevant_ids", "expected_facts", "relevant"), labels, earlier_labels, strict=True
                 )
                 if a != b
             ]

@@ -158,11 +158,13 @@ class Matcher:
         texts = output.contexts
         docs: list[str] = output.doc_ids if self.same_doc else []
         known = len(docs)
-        wanted = {item.doc for item in evidence}
         # Every chunk's document named: only the chunks of the evidence's documents can match, and
         # they are found by the list's own scans; the others are let go unread. Otherwise (text
         # alone, or some chunk's document unknown) every chunk is compared with every span.
         named = known == len(texts) and "" not in docs
+        if named and len(evidence) == 1:
+            return self._reduce_one(evidence[0], texts, docs, output.citations, k)
+        wanted = {item.doc for item in evidence}
         positions: Iterable[int] = _positions(docs, wanted) if named else range(len(texts))
         spans = None if named else [self.span(item.span) for item in evidence]
         masks: dict[int, int] = {}
@@ -197,6 +199,38 @@ class Matcher:
                     masks[position] = memo
                 supported += memo > 0
         return ranks, gains, first, supported
+
+    def _reduce_one(
+        self, item: Evidence, texts: list[str], docs: list[str], citations: list[int], k: int
+    ) -> tuple[list[int], None, int, int]:
+        """:meth:`reduce` for the commonest case, written out: one span, every chunk's document
+        named. Only the chunks of the span's document are read, found by the list's own scans."""
+        doc, raw = item.doc, item.span
+        first = 0
+        hit: list[int] = []
+        matched: dict[int, bool] = {}
+        start = 0
+        for _ in range(docs.count(doc)):
+            rank = docs.index(doc, start)
+            start = rank + 1
+            if rank >= k and first:
+                break
+            text = texts[rank]
+            found = matched[rank] = raw in text or self._matches(text, self.span(raw))
+            if found and not first:
+                first = rank + 1
+                if rank < k:
+                    hit.append(rank)
+        supported = 0
+        for cited in citations:
+            position = cited - 1
+            if 0 <= position < len(texts) and docs[position] == doc:
+                memo = matched.get(position)
+                if memo is None:
+                    text = texts[position]
+                    memo = raw in text or self._matches(text, self.span(raw))
+                supported += memo
+        return hit, None, first, supported
 
 
 def _positions(docs: list[str], wanted: set[str]) -> list[int]:
