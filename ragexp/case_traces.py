@@ -60,6 +60,8 @@ class CaseTrace:
     timings: dict[str, float] = field(default_factory=dict)
     expectations: dict[str, Any] = field(default_factory=dict)
     feedback: list[FeedbackRecord] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    """The document of each retrieved chunk, when the system named it (the documents' ``doc_uri``)."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -235,6 +237,7 @@ def build_traces(
                 timings=dict(output.timings or {}) if output is not None else {},
                 expectations=case_expectations(case),
                 feedback=feedback,
+                doc_ids=list(output.doc_ids) if output is not None else [],
             )
         )
     return TracePlan(traces, len(cases), capped)
@@ -250,6 +253,8 @@ def case_expectations(case: Case) -> dict[str, Any]:
         expected["expected_response"] = case.reference
     if case.relevant_ids:
         expected["relevant_ids"] = list(case.relevant_ids)
+    if case.relevant:
+        expected["relevant"] = [{"doc": item.doc, "span": cut(item.span, SPAN_TEXT_CHARS)} for item in case.relevant]
     expected["unanswerable"] = case.unanswerable
     return expected
 
@@ -294,13 +299,19 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
     spans = [PlannedSpan(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]
     if error is not None:
         return spans
+    # A system that returns texts without ids (evidence is matched by text) still shows them.
+    ids = case.ranked_ids or [""] * len(case.contexts)
     documents = [
         {
             "id": doc_id,
             "page_content": cut(case.contexts[i], SPAN_TEXT_CHARS) if i < len(case.contexts) else "",
-            "metadata": {"doc_uri": doc_id, "chunk_id": doc_id, "rank": i + 1},
+            "metadata": {
+                "doc_uri": case.doc_ids[i] if i < len(case.doc_ids) and case.doc_ids[i] else doc_id,
+                "chunk_id": doc_id,
+                "rank": i + 1,
+            },
         }
-        for i, doc_id in enumerate(case.ranked_ids)
+        for i, doc_id in enumerate(ids)
     ]
     retrieval_stages = [stage for stage in case.timings if stage != "model"]
     retrieve_ns = sum(int(case.timings[s] * 1e9) for s in retrieval_stages) or max(duration_ns // 2, 1)

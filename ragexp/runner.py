@@ -23,16 +23,18 @@ from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
-from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
+from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
+from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
+from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
-from ragexp.metrics.registry import MetricSpec, check_requirements, parse_metric_names
+from ragexp.metrics.registry import MetricSpec, check_evidence, check_requirements, parse_metric_names
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
@@ -147,6 +149,14 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
+    corpus = None
+    if config.dataset.corpus is not None:
+        corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))
+    documents = corpus
+    if corpus is not None and not shares_documents(dataset, corpus):
+        info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
+        documents = None
+    dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
     judge_specs = [spec for spec in specs if spec.judge]
     if judge_specs and config.provider.judge is None:
         first = judge_specs[0]
@@ -157,13 +167,12 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         )
     settings = RunSettings(k=config.k, concurrency=config.concurrency, dataset=config.dataset)
     provider = build_provider(config.provider.system, settings)
-    check_requirements(
-        specs,
-        dataset.label_fields,
-        provider.output_fields(dataset),
-        dataset=config.dataset.name,
-        provider=config.provider.name,
-    )
+    outputs = provider.output_fields(dataset)
+    if dataset.has_evidence:
+        outputs = check_evidence(
+            specs, dataset.cases, outputs, dataset=config.dataset.name, provider=config.provider.name
+        )
+    check_requirements(specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name)
     provider.preflight(dataset)
     scorer, judge = None, "none"
     if judge_specs and config.provider.judge is not None:
@@ -174,13 +183,10 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         judge = scorer.identity
         limits.check(limits.TAG_VALUE, judge, "provider.judge (its identity, the ragexp.judge tag)")
     findings = None
-    if config.dataset.corpus is not None:
-        corpus_path = resolve_path(config.dataset.corpus, data_roots())
-        corpus = load_corpus(corpus_path)
-        # A corpus sharing no id with the cases belongs to another set (a dataset.path override
-        # under a group that names its corpus): no audit, rather than one finding per case.
-        if shares_ids(dataset, corpus):
-            findings = audit(dataset, corpus)
+    # A corpus sharing no id with the cases belongs to another set (a dataset.path override under
+    # a group that names its corpus): no audit, rather than one finding per case.
+    if corpus is not None and shares_ids(dataset, corpus.texts):
+        findings = audit(dataset, corpus.texts)
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
     return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
 
@@ -565,8 +571,10 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     cfg = plan.config
     cases = plan.dataset.cases
     with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
-        inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
+        inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
         scores = score_cases(plan.specs, inputs)
+        if plan.dataset.has_evidence:
+            _evidence_unread(plan, results, scores)
     spread: dict[str, list[float | None]] = {}
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:
@@ -591,6 +599,28 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     return Scored(inputs, scores, errored, summary, spread, judge_metrics)
+
+
+def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
+    """Evidence is matched by text: a reply that named chunks without their texts cannot be
+    scored on it (an error for the case's retrieval metrics, never a 0); document ids of another
+    kind than the evidence's are worth a warning, as they would match nothing."""
+    retrieval = [spec.name for spec in plan.specs if "relevant_ids" in spec.needs_labels and spec.name in scores]
+    for index in textless(plan.dataset.cases, results):
+        count = len(results[index].output.ranked_ids)  # type: ignore[union-attr]  # textless: an output
+        for name in retrieval:
+            scores[name][index] = np.nan
+            results[index].metric_errors[name] = (
+                f"the reply named {count} retrieved chunks without their texts: evidence is matched by text"
+            )
+    docs = {item.doc for case in plan.dataset.cases for item in case.relevant}
+    named, shared = returned_documents(docs, [result.output for result in results])
+    if named and not shared and plan.config.dataset.match.same_doc:
+        info(
+            f"warning: the system named documents for {named} cases, none of them a document of the evidence "
+            f"(e.g. {next(iter(sorted(docs)))!r}): every chunk is refused by document; map the same document ids "
+            "(response.doc_ids), or set dataset.match.same_doc=false to let text alone decide"
+        )
 
 
 def _human_scores(

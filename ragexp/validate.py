@@ -1,16 +1,19 @@
 """``ragexp validate``: check a dataset without running anything; audit its labels against a
-corpus; ask the configured system about its first case (``--probe``)."""
+corpus, and its evidence against the documents; ask the configured system about its first case
+(``--probe``); turn chunk-id gold into evidence (``--anchor``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ragexp.config.compose import compose
-from ragexp.config.models import RagexpConfig
+from ragexp.config.models import MatchConfig, RagexpConfig
 from ragexp.config.tracking import chosen_uri
-from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
+from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
+from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
@@ -50,28 +53,27 @@ def check_dataset(
     :class:`~ragexp.errors.DatasetErrors` listing every problem. ``tracking_uri``
     (``--tracking-uri``) and the config choose the store a run would log to, which the summary
     names (:mod:`ragexp.config.tracking`)."""
-    config = None
+    config, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
     store = tracking_uri
-    if path is None:
-        config = compose(list(overrides))
+    if config is not None:
         store = chosen_uri(tracking_uri, overrides, config.tracking.uri)
         check_store_fields(config)
-        file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
-        configured = corpus or config.dataset.corpus
-        corpus_file = resolve_path(configured, data_roots()) if configured else None
-    else:
-        file = resolve_path(path)
-        corpus_file = resolve_path(corpus) if corpus else None
     dataset = load_dataset(file, file_format)
     if not allow_draft:
         refuse_unscreened(dataset)
+    chunks = load_chunks(corpus_file) if corpus_file is not None else None
+    rule = config.dataset.match if config is not None else MatchConfig()
+    documents = chunks
+    if chunks is not None and corpus is None and path is None and not shares_documents(dataset, chunks):
+        say(f"warning: evidence not checked: the configured corpus {corpus_file} holds none of the documents it names")
+        documents = None
+    dataset = resolve_evidence(dataset, documents, rule, corpus_key="--corpus" if corpus else "dataset.corpus")
     findings = None
-    if corpus_file is not None:
-        chunks = load_corpus(corpus_file)
-        if corpus is None and path is None and not shares_ids(dataset, chunks):
+    if chunks is not None:
+        if corpus is None and path is None and not shares_ids(dataset, chunks.texts):
             say(f"warning: label audit skipped: the configured corpus {corpus_file} holds none of its relevant ids")
         else:
-            findings = audit(dataset, chunks)
+            findings = audit(dataset, chunks.texts)
     summary: dict[str, Any] = {
         "valid": True,
         "path": str(file),
@@ -84,6 +86,14 @@ def check_dataset(
         "tracking_uri": mask_url(resolve_uri(store)),
         "human_labels": _human_counts(dataset.cases),
     }
+    if dataset.has_evidence:
+        evidence = [item for case in dataset.cases for item in case.relevant]
+        summary["evidence"] = {
+            "cases": sum(bool(case.relevant) for case in dataset.cases),
+            "spans": len(evidence),
+            "offsets": sum(item.start is not None for item in evidence),
+            "checked_against": str(corpus_file) if documents is not None else None,
+        }
     if findings is not None:
         summary["corpus"] = str(corpus_file)
         summary["findings"] = [finding.to_json() for finding in findings]
@@ -92,6 +102,39 @@ def check_dataset(
             raise ConfigError("--probe asks the configured system: it does not go with --path")
         summary["probe"] = probe_system(config, dataset)
     return DatasetCheck(summary, findings)
+
+
+def anchor_dataset(
+    overrides: Sequence[str] = (),
+    *,
+    path: str | None = None,
+    file_format: str = "auto",
+    corpus: str | None = None,
+    out: str | None = None,
+) -> Anchored:
+    """``validate --anchor``: write the dataset with its chunk-id gold turned into evidence, from
+    the chunk file's texts and document ids (``--corpus``, else the configured ``dataset.corpus``)."""
+    if out is None:
+        raise ConfigError("--anchor writes a new dataset: give it --out FILE")
+    _, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
+    if corpus_file is None:
+        raise ConfigError(
+            "--anchor reads the chunks the relevant ids name: give --corpus CHUNKS (JSONL of {id, text, doc})"
+        )
+    return anchor_file(load_dataset(file, file_format), load_chunks(corpus_file), Path(out))
+
+
+def _files(
+    overrides: Sequence[str], path: str | None, file_format: str, corpus: str | None
+) -> tuple[RagexpConfig | None, Path, str, Path | None]:
+    """(the composed config, or None with ``path``; the dataset file and its format; the corpus
+    file: ``corpus``, else the configured ``dataset.corpus``)."""
+    if path is not None:
+        return None, resolve_path(path), file_format, resolve_path(corpus) if corpus else None
+    config = compose(list(overrides))
+    configured = corpus or config.dataset.corpus
+    corpus_file = resolve_path(configured, data_roots()) if configured else None
+    return config, resolve_path(config.dataset.path, data_roots()), config.dataset.format, corpus_file
 
 
 def probe_system(config: RagexpConfig, dataset: Dataset) -> dict[str, Any]:

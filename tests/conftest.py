@@ -184,6 +184,11 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_an_mlflow_scorer_is_called_as_mlflow_calls_it",
         "test_the_report_says_defined_by_you",
     ),
+    "test_evidence.py": (
+        "test_a_reindexed_service_keeps_its_scores_on_evidence",
+        "test_runs_of_different_chunkings_on_the_same_evidence_are_comparable",
+        "test_the_sample_service_serves_windows_with_their_documents",
+    ),
 }
 
 

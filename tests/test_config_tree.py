@@ -47,6 +47,7 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
     judged = [*recorded, "metrics=core"]
     table: dict[tuple[str, str], list[str]] = {
         ("dataset", "kb_zh"): [],
+        ("dataset", "kb_zh_spans"): [],
         ("dataset", "scifacts_zh"): ["provider=replay"],
         ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
         ("metrics", "offline"): [],

@@ -147,7 +147,7 @@ def test_gate_and_sample_pages_commands_run_as_shown(
     Store(store_uri).set_tags(base, {"role": "production"})
     ids = {"BASELINE_ID": base, "B": base, "CANDIDATE_ID": cand, "C": cand}
     commands = [c for page, c in _doc_commands() if page in {"gates.md", "sample.md"}]
-    assert len(commands) == 6
+    assert len(commands) == 7
     for command in commands:
         args = [ids.get(arg, arg) for arg in shlex.split(command)[1:]]
         result = ragexp(*args)

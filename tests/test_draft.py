@@ -76,28 +76,33 @@ def generated_corpus(path: Path, size: int, seed: int = 7) -> dict[str, str]:
     return {row["id"]: row["text"] for row in rows}
 
 
-def check_cases(cases: list[dict[str, Any]], corpus: dict[str, str], model: str = "judge-model") -> None:
-    """The contract of a drafted case, whatever the model wrote."""
+def check_cases(
+    cases: list[dict[str, Any]], corpus: dict[str, str], model: str = "judge-model", doc_of: Any = lambda chunk: chunk
+) -> None:
+    """The contract of a drafted case, whatever the model wrote (``doc_of``: a chunk's document)."""
     normalized = {key: normalize(text) for key, text in corpus.items()}
     for case in cases:
         draft = case["draft"]
         assert draft["status"] == "draft"
         assert draft["model"] == model and len(draft["prompt_hash"]) == 64
         assert set(draft["source_ids"]) <= corpus.keys()
-        assert set(case["relevant_ids"]) <= corpus.keys()
+        # Drafts give evidence anchored to documents (here each chunk is a whole document), not ids.
+        assert "relevant_ids" not in case
+        evidence = case.get("relevant", [])
         if case["unanswerable"]:
-            assert case["relevant_ids"] == [] and case["expected_facts"] == []
+            assert evidence == [] and case["expected_facts"] == []
             for candidate in draft["answer_candidates"]:
                 assert not any(normalize(candidate) in text for text in normalized.values())
         else:
-            assert case["relevant_ids"] == draft["source_ids"]
+            assert [item["doc"] for item in evidence] == [doc_of(chunk) for chunk in draft["source_ids"]]
+            assert all(item["span"] in corpus[chunk] for item, chunk in zip(evidence, draft["source_ids"], strict=True))
             assert case["expected_facts"]
-            for fact in case["expected_facts"]:
-                assert any(normalize(fact) in normalized[chunk] for chunk in case["relevant_ids"]), fact
+            for fact in case["expected_facts"]:  # each fact lies in the span of its chunk
+                assert any(normalize(fact) in normalize(item["span"]) for item in evidence), fact
             if draft["kind"] == "multi":
-                assert len(case["relevant_ids"]) == 2
-                for chunk in case["relevant_ids"]:  # a fact from each chunk
-                    assert any(normalize(fact) in normalized[chunk] for fact in case["expected_facts"])
+                assert len(evidence) == 2
+                for item in evidence:  # a fact from each chunk
+                    assert any(normalize(fact) in normalize(item["span"]) for fact in case["expected_facts"])
 
 
 def test_kb_zh_draft_validates_spans_and_reruns_from_the_cache(ragexp: Any, drafter: str, tmp_path: Path) -> None:
@@ -175,7 +180,7 @@ def test_near_duplicate_questions_are_dropped(ragexp: Any, drafter: str, tmp_pat
     result = ragexp(*args, "--json", *drafter_args(drafter))
     assert result.code == 0, result.stderr
     assert result.json()["dropped"] == {"near_duplicate": 1}
-    assert [case["relevant_ids"] for case in read_cases(out)] == [["a"], ["c"]]
+    assert [[item["doc"] for item in case["relevant"]] for case in read_cases(out)] == [["a"], ["c"]]
 
 
 def test_near_duplicate_threshold() -> None:
@@ -203,7 +208,7 @@ def test_bad_replies_are_reasked_once_then_dropped_with_a_reason(ragexp: Any, dr
     assert result.code == 0, result.stderr
     summary = result.json()
     assert summary["dropped"] == {"fact_not_in_source": 1, "unusable_reply": 1}
-    assert [case["relevant_ids"] for case in read_cases(out)] == [["plain"], ["paraphrase"]]
+    assert [[item["doc"] for item in case["relevant"]] for case in read_cases(out)] == [["plain"], ["paraphrase"]]
     assert summary["chunks_with_cases"] == 2 and summary["chunks"] == 4
     # plain 1 call; paraphrase and never-span: asked again once; broken: the JSON re-ask once.
     assert calls(drafter) == summary["model_calls"] == 7
@@ -338,7 +343,8 @@ def test_folder_corpus_is_chunked_with_stable_ids(ragexp: Any, drafter: str, tmp
     out = tmp_path / "draft.jsonl"
     result = ragexp("draft", "--corpus", str(folder), "--out", str(out), "--n", "5", "--json", *drafter_args(drafter))
     assert result.code == 0, result.stderr
-    check_cases(read_cases(out), {chunk.id: chunk.text for chunk in chunks})
+    # A folder's chunks are anchored to their file.
+    check_cases(read_cases(out), {chunk.id: chunk.text for chunk in chunks}, doc_of=lambda chunk: chunk.split("#")[0])
 
 
 def test_screening_before_a_draft_counts(ragexp: Any, drafter: str, tmp_path: Path, store_uri: str) -> None:

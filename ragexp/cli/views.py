@@ -177,12 +177,27 @@ def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> 
     if summary["human_labels"]:
         counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
         print(f"human scores: {terminal(counts)}")
+    if "evidence" in summary:
+        evidence = summary["evidence"]
+        against = evidence["checked_against"]
+        checked = f"checked against {terminal(against)}" if against else "not checked: no corpus"
+        spans = f"{evidence['spans']} spans in {evidence['cases']} cases ({evidence['offsets']} as offsets)"
+        print(f"evidence: {spans}, {checked}")
     if findings is not None:
         print(f"label audit against {terminal(summary['corpus'])}: {len(findings)} finding(s)")
         for finding in findings:
             print(f"  warning: {terminal(finding)}")
     if "probe" in summary:
         show_probe(summary["probe"])
+
+
+def show_anchored(anchored: Any) -> None:
+    """``validate --anchor``'s line: where the evidence went and what it is made of."""
+    print(
+        f"wrote {terminal(str(anchored.out))}: {anchored.anchored} of {anchored.cases} cases anchored to documents; "
+        f"{anchored.spans_from_facts} spans are the sentences holding their facts, "
+        f"{anchored.spans_whole_chunk} whole chunks"
+    )
 
 
 def show_probe(report: dict[str, Any]) -> None:

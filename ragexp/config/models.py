@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
@@ -20,6 +20,23 @@ def runtime(default: Any, **kwargs: Any) -> Any:
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class MatchConfig(Model):
+    """How a retrieved chunk is matched to a case's evidence (``relevant``): it matches a span
+    when it comes from the span's document (when the system names documents) and its text
+    overlaps the span. Texts are compared as written and, failing that, after NFKC, case folding
+    and removing white space. Enters the dataset hash of a set with evidence."""
+
+    min_overlap: float = Field(default=0.5, gt=0, le=1)
+    """A chunk matches a span it overlaps by at least this share of the span's characters (a
+    chunk holding the whole span always matches)."""
+    min_chunk_chars: int = Field(default=20, ge=1)
+    """A chunk lying wholly inside a span matches when it has at least this many characters, however
+    small a share of the span it is."""
+    same_doc: bool = True
+    """When the system says which document a chunk comes from (``response.doc_ids``), a chunk
+    matches only spans of that document; false: text alone decides."""
 
 
 class DatasetConfig(Model):
@@ -44,7 +61,11 @@ class DatasetConfig(Model):
     """One sentence on what the cases cover."""
     corpus: str | None = runtime(None)
     """JSONL of ``{"id", "text"}`` chunks the labels point at: the run audits the labels against
-    it (findings are logged and reported, never fatal). Relative paths as for ``path``."""
+    it (findings are logged and reported, never fatal). Relative paths as for ``path``. For a set
+    with evidence, the documents it is anchored to: an unknown document, a span not in its
+    document's text or offsets past its end stop the run."""
+    match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
+    """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
 
 
 def _unit_range() -> list[float | None]:
@@ -126,10 +147,22 @@ class SampleConfig(Model):
     """Rerank BM25's candidates by how much of the question they cover; false: BM25 order."""
     citations: Literal["source", "all", "none"] = "source"
     """What the answer cites: the document it was taken from, every returned document, or nothing."""
-    chunking: Literal["doc", "sentence"] = "doc"
-    """Index one chunk per document (title + text) or one per sentence."""
+    chunking: Literal["doc", "sentence", "window"] = "doc"
+    """Index one chunk per document (title + text), one per sentence, or windows of
+    ``chunk_chars`` characters (``window``: the chunks themselves are returned, ids ``doc#n``)."""
+    chunk_chars: int = Field(120, ge=10, json_schema_extra={"identity_omit_default": True})
+    """Characters per window of ``chunking=window`` (other chunkings ignore it)."""
+    overlap: int = Field(0, ge=0, json_schema_extra={"identity_omit_default": True})
+    """Characters each window of ``chunking=window`` shares with the one before it (less than
+    ``chunk_chars``)."""
     threshold: float = Field(3.0, ge=0)
     """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+
+    @model_validator(mode="after")
+    def _window_overlap(self) -> SampleConfig:
+        if self.chunking == "window" and self.overlap >= self.chunk_chars:
+            raise ValueError(f"overlap ({self.overlap}) must be less than chunk_chars ({self.chunk_chars})")
+        return self
 
 
 class ResponseMapping(Model):
@@ -145,6 +178,9 @@ class ResponseMapping(Model):
     """JMESPath of the retrieved texts, aligned with ``ranked_ids`` (a list of strings)."""
     citations: str | None = None
     """JMESPath of what the answer cites: positions in ``ranked_ids`` or ids (``citations_as``)."""
+    doc_ids: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the document each retrieved chunk comes from, aligned with ``ranked_ids`` (a
+    list of strings); evidence (``relevant``) is matched within a chunk's document."""
     timings: str | None = None
     """JMESPath of per-stage seconds (an object of non-negative numbers)."""
     error: str | None = None
@@ -202,7 +238,7 @@ class HttpSystemConfig(Model):
     exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the reply. Null: ragexp's own contract
-    (``{"ranked_ids", "contexts", "answer", "citations", "timings"}``)."""
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``)."""
     stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from ragexp import secrets
 from ragexp.config.models import JudgeConfig
+from ragexp.datasets.evidence import anchor_span
 from ragexp.draft.cache import DraftCache
 from ragexp.draft.corpus import Chunk
 from ragexp.draft.rules import RETRIEVE_K, Retriever, found_in, missing_facts, near_duplicates, stratified
@@ -369,10 +370,16 @@ class Drafter:
         }
         if candidates is not None:
             draft["answer_candidates"] = candidates
+        evidence: list[dict[str, str]] = []
+        for chunk in [] if unanswerable else sources:
+            # Anchored to the chunk's document, not its id: the case survives re-chunking.
+            item = {"doc": chunk.document, "span": anchor_span(chunk.text, facts)}
+            if item not in evidence:
+                evidence.append(item)
         case: dict[str, Any] = {
             "id": f"draft-{digest}",
             "question": question.strip(),
-            "relevant_ids": [] if unanswerable else source_ids,
+            **({"relevant": evidence} if evidence else {}),
             "expected_facts": facts,
             "reference": reference.strip() or None,
             "unanswerable": unanswerable,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from ragexp.config.models import JudgeMetricConfig, PythonMetricConfig
     from ragexp.metrics.offline import OfflineInputs
+    from ragexp.records import Case
 
 MAX_JUDGE_METRICS = 14
 """MindSDK's evaluate() takes (0, 14] metrics; it applies to what is sent to the judge."""
@@ -474,6 +475,28 @@ def definition_change(baseline: MetricSpec | None, candidate: MetricSpec | None)
 def _short(value: object) -> str:
     text = str(value)
     return text if len(text) <= 40 else text[:24] + "…"
+
+
+def check_evidence(
+    specs: Iterable[MetricSpec], cases: Iterable[Case], outputs: frozenset[str], *, dataset: str, provider: str
+) -> frozenset[str]:
+    """Refuse, before any work, a retrieval metric on evidence (``relevant``) from a system that
+    gives no retrieved texts: evidence is matched by text. The output fields as
+    :func:`check_requirements` should then see them: where every case's gold is evidence, the
+    texts stand in for ids."""
+    for spec in specs:
+        if (
+            "relevant_ids" in spec.needs_labels
+            and "retrieved_ids" in spec.needs_output
+            and "retrieved_contexts" not in outputs
+        ):
+            raise MetricError(
+                f"metric '{spec.name}' matches the evidence of dataset {dataset} (its 'relevant' field) by the "
+                f"retrieved texts, which provider {provider} does not give for every case (response.contexts)"
+            )
+    if any(case.relevant_ids for case in cases):
+        return outputs
+    return outputs | {"retrieved_ids"} if "retrieved_contexts" in outputs else outputs
 
 
 def _judge(

@@ -38,13 +38,19 @@ OUTPUT_OF = {
     "ranked_ids": "retrieved_ids",
     "contexts": "retrieved_contexts",
     "citations": "citations",
+    "doc_ids": "retrieved_doc_ids",
 }
 """Mapping key -> the output field metrics ask for (``ragexp.metrics.registry``' names)."""
 
 MAX_CITATION = 2**31 - 1
 
 CONTRACT = ResponseMapping(
-    answer="answer", ranked_ids="ranked_ids", contexts="contexts", citations="citations", timings="timings"
+    answer="answer",
+    ranked_ids="ranked_ids",
+    contexts="contexts",
+    citations="citations",
+    timings="timings",
+    doc_ids="doc_ids",
 )
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
 
@@ -155,7 +161,7 @@ def _text_of(value: Any) -> str:
 
 # -- response mappings ----------------------------------------------------------------------
 
-_EXPRESSION_KEYS = ("error", "answer", "ranked_ids", "contexts", "citations", "timings")
+_EXPRESSION_KEYS = ("error", "answer", "ranked_ids", "contexts", "citations", "timings", "doc_ids")
 
 
 @dataclass(frozen=True)
@@ -214,7 +220,17 @@ class CompiledMapping:
             )
         citations = self._citations(found.get("citations"), answer, ranked)
         timings = self._timings(found.get("timings"))
-        return SystemOutput(ranked, contexts, answer, citations, latency, timings)
+        output = SystemOutput(ranked, contexts, answer, citations, latency, timings)
+        doc_ids = self._strings("doc_ids", found.get("doc_ids"))
+        if any(doc_ids):  # all empty: the system named no chunk's document
+            chunks = len(ranked or contexts)
+            if len(doc_ids) != chunks:
+                raise MappingError(
+                    f"doc_ids ({self._expr('doc_ids')}) has {len(doc_ids)} items "
+                    f"but the reply retrieved {chunks} chunks"
+                )
+            output.doc_ids = doc_ids
+        return output
 
     def _expr(self, key: str) -> str:
         return repr(getattr(self.mapping, key))
@@ -238,7 +254,7 @@ class CompiledMapping:
         for item in value:
             if isinstance(item, str):
                 out.append(item)
-            elif key == "ranked_ids" and isinstance(item, int) and not isinstance(item, bool):
+            elif key in ("ranked_ids", "doc_ids") and isinstance(item, int) and not isinstance(item, bool):
                 out.append(str(item))
             else:
                 raise MappingError(f"{key}: {self._expr(key)} gave a list holding {_kind(item)}, not strings")
@@ -476,9 +492,15 @@ def _plain(value: Any, depth: int, active: set[int]) -> Any:
         active.discard(id(value))
 
 
+def _key(key: Any) -> str:
+    # An enum key is its value, as JSON has it (LlamaIndex's relationships are keyed by
+    # NodeRelationship, whose SOURCE is "1"), not its Python name.
+    return str(key.value) if isinstance(key, enum.Enum) else str(key)
+
+
 def _container(value: Any, depth: int, active: set[int]) -> Any:
     if isinstance(value, Mapping):
-        return {str(key): _plain(item, depth, active) for key, item in value.items()}
+        return {_key(key): _plain(item, depth, active) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(item, depth, active) for item in value]
     if isinstance(value, BaseModel):

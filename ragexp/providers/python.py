@@ -407,6 +407,7 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
     output.answer = secrets.scrub(output.answer)
     output.contexts = [secrets.scrub(text) for text in output.contexts]
     output.ranked_ids = [secrets.scrub(item) for item in output.ranked_ids]
+    output.doc_ids = [secrets.scrub(item) for item in output.doc_ids]
     return output
 
 
