@@ -168,6 +168,7 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_sweep_points_each_have_their_traces",
     ),
     "test_ui.py": ("*",),
+    "test_words.py": ("test_demo_pair_diff_words_what_changed_and_the_gate_that_ran",),
 }
 
 
