@@ -98,6 +98,15 @@ def record_comparison(
         say(f"warning: the comparison is not recorded on run {candidate}: {exc}")
 
 
+def read_comparison(store: Store, candidate: str, baseline: str, name: str) -> dict[str, Any] | None:
+    """The comparison :func:`record_comparison` kept on ``candidate`` (None: none was recorded)."""
+    path = f"comparisons/{baseline}/{name}"
+    if path not in store.list_artifacts(candidate, f"comparisons/{baseline}"):
+        return None
+    found = json.loads(store.read_artifact(candidate, path))
+    return found if isinstance(found, dict) else None
+
+
 def compare_runs(
     baseline: str,
     candidate: str,
