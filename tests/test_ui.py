@@ -317,7 +317,8 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     comparing = "Comparing | #"
     both = re.compile(rf"Comparing \| #\w+ \| {re.escape(CANDIDATE_NAME)} \| to \| #\w+ \| {re.escape(BASELINE_NAME)}")
 
-    # The clicks: Evaluation runs, tick both runs, Actions -> Compare: the same comparison.
+    # The clicks: Evaluation runs, tick the candidate (the upper, newer row), then the baseline,
+    # Actions -> Compare: the same comparison (the run ticked first is shown against the other).
     experiment = per_case.split("/experiments/")[1].split("/")[0]
     shown = page(f"{ui}/#/experiments/{experiment}/evaluation-runs")
     tick_every_run(shown, [CANDIDATE_NAME, BASELINE_NAME])

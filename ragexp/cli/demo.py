@@ -249,9 +249,10 @@ def ui_lines(demo: Demo, experiment_id: str | None, port: int = UI_PORT) -> list
         "  Per case, both runs side by side (every case is a trace with one assessment per metric):",
         f"    {base}/#/experiments/{experiment_id}/evaluation-runs?selectedRunUuid={demo.candidate}"
         f"&compareToRunUuid={demo.baseline}",
-        f"    or click: Experiments -> {EXPERIMENT} -> Evaluation runs (left menu) -> tick both runs -> Actions ->",
-        "    Compare. One row per case with both runs' traces, each metric's AVG and delta; Columns adds the",
-        "    other metrics; a row opens the case's retrieved documents and stage spans (docs/traces.md).",
+        f"    or click: Experiments -> {EXPERIMENT} -> Evaluation runs (left menu) -> tick the candidate, then",
+        "    the baseline (the one ticked first is shown against the other) -> Actions -> Compare. One row per",
+        "    case with both runs' traces, each metric's AVG and delta; Columns adds the other metrics; a row",
+        "    opens the case's retrieved documents and stage spans (docs/traces.md).",
         "  Params and metrics side by side:",
         f"    {base}/#/compare-runs?runs={runs}&experiments=[%22{experiment_id}%22]",
         "    or click: Model training (top left) -> Runs -> tick both runs -> Compare. The one parameter",
