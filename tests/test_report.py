@@ -46,7 +46,8 @@ def test_report_contents_and_artifacts(ragexp: Any, store_uri: str, tmp_path: Pa
     # Distributions, errors, directions, worst cases with question/answer/retrieved ids.
     assert "越低越好" in md and "p95_seconds" in md
     assert md.count("![") >= 5 and "plots/hist_recall_at_k.svg" in md
-    assert "没有出错的样本" in md and "最差样本" in md and "sf-10" in md  # the replay's wrong answer
+    # No case errored: no section lists none (the results table's errored column says 0).
+    assert "出错样本清单" not in md and "最差样本" in md and "sf-10" in md  # the replay's wrong answer
     # Comparison: per-metric table with CI and p-value, scatter, gate verdict and the stage.
     assert "与基线对比" in md and "95% 置信区间" in md and "发布门禁" in md
     # Recall: 5 of 22 answerable cases down, none up (p 0.06): a drop, not a significant one; MRR
@@ -350,6 +351,11 @@ def test_no_section_for_what_the_run_does_not_have(ragexp: Any, tmp_path: Path) 
     assert not [h for h in headings if h.startswith(("How far the judge", "Spread between judge"))], headings
     assert not [h for h in headings if h.startswith("Official")], headings
     assert "Spread between judge repeats" not in md
+    assert "Errored cases" not in headings  # none errored
+    # A run at full marks on every case has no worst cases to list.
+    perfect = ragexp("run", "provider=fake", "--json").json()["run_id"]
+    assert ragexp("report", perfect, "--language", "en", "--out", str(tmp_path / "perfect")).code == 0
+    assert "Worst cases" not in (tmp_path / "perfect/report.md").read_text(encoding="utf-8")
     # Without a baseline: nothing compared, so neither what changed nor a gate.
     assert ragexp("report", cand, "--language", "en", "--out", str(tmp_path / "alone")).code == 0
     alone = (tmp_path / "alone/report.md").read_text(encoding="utf-8")

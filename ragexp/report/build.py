@@ -201,9 +201,9 @@ def _change_row(change: CaseChange, language: str) -> list[str]:
         change.case_id,
         change.question[:120],
         "; ".join(moved),
-        ", ".join(change.baseline.retrieved_ids[:5]),
+        ", ".join(change.baseline.retrieved_ids[:5]) or "—",
         answer(change.baseline),
-        ", ".join(change.candidate.retrieved_ids[:5]),
+        ", ".join(change.candidate.retrieved_ids[:5]) or "—",
         answer(change.candidate),
     ]
 
@@ -357,15 +357,12 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
                 plots.histogram(values, spec.name, spec.low, spec.high),
                 f"{t('histogram', language)}: {spec.name} ({t(spec.direction, language)})",
             )
-    doc.heading(t("errors_list", language), 3)
     errored = [i for i in range(len(run.case_ids)) if run.errored[i]]
-    if errored:
+    if errored:  # none: the table's errored column says 0, and no section lists nothing
+        doc.heading(t("errors_list", language), 3)
         doc.table(
             ["id", t("why", language)], [[run.case_ids[i], str(run.row(i).get("error"))[:300]] for i in errored[:50]]
         )
-    else:
-        doc.para(t("no_errors", language))
-    doc.heading(t("worst_cases", language), 3)
     badness = np.zeros(len(run.case_ids))
     for name, values in run.scores.items():
         spec = METRICS[name]
@@ -375,6 +372,8 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
         badness += (1 - normal) if spec.direction == "higher" else normal
     rows = []
     for i in np.argsort(-badness, kind="stable")[:WORST]:
+        if badness[i] <= 0:  # a case at full marks on every metric is no worst case
+            break
         row = run.row(int(i))
         output = row.get("output") or {}
         rows.append(
@@ -386,9 +385,12 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
                 ", ".join(f"{k}={fmt(v, 2)}" for k, v in row["metrics"].items()),
             ]
         )
-    doc.table(
-        ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)], rows
-    )
+    if rows:
+        doc.heading(t("worst_cases", language), 3)
+        doc.table(
+            ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)],
+            rows,
+        )
 
 
 def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSpec], language: str) -> None:
