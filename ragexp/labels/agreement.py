@@ -8,6 +8,7 @@ that are not agreements, the ones to read first when those figures are low.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,24 +44,25 @@ class Disagreement:
         return {"id": self.case_id, "metric": self.metric, "human": self.human, "automatic": self.automatic}
 
 
-def _population(name: str, unanswerable: np.ndarray) -> np.ndarray:
-    spec = METRICS[name]
-    if spec.population == "answerable" and (~unanswerable).any():
-        return ~unanswerable
-    return np.ones(unanswerable.shape, dtype=bool)
+def _labelled(
+    scores: dict[str, np.ndarray], human: dict[str, np.ndarray], unanswerable: np.ndarray
+) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per labelled metric: (name, human scores, automatic scores, the cases of its population
+    that have both)."""
+    for name, labels in human.items():
+        if name not in scores or name not in METRICS:
+            continue
+        spec = METRICS[name]
+        population = ~unanswerable if spec.population == "answerable" and (~unanswerable).any() else True
+        both = np.isfinite(labels) & np.isfinite(scores[name]) & population
+        yield name, labels, scores[name], both
 
 
 def coverage(
     scores: dict[str, np.ndarray], human: dict[str, np.ndarray], unanswerable: np.ndarray, needed: int
 ) -> list[Coverage]:
     """Per labelled metric: the labelled, scored cases of its population, and how many are needed."""
-    found = []
-    for name, labels in human.items():
-        if name not in scores or name not in METRICS:
-            continue
-        both = np.isfinite(labels) & np.isfinite(scores[name]) & _population(name, unanswerable)
-        found.append(Coverage(name, int(both.sum()), needed))
-    return found
+    return [Coverage(name, int(both.sum()), needed) for name, _, _, both in _labelled(scores, human, unanswerable)]
 
 
 def disagreements(
@@ -73,11 +75,7 @@ def disagreements(
     """Labelled, scored cases whose pass/fail at ``threshold`` differs between people and the
     automatic score, metric by metric in case order."""
     found: list[Disagreement] = []
-    for name, labels in human.items():
-        if name not in scores or name not in METRICS:
-            continue
-        automatic = scores[name]
-        both = np.isfinite(labels) & np.isfinite(automatic) & _population(name, unanswerable)
+    for name, labels, automatic, both in _labelled(scores, human, unanswerable):
         differ = both & ((labels >= threshold) != (automatic >= threshold))
         found.extend(
             Disagreement(case_ids[i], name, float(labels[i]), float(automatic[i])) for i in np.flatnonzero(differ)
