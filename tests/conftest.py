@@ -189,6 +189,7 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_runs_of_different_chunkings_on_the_same_evidence_are_comparable",
         "test_the_sample_service_serves_windows_with_their_documents",
     ),
+    "test_words.py": ("test_demo_pair_diff_words_what_changed_and_the_gate_that_ran",),
 }
 
 
