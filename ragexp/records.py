@@ -24,6 +24,10 @@ class SystemOutput:
     """Per-stage seconds reported by the system (embedding, vector, keyword, rerank, model)."""
     ttft_seconds: float | None = None
     """Time to the first non-empty piece of answer of a streamed reply (None: not streamed)."""
+    stages: dict[str, dict[str, list[Any]]] | None = None
+    """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
+    best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
+    reranker). Shown on the case's stage spans; None: the system reports none."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -36,6 +40,8 @@ class SystemOutput:
             data["timings"] = self.timings
         if self.ttft_seconds is not None:
             data["ttft_seconds"] = self.ttft_seconds
+        if self.stages is not None:
+            data["stages"] = self.stages
         return data
 
     @classmethod
@@ -49,6 +55,7 @@ class SystemOutput:
             latency_seconds=latency_seconds,
             timings=data.get("timings"),
             ttft_seconds=data.get("ttft_seconds"),
+            stages=data.get("stages"),
         )
 
 

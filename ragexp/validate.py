@@ -8,15 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragexp.config.compose import compose
-from ragexp.config.models import RagexpConfig
 from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
+from ragexp.metrics.registry import parse_metric_names
 from ragexp.paths import data_roots
-from ragexp.providers.base import RunSettings, build_provider
+from ragexp.providers.base import Provider
+from ragexp.providers.mapping import NEEDED
 from ragexp.records import Case
-from ragexp.runner import check_store_fields
+from ragexp.runner import check_config, check_store_fields
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,9 @@ class DatasetCheck:
 
     @property
     def probe_failed(self) -> bool:
-        return bool(self.summary.get("probe", {}).get("error"))
+        """The probe's call or reply failed, or an output the chosen metrics read was not found."""
+        probe = self.summary.get("probe", {})
+        return bool(probe.get("error")) or any(NEEDED in text for text in probe.get("missing", {}).values())
 
 
 def check_dataset(
@@ -57,6 +60,10 @@ def check_dataset(
     dataset = load_dataset(file, file_format)
     if not allow_draft:
         refuse_unscreened(dataset)
+    provider = None
+    if config is not None:
+        # What run checks before any work, so that validate says ok only where run would start.
+        provider = check_config(config, dataset, parse_metric_names(config.metrics.names), concurrency=1)
     findings = None
     if corpus_file is not None:
         chunks = load_corpus(corpus_file)
@@ -79,16 +86,15 @@ def check_dataset(
         summary["corpus"] = str(corpus_file)
         summary["findings"] = [finding.to_json() for finding in findings]
     if probe:
-        if config is None:
+        if provider is None:
             raise ConfigError("--probe asks the configured system: it does not go with --path")
-        summary["probe"] = probe_system(config, dataset)
+        summary["probe"] = probe_system(provider, dataset)
     return DatasetCheck(summary, findings)
 
 
-def probe_system(config: RagexpConfig, dataset: Dataset) -> dict[str, Any]:
-    """One real request for the dataset's first case (``validate --probe``)."""
-    settings = RunSettings(k=config.k, concurrency=1, dataset=config.dataset)
-    provider = build_provider(config.provider.system, settings)
+def probe_system(provider: Provider, dataset: Dataset) -> dict[str, Any]:
+    """One real request for the dataset's first case (``validate --probe``), read as a run
+    reads it: an output the chosen metrics need that the reply does not give fails the probe."""
     provider.preflight(dataset)
     return provider.probe(dataset.cases[0])
 

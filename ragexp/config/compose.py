@@ -77,6 +77,27 @@ def _file_url(path: Path) -> str:
     return f"'{text}'" if any(ch in path.as_posix() for ch in ' ,[]{}()=:"$') else text
 
 
+def metric_sets() -> dict[str, list[str]]:
+    """The named metric sets of the config tree (``metrics=NAME``) and their metric names: the
+    user's folder first, then the packaged ones (a file of the user's replaces a packaged one)."""
+    import yaml
+
+    folders = [*([user] if (user := user_conf_dir()) is not None else []), *packaged_trees()]
+    sets: dict[str, list[str]] = {}
+    for folder in folders:
+        for path in sorted((folder / "metrics").glob("*.yaml")):
+            if path.stem in sets:
+                continue
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            names = data.get("names") if isinstance(data, dict) else None
+            if isinstance(names, list) and all(isinstance(name, str) for name in names):
+                sets[path.stem] = names
+    return sets
+
+
 def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     """Compose the config tree with command-line overrides and validate it."""
     return validate(name_dataset_from_path(compose_raw(overrides), overrides))

@@ -87,6 +87,12 @@ class ResponseMapping(Model):
     """JMESPath of what the answer cites: positions in ``ranked_ids`` or ids (``citations_as``)."""
     timings: str | None = None
     """JMESPath of per-stage seconds (an object of non-negative numbers)."""
+    scores: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the retrieval scores, aligned with ``ranked_ids`` (a list of numbers): shown
+    on the case's retrieval span, never scored."""
+    stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
+    names as in ``timings``), shown on the case's stage spans, never scored."""
     error: str | None = None
     """JMESPath that yields the error message on an error envelope (e.g.
     ``code != `0` && message``): a truthy result makes the reply an error for that case."""

@@ -30,7 +30,7 @@ class SampleProvider(Provider):
         self._system: SampleSystem | None = None
         self._docs_sha256: str | None = None
 
-    def preflight(self, dataset: Dataset) -> None:
+    def check(self, dataset: Dataset) -> None:
         path = resolve_path(self.knobs.docs, data_roots())
         try:
             docs = load_docs(path)
