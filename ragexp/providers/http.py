@@ -438,12 +438,13 @@ class Streamed:
         if kinds:
             text += " (" + ", ".join(f"{kind} {n}" for kind, n in kinds.items()) + ")"
         sse = self.reader.stream.format == "sse"
-        names = {**_EXTRAS, FOREIGN: "line that is not an event-stream field" if sse else "server-sent-event line"}
-        extras = [
-            f"{n} {names[kind]}{'' if n == 1 else 's'}"
-            for kind, n in self.seen.items()
-            if kind in names and kind != DONE
-        ]
+        names = {
+            **_EXTRAS,
+            FOREIGN: ("line that is not an event-stream field", "lines that are not event-stream fields")
+            if sse
+            else ("server-sent-event line", "server-sent-event lines"),
+        }
+        extras = [f"{n} {names[kind][n != 1]}" for kind, n in self.seen.items() if kind in names and kind != DONE]
         if self.seen.get(DONE):
             extras.append("[DONE]")
         if extras:
@@ -459,10 +460,10 @@ COMMENT = "comment"
 KEEPALIVE = "keep-alive"
 FOREIGN = "foreign"
 _EXTRAS = {
-    COMMENT: "comment",
-    KEEPALIVE: "keep-alive",
-    DONE: "[DONE]",
-    FOREIGN: "line that is not an event-stream field",
+    COMMENT: ("comment", "comments"),
+    KEEPALIVE: ("keep-alive", "keep-alives"),
+    DONE: ("[DONE]", "[DONE]"),
+    FOREIGN: ("foreign line", "foreign lines"),
 }
 
 

@@ -226,8 +226,8 @@ class CompiledMapping:
                 if count is None or type(result) is not list:
                     continue
                 missing += max(0, count - len(result))
-                if depth == 0:
-                    items = count
+                # Items an inner projection dropped never reach the outer one: count them in.
+                items += count if depth == 0 else max(0, count - len(result))
         except jmespath.exceptions.JMESPathError:
             return None  # the expression itself ran: what it found stands
         return missing, items
@@ -376,14 +376,14 @@ class CompiledMapping:
             except ValueError as exc:
                 raise MappingError(f"stages: {self._expr('stages')} {exc}") from None
         if scores is not None:
-            if not isinstance(scores, list) or not all(_score(item) for item in scores):
-                raise MappingError(f"scores: {self._expr('scores')} must give a list of finite numbers")
+            if not isinstance(scores, list) or not all(item is None or _score(item) for item in scores):
+                raise MappingError(f"scores: {self._expr('scores')} must give a list of finite numbers (or nulls)")
             if len(scores) != len(ranked):
                 raise MappingError(
                     f"scores ({self._expr('scores')}) has {len(scores)} items but ranked_ids "
-                    f"({self._expr('ranked_ids')}) has {len(ranked)}"
+                    f"({self._expr('ranked_ids')}) has {len(ranked)} (map(&score, items) keeps an item's null score)"
                 )
-            stages.setdefault(RETRIEVE_STAGE, {"ids": list(ranked)})["scores"] = [float(item) for item in scores]
+            stages[RETRIEVE_STAGE] = {"ids": list(ranked), "scores": _floats(scores)}
         return stages or None
 
 
@@ -440,6 +440,10 @@ def _seconds(value: Any) -> bool:
     return _score(value) and value >= 0
 
 
+def _floats(values: list[Any]) -> list[Any]:
+    return [None if item is None else float(item) for item in values]
+
+
 def _score(value: Any) -> bool:
     # numbers.Real takes numpy's scalars too (np.float32 is not a float).
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
@@ -467,11 +471,11 @@ def check_stages(value: Any) -> dict[str, dict[str, list[Any]]]:
             checked[key] = [str(item) for item in items]
         scores = detail.get("scores")
         if scores is not None:
-            if not isinstance(scores, list) or not all(_score(item) for item in scores):
-                raise ValueError(f"stage {str(stage)!r}: scores must be a list of finite numbers")
+            if not isinstance(scores, list) or not all(item is None or _score(item) for item in scores):
+                raise ValueError(f"stage {str(stage)!r}: scores must be a list of finite numbers (or nulls)")
             if len(scores) != len(checked.get("ids", [])):
                 raise ValueError(f"stage {str(stage)!r}: scores must be as many as ids")
-            checked["scores"] = [float(item) for item in scores]
+            checked["scores"] = _floats(scores)
         out[str(stage)] = checked
     return out
 

@@ -68,4 +68,5 @@ class SampleProvider(Provider):
             output = SystemOutput(
                 reply["ranked_ids"], reply["contexts"], reply["answer"], reply["citations"], latency, reply["timings"]
             )
+            output.stages = reply["stages"]
             on_result(index, CaseResult(case.id, output))

@@ -7,8 +7,9 @@ of the chunk ranked first is below a threshold. Every step is deterministic: the
 same ranking and answer on any machine.
 
 :meth:`SampleSystem.answer` returns ragexp's HTTP service contract as a dict
-(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``), so the in-process provider
-and the HTTP wrapper hand out exactly the same thing.
+(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``, and ``stages``: what BM25
+and the reranker each produced, shown on the case's stage spans), so the in-process provider and
+the HTTP wrapper hand out exactly the same thing.
 """
 
 from __future__ import annotations
@@ -183,11 +184,21 @@ class SampleSystem:
         hits = self.index.search(question)
         timings["keyword"] = time.perf_counter() - started
         candidates = hits[: max(wanted * 3, RERANK_POOL)]
+        chunks = self.index.chunks
+        bm25_order = [chunks[i][0] for _, i in candidates]
+        stages: dict[str, dict[str, list[Any]]] = {
+            "keyword": {"ids": bm25_order, "scores": [round(score, 6) for score, _ in candidates]}
+        }
         if settings.rerank:
             started = time.perf_counter()
-            chunks = self.index.chunks
-            candidates.sort(key=lambda hit: (coverage(question, chunks[hit[1]][1]), hit[0]), reverse=True)
+            covered = {i: coverage(question, chunks[i][1]) for _, i in candidates}
+            candidates.sort(key=lambda hit: (covered[hit[1]], hit[0]), reverse=True)
             timings["rerank"] = time.perf_counter() - started
+            stages["rerank"] = {
+                "ids_in": bm25_order,
+                "ids": [chunks[i][0] for _, i in candidates],
+                "scores": [round(covered[i], 6) for _, i in candidates],
+            }
         started = time.perf_counter()
         ranked_ids: list[str] = []
         contexts: list[str] = []
@@ -219,4 +230,5 @@ class SampleSystem:
             "answer": answer,
             "citations": citations,
             "timings": timings,
+            "stages": stages,
         }
