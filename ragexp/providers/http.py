@@ -378,10 +378,10 @@ def case_error(exc: BaseException) -> str:
     """A failed call or an unusable reply as that case's error, the same in a run and a probe."""
     if isinstance(exc, SystemReplyError):
         return secrets.scrub(f"service error: {exc}")
-    if isinstance(exc, ReplyError | BadReply):
-        return secrets.scrub(f"contract: {exc}")
-    failed = exc if isinstance(exc, CallFailed) else classify(exc)
-    return str(failed) if failed is not None else secrets.scrub(f"{type(exc).__name__}: {exc}")
+    failed = exc if isinstance(exc, CallFailed | ReplyError) else classify(exc) or exc
+    if isinstance(failed, ReplyError | BadReply):
+        return secrets.scrub(f"contract: {failed}")
+    return secrets.scrub(str(failed))
 
 
 class Recorded:

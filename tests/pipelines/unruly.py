@@ -38,38 +38,31 @@ RAISED: dict[str, BaseException] = {
 }
 
 
-def raising(question: str, case_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
-    if case_id == "password":
+def raising(question: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Raises what the case's ``metadata.raise`` names (nothing when it names nothing)."""
+    if metadata.get("raise") in RAISED:
         raise RAISED[metadata["raise"]]
     return answer(question)
 
 
-async def raising_async(question: str, case_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+async def raising_async(question: str, metadata: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(0)
-    if case_id == "password":
-        raise RAISED[metadata["raise"]]
-    return answer(question)
-
-
-def streaming(question: str, case_id: str) -> Any:
-    """Returns a generator for "password" (a chain's stream() instead of its invoke())."""
-    if case_id == "password":
-        return (piece for piece in DOCS["d3"].split())
-    return answer(question)
-
-
-def iterating(question: str, case_id: str) -> Any:
-    if case_id == "password":
-        return iter([answer(question)])
-    return answer(question)
+    return raising(question, metadata)
 
 
 async def _pieces() -> AsyncIterator[str]:
     yield "Passwords"
 
 
-async def async_streaming(question: str, case_id: str) -> Any:
-    if case_id == "password":
+def streaming(question: str, metadata: dict[str, Any]) -> Any:
+    """Returns what the case's ``metadata.returns`` names: a generator (a chain's stream() instead
+    of its invoke()), an iterator, an async generator; else the answer."""
+    returns = metadata.get("returns")
+    if returns == "generator":
+        return (piece for piece in DOCS["d3"].split())
+    if returns == "iterator":
+        return iter([answer(question)])
+    if returns == "async generator":
         return _pieces()
     return answer(question)
 
@@ -88,4 +81,3 @@ def noisy(question: str, case_id: str) -> dict[str, Any]:
     print("no newline yet", end="")
     print(" ... done")
     return answer(question)
-
