@@ -103,7 +103,7 @@ class Handler(StreamingHandler):
                         }
                     )
                     if "quotacut" in query:
-                        return self.cut(b"")
+                        return self.drop()
                     return self.end_stream()
                 if "cut" in query and cut_enabled():
                     return self.cut()

@@ -97,6 +97,10 @@ class StreamingHandler(JsonHandler):
     def cut(self, data: bytes = b'data: {"par') -> None:
         """Send part of an event, then drop the connection without ending the body."""
         self.chunk(data)
+        self.drop()
+
+    def drop(self) -> None:
+        """Drop the connection without ending the body (no closing chunk)."""
         self.close_connection = True
         self.connection.shutdown(2)
         self.connection.close()
