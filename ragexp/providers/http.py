@@ -417,7 +417,7 @@ class Streamed:
 
     def output(self, latency: float, needed: frozenset[str] | None = None) -> SystemOutput:
         found = dict(self.found)
-        where = Where(self.arrived(), "")
+        where = Where(self.arrived)
         if self.reader.text_key is not None:
             if not self.pieces:
                 raise MappingError(

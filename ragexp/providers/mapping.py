@@ -263,7 +263,7 @@ class CompiledMapping:
         """A :class:`SystemOutput` from the raw values the expressions found (a streamed reply
         gathers them over its events), checked and converted. ``gaps``: what :meth:`gaps` said
         of each list; ``where``: what the values were read from, for the messages."""
-        where = where or Where("the reply", "")
+        where = where or Where(lambda: "the reply")
         self._check_found(found, gaps or {}, needed, where)
         answer = self._answer(found, where)
         ranked = self._strings("ranked_ids", found.get("ranked_ids"))
@@ -406,17 +406,26 @@ def mark_missing(
         missing[label] = f"nothing in {gaps[0]} of {gaps[1]} items; {what}"
 
 
-@dataclass(frozen=True)
 class Where:
-    """What mapped values were read from, as a message says it: ``text`` ("the reply", "any of
-    the 5 events (message 4, message_end 1)") and a ``preview`` of the reply."""
+    """What mapped values were read from, as a message says it: "the reply" with a preview of
+    it, or "5 events (message 4, message_end 1)". Worked out only when a message needs it (most
+    replies need none)."""
 
-    text: str
-    preview: str
+    def __init__(self, describe: Callable[[], str], show: Callable[[], str] = lambda: "") -> None:
+        self._describe = describe
+        self._show = show
+
+    @property
+    def text(self) -> str:
+        return self._describe()
+
+    @property
+    def preview(self) -> str:
+        return self._show()
 
     @classmethod
     def reply(cls, data: Any) -> Where:
-        return cls("the reply", f" ({preview(data)})")
+        return cls(lambda: "the reply", lambda: f" ({preview(data)})")
 
 
 PREVIEW_CHARS = 120
