@@ -181,11 +181,14 @@ def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str,
     recorded = rows_of(store_uri, result.json()["run_id"], tmp_path)
     for row in CASES:
         response = engine.query(row["question"])
+        ranked = [hit.node.node_id for hit in response.source_nodes]
         assert recorded[row["id"]]["output"] == {
-            "ranked_ids": [hit.node.node_id for hit in response.source_nodes],
+            "ranked_ids": ranked,
             "contexts": [hit.node.text for hit in response.source_nodes],
             "answer": response.response,
             "citations": [],
+            # Each NodeWithScore's score, shown on the retrieval span.
+            "stages": {"retrieve": {"ids": ranked, "scores": [hit.score for hit in response.source_nodes]}},
         }
         assert recorded[row["id"]]["metrics"]["recall_at_k"] == 1.0
 
