@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,15 @@ bench-systems: setup
 # load_dataset on 100,000 label-only and 100,000 replay cases, against parsing the lines alone.
 bench-loader: setup
 	$(BIN)/python tests/benchmarks/bench_loader.py
+
+# metrics.custom: scoring a trivial Python metric on 100,000 cases vs a plain loop calling it, and
+# what the metric adds to a 100,000-case run.
+bench-custom-metrics: setup
+	$(BIN)/python tests/benchmarks/bench_custom_metrics.py
+
+# Scoring 100,000 cases at K=10 on evidence anchored to documents, beside the id path, in one run.
+bench-evidence: setup
+	$(BIN)/python tests/benchmarks/bench_evidence.py
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 
 from ragexp.errors import TrackingError
+from ragexp.metrics.registry import MetricSpec, spec_from_json, spec_json
 from ragexp.records import Case, CaseResult
 
 FORMAT_VERSION = 1
@@ -41,6 +42,9 @@ TABLE = "cases_table.json"
 AUDIT = "audit.json"
 TIMINGS = "timings.json"
 """Per stage of the system's timings: its name, the key prefix of its metrics, its figures."""
+CUSTOM_METRICS = "custom_metrics.json"
+"""What each metric of the user's own config was in this run (``metrics.custom``): commands that
+read the run know its direction, range and definition without the user's config."""
 
 
 def nullable(values: np.ndarray) -> list[float | None]:
@@ -89,6 +93,8 @@ def write_cases(
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors
+            if result.rationale:
+                row["rationale"] = result.rationale
             if spread:
                 row["spread"] = dict(zip(spread_names, spread_values, strict=True))
             chunk.append(dumps(row, option=newline))
@@ -143,6 +149,23 @@ def write_config(path: Path, config: Mapping[str, Any]) -> None:
 def write_timings(path: Path, stages: Sequence[Mapping[str, Any]]) -> None:
     """``timings.json``: per stage its name, the key prefix of its metrics and its figures."""
     path.write_bytes(orjson.dumps({"stages": list(stages)}, option=orjson.OPT_INDENT_2))
+
+
+def write_custom_metrics(path: Path, specs: Sequence[MetricSpec]) -> None:
+    """``custom_metrics.json``: the specs of the run's metrics of the user's own config."""
+    payload = {"format_version": FORMAT_VERSION, "metrics": [spec_json(spec) for spec in specs]}
+    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+
+
+def read_custom_metrics(data: bytes, run_id: str) -> dict[str, MetricSpec]:
+    """Metric name -> spec, from a run's ``custom_metrics.json``."""
+    payload = _object(data, CUSTOM_METRICS, run_id)
+    check_version(payload, CUSTOM_METRICS, run_id)
+    try:
+        specs = [spec_from_json(item) for item in payload["metrics"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TrackingError(f"run {run_id}: {CUSTOM_METRICS} is not one this ragexp wrote ({exc!r})") from None
+    return {spec.name: spec for spec in specs}
 
 
 def write_audit(path: Path, findings: Sequence[Mapping[str, Any]]) -> None:

@@ -64,6 +64,8 @@ class CaseTrace:
     timings: dict[str, float] = field(default_factory=dict)
     expectations: dict[str, Any] = field(default_factory=dict)
     feedback: list[FeedbackRecord] = field(default_factory=list)
+    doc_ids: list[str] = field(default_factory=list)
+    """The document of each retrieved chunk, when the system named it (the documents' ``doc_uri``)."""
     stages: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     """What each stage produced (``SystemOutput.stages``), shown on its span."""
 
@@ -222,7 +224,8 @@ def build_traces(
             value = float(scores[spec.name][index])
             source = judge if spec.judge else None
             if value == value:
-                feedback.append(FeedbackRecord(spec.name, value, judge=source))
+                said = result.rationale.get(spec.name)
+                feedback.append(FeedbackRecord(spec.name, value, judge=source, rationale=said))
                 continue
             reason = result.metric_errors.get(spec.name) or (f"case error: {result.error}" if result.error else None)
             if reason is not None:
@@ -238,15 +241,18 @@ def build_traces(
                 ranked_ids=list(output.ranked_ids) if output is not None else [],
                 contexts=list(output.contexts) if output is not None else [],
                 timings=dict(output.timings or {}) if output is not None else {},
-                expectations=_expectations(case),
+                expectations=case_expectations(case),
                 feedback=feedback,
+                doc_ids=list(output.doc_ids) if output is not None else [],
                 stages=dict(output.stages or {}) if output is not None else {},
             )
         )
     return TracePlan(traces, len(cases), capped)
 
 
-def _expectations(case: Case) -> dict[str, Any]:
+def case_expectations(case: Case) -> dict[str, Any]:
+    """The case's labels under MLflow's expectation names: its trace's expectations, and what an
+    MLflow scorer used as a metric of the user's gets as ``expectations``."""
     expected: dict[str, Any] = {}
     if case.expected_facts:
         expected["expected_facts"] = list(case.expected_facts)
@@ -254,6 +260,8 @@ def _expectations(case: Case) -> dict[str, Any]:
         expected["expected_response"] = case.reference
     if case.relevant_ids:
         expected["relevant_ids"] = list(case.relevant_ids)
+    if case.relevant:
+        expected["relevant"] = [{"doc": item.doc, "span": cut(item.span, SPAN_TEXT_CHARS)} for item in case.relevant]
     expected["unanswerable"] = case.unanswerable
     return expected
 
@@ -301,18 +309,20 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
     if error is not None:
         return spans
     scores = _retrieval_scores(case)
+    # A system that returns texts without ids (evidence is matched by text) still shows them.
+    ids = case.ranked_ids or [""] * len(case.contexts)
     documents = [
         {
             "id": doc_id,
             "page_content": cut(case.contexts[i], SPAN_TEXT_CHARS) if i < len(case.contexts) else "",
             "metadata": {
-                "doc_uri": doc_id,
+                "doc_uri": case.doc_ids[i] if i < len(case.doc_ids) and case.doc_ids[i] else doc_id,
                 "chunk_id": doc_id,
                 "rank": i + 1,
-                **({"score": scores[i]} if scores is not None else {}),
+                **({"score": scores[i]} if scores is not None and i < len(scores) else {}),
             },
         }
-        for i, doc_id in enumerate(case.ranked_ids)
+        for i, doc_id in enumerate(ids)
     ]
     described = [stage for stage in case.stages if stage != RETRIEVE and stage not in case.timings]
     stages = [*case.timings, *described]

@@ -104,3 +104,23 @@ def html(text: object) -> str:
     """A value for HTML text or a quoted attribute: markup characters as entities, invisible
     characters as escapes."""
     return _html.escape(_visible(str(text), keep="\t\n"), quote=True)
+
+
+_PROMPT_TAG: dict[str, re.Pattern[str]] = {}
+
+
+def prompt_block(text: object, tag: str) -> str:
+    """Text inside a ``<tag ...>`` block of a model prompt (the draft prompts' ``<chunk>``): every
+    ``<tag`` or ``</tag`` in it (any case, spaces allowed) has its ``<`` written ``&lt;``, so a
+    document cannot close its own block or open a forged one. Everything else stays verbatim:
+    the model copies facts from the text character for character."""
+    pattern = _PROMPT_TAG.get(tag)
+    if pattern is None:
+        pattern = _PROMPT_TAG[tag] = re.compile(rf"<(?=\s*/?\s*{re.escape(tag)}\b)", re.IGNORECASE)
+    return pattern.sub("&lt;", str(text))
+
+
+def prompt_attribute(text: object) -> str:
+    """A value for a double-quoted attribute of a prompt's tag (a chunk's id): ``& < > "`` as
+    entities, line breaks and other invisible characters as escapes, so it stays one attribute."""
+    return _html.escape(_visible(str(text)), quote=True)

@@ -61,14 +61,48 @@ def package_data() -> Path:
     return _package_dir("data")
 
 
+def is_ragexp_checkout(root: Path) -> bool:
+    """``root`` is a checkout of ragexp itself (any copy, not only the one imported): a
+    ``pyproject.toml`` naming the project ``ragexp`` beside a ``conf/config.yaml``."""
+    import tomllib
+
+    if not (root / "conf" / "config.yaml").is_file() or not (root / "pyproject.toml").is_file():
+        return False
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return isinstance(project, dict) and project.get("name") == "ragexp"
+
+
+def packaged_owner(folder: Path) -> str | None:
+    """Which of ragexp's own folders ``folder`` is or lies in, said in words (None: a folder of
+    the user's): a packaged config tree, the installed package, or the top of a checkout of
+    ragexp. A user's config never goes there."""
+    target = folder.resolve()
+    for tree in packaged_trees():
+        if target == tree or tree in target.parents:
+            return f"{tree} is ragexp's packaged config tree"
+    package = _package_dir(".")
+    if target == package or package in target.parents:
+        return f"{package} is the ragexp package itself"
+    if is_ragexp_checkout(target):
+        return f"{target} is a checkout of ragexp itself (its conf/ is ragexp's packaged config tree)"
+    return None
+
+
 def user_conf_dir(explicit: str | None = None) -> Path | None:
     """The user's config folder, composed over the packaged defaults: ``--config-dir``, else
-    ``RAGEXP_CONFIG_DIR`` (or the older ``RAGEXP_CONF_DIR``), else ``./conf`` when it exists."""
+    ``RAGEXP_CONFIG_DIR`` (or the older ``RAGEXP_CONF_DIR``), else ``./conf`` when it exists and
+    is not ragexp's own (the ``conf/`` of a checkout of ragexp is the packaged tree, never a user's:
+    :func:`packaged_owner`)."""
     given = explicit or os.environ.get(CONFIG_DIR_ENV) or os.environ.get(LEGACY_CONFIG_DIR_ENV)
     if given:
         return Path(given).expanduser().resolve()
     local = Path("conf")
-    return local.resolve() if local.is_dir() else None
+    if not local.is_dir() or is_ragexp_checkout(local.resolve().parent):
+        return None
+    return local.resolve()
 
 
 def data_roots() -> list[Path]:

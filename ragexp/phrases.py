@@ -50,6 +50,14 @@ PHRASES: dict[str, dict[str, str]] = {
     "higher": {"zh": "越高越好", "en": "higher is better"},
     "lower": {"zh": "越低越好", "en": "lower is better"},
     "project": {"zh": "本项目定义", "en": "defined by this project"},
+    "yours": {"zh": "由你定义", "en": "defined by you"},
+    "yours_note": {
+        "zh": "标为“由你定义”的指标（{names}）是你们团队在 metrics.custom 中自定的规则或评分标准：非官方，"
+        "其定义、取值范围与方向以你们的配置为准，本报告只按该定义计算。",
+        "en": 'The metrics marked "defined by you" ({names}) are your team\'s own rules or rubrics, as your '
+        "config's metrics.custom states them: not official; their definition, range and direction are yours, and "
+        "this report only computes them as defined.",
+    },
     "item": {"zh": "项", "en": "Item"},
     "value": {"zh": "取值", "en": "Value"},
     "who": {"zh": "谁定的", "en": "Set by"},
@@ -156,6 +164,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "moved_better": {"en": "better", "zh": "变好"},
     "moved_worse": {"en": "worse", "zh": "变差"},
     "moved_flat": {"en": "flat", "zh": "持平"},
+    "moved_not_comparable": {"en": "not comparable", "zh": "不可比"},
     "no_worst": {"en": "No case regressed.", "zh": "没有样本退步。"},
     "case": {"en": "Case", "zh": "样本"},
     "regression": {"en": "Regression", "zh": "退步量"},
@@ -188,6 +197,39 @@ PHRASES: dict[str, dict[str, str]] = {
     "too_few_discordant": {
         "en": "none with {discordant} discordant pairs",
         "zh": "仅 {discordant} 对结果不一致的样本时无法检测任何变化",
+    },
+    # Why a figure is missing: every "—" a table shows is explained under it (ragexp.compare.missing).
+    "dash_means": {"en": "why a figure is missing (—):", "zh": "缺少数值（—）的原因："},
+    "not_measured_baseline": {"en": "the baseline run did not measure it", "zh": "基线运行没有测这个指标"},
+    "not_measured_candidate": {"en": "the candidate run did not measure it", "zh": "候选运行没有测这个指标"},
+    "unscored_baseline": {
+        "en": "no case of the baseline run has a score for it",
+        "zh": "基线运行没有任何样本有这个指标的分数",
+    },
+    "unscored_candidate": {
+        "en": "no case of the candidate run has a score for it",
+        "zh": "候选运行没有任何样本有这个指标的分数",
+    },
+    "run_level": {
+        "en": "a run-level figure, not a mean of per-case values: no paired interval, p-value or detectable change",
+        "zh": "运行级指标，不是逐条分数的均值：没有配对区间、p 值和可检测变化",
+    },
+    "no_pairs": {
+        "en": "no case has a score in both runs: no paired interval, p-value or detectable change",
+        "zh": "没有样本在两次运行中都有分数：没有配对区间、p 值和可检测变化",
+    },
+    "ci_unbounded": {
+        "en": "too few pairs for the paired test to bound the interval at this confidence",
+        "zh": "配对样本太少，无法在该置信度下给出有限的区间",
+    },
+    "no_detectable": {"en": "detectable change: {why}", "zh": "可检测变化：{why}"},
+    "dash_case": {
+        "en": "— in a case's change: that run has no score for the case (it errored, or the metric does not score it)",
+        "zh": "样本变化中的“—”：该次运行中这条样本没有分数（出错，或该指标不对它打分）",
+    },
+    "dash_run_value": {
+        "en": "— in the baseline or candidate column: that run has no value for the metric",
+        "zh": "基线或候选列中的“—”：该次运行没有这个指标的数值",
     },
 }
 

@@ -1,13 +1,17 @@
-"""A progress bar on stderr with rate and time left (Rich), for work that takes more than a second.
+"""Progress on stderr (Rich), for work that takes more than a second: a bar with rate and time
+left for work counted case by case (:class:`Progress`), and a line with a spinner and the time
+spent for a phase that has no count to show (:class:`Phase`: loading, scoring, logging).
 
 Shown on a terminal only (or when ``progress=true`` asks for it): a CI log or a pipe gets no bar.
-A run that ends within :data:`DELAY_S` prints nothing.
+Work that ends within :data:`DELAY_S` prints nothing.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -96,5 +100,68 @@ def _rich_bar(stream: TextIO) -> RichProgress:
         TextColumn("{task.fields[errors]}"),
         console=console,
         auto_refresh=False,
+        transient=False,
+    )
+
+
+class Phase:
+    """``with Phase("scoring 150,000 cases"):`` -- once the phase has taken :data:`DELAY_S`, a line
+    with a spinner, the label and the time spent, redrawn from a thread of Rich's while the work
+    holds the main thread; when the phase ends the line stays, marked done, with its time."""
+
+    def __init__(self, label: str, *, enabled: bool | None = None, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.label = label
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self._lock = threading.Lock()
+        self._ended = False
+        self._bar: RichProgress | None = None
+        self._task: Any = None
+        self._timer: threading.Timer | None = None
+
+    def __enter__(self) -> Phase:
+        if self.enabled:
+            self._timer = threading.Timer(DELAY_S, self._show)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._bar = _rich_phase(self.stream)
+            self._task = self._bar.add_task(self.label)
+            self._bar.tasks[0].start_time = time.monotonic() - DELAY_S
+            self._bar.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            self._ended = True
+            if self._bar is not None:
+                done = "done" if kind is None else "stopped"
+                self._bar.update(self._task, description=f"{self.label}: {done}", total=1, completed=1)
+                self._bar.stop_task(self._task)
+                self._bar.refresh()
+                self._bar.stop()
+                self._bar = None
+
+
+def _rich_phase(stream: TextIO) -> RichProgress:
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=stream, force_terminal=True, highlight=False)
+    return Progress(
+        SpinnerColumn(finished_text="✓"),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        auto_refresh=True,
+        refresh_per_second=10,
         transient=False,
     )

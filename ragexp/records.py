@@ -24,6 +24,9 @@ class SystemOutput:
     """Per-stage seconds reported by the system (embedding, vector, keyword, rerank, model)."""
     ttft_seconds: float | None = None
     """Time to the first non-empty piece of answer of a streamed reply (None: not streamed)."""
+    doc_ids: list[str] = field(default_factory=list)
+    """The document each retrieved chunk comes from, aligned with ``ranked_ids``/``contexts``
+    (empty: the system does not say; an empty string: it does not say for that chunk)."""
     stages: dict[str, dict[str, list[Any]]] | None = None
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
@@ -40,6 +43,8 @@ class SystemOutput:
             data["timings"] = self.timings
         if self.ttft_seconds is not None:
             data["ttft_seconds"] = self.ttft_seconds
+        if self.doc_ids:
+            data["doc_ids"] = self.doc_ids
         if self.stages is not None:
             data["stages"] = self.stages
         return data
@@ -55,8 +60,35 @@ class SystemOutput:
             latency_seconds=latency_seconds,
             timings=data.get("timings"),
             ttft_seconds=data.get("ttft_seconds"),
+            doc_ids=list(data.get("doc_ids", [])),
             stages=data.get("stages"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A piece of a document that answers a case: gold that names text, not a chunk id, so it
+    survives re-chunking and re-indexing."""
+
+    doc: str
+    """The id of the document the text is in."""
+    span: str
+    """The text itself; for evidence given as offsets, the document's text between them (empty
+    until the documents are read: see :mod:`ragexp.datasets.evidence`)."""
+    start: int | None = None
+    """Character offset of the span's start in the document's text, when given as offsets."""
+    end: int | None = None
+    """Character offset just past the span's end, when given as offsets."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The form the dataset gave (``{"doc", "span"}`` or ``{"doc", "start", "end"}``), with
+        the text once read for offsets: what the dataset hash covers."""
+        if self.start is None:
+            return {"doc": self.doc, "span": self.span}
+        data: dict[str, Any] = {"doc": self.doc, "start": self.start, "end": self.end}
+        if self.span:
+            data["span"] = self.span
+        return data
 
 
 @dataclass(slots=True)
@@ -80,6 +112,9 @@ class Case:
     """The case's free-form ``metadata`` object: its fields fill request templates."""
     draft: str | None = None
     """``draft.status`` of a drafted case (``draft`` or ``screened``); None for a case not drafted."""
+    relevant: list[Evidence] = field(default_factory=list)
+    """Gold anchored to documents (the ``relevant`` field), for a case that gives it instead of
+    ``relevant_ids``: retrieved chunks are matched to it by document and text."""
 
     def labels(self, *, human: bool = True) -> dict[str, Any]:
         """Inputs and labels only: what the dataset hash covers (human scores when present, so
@@ -94,6 +129,8 @@ class Case:
         }
         if human and self.human:
             labels["human"] = self.human
+        if self.relevant:
+            labels["relevant"] = [evidence.to_json() for evidence in self.relevant]
         return labels
 
 
@@ -109,6 +146,9 @@ class CaseResult:
     retryable: bool = False
     """The system call failed at the transport level (refused, timed out, 5xx after retries):
     the failure says nothing about the case, and ``--resume`` asks again."""
+    rationale: dict[str, str] = field(default_factory=dict)
+    """Metric name -> why the case got its score, where the metric says (a rubric's judge, a
+    function of the user's returning ``{"score", "rationale"}``)."""
 
     @property
     def ok(self) -> bool:

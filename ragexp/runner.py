@@ -22,24 +22,29 @@ from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_ch
 from ragexp.config.compose import compose, metric_sets
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
-from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
+from ragexp.config.tracking import chosen_uri
+from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
+from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
+from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.registry import (
     MetricSpec,
     can_score,
+    check_evidence,
     check_requirements,
     needed_outputs,
     parse_metric_names,
 )
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
-from ragexp.progress import Progress
+from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import CaseResult
 from ragexp.secrets import register_url, scrub
@@ -75,6 +80,8 @@ class Plan:
     scorer: JudgeScorer | None = None
     findings: list[Finding] | None = None
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
+    custom: CustomMetrics = field(default_factory=CustomMetrics)
+    """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
 
     def run_name(self) -> str:
         """The configured name, else provider, dataset, k and short hash (the start cut if the
@@ -144,10 +151,19 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
 
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
-    specs = parse_metric_names(config.metrics.names)
+    custom = load_custom(config.metrics.custom)
+    specs = parse_metric_names(config.metrics.names, custom.specs)
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
+    corpus = None
+    if config.dataset.corpus is not None:
+        corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))
+    documents = corpus
+    if corpus is not None and not shares_documents(dataset, corpus):
+        info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
+        documents = None
+    dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
     provider = check_config(config, dataset, specs)
     provider.preflight(dataset)
     scorer, judge = None, "none"
@@ -159,15 +175,12 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         judge = scorer.identity
         limits.check(limits.TAG_VALUE, judge, "provider.judge (its identity, the ragexp.judge tag)")
     findings = None
-    if config.dataset.corpus is not None:
-        corpus_path = resolve_path(config.dataset.corpus, data_roots())
-        corpus = load_corpus(corpus_path)
-        # A corpus sharing no id with the cases belongs to another set (a dataset.path override
-        # under a group that names its corpus): no audit, rather than one finding per case.
-        if shares_ids(dataset, corpus):
-            findings = audit(dataset, corpus)
-    digest = config_hash(config, dataset.file_sha256, judge, provider.identity())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings)
+    # A corpus sharing no id with the cases belongs to another set (a dataset.path override under
+    # a group that names its corpus): no audit, rather than one finding per case.
+    if corpus is not None and shares_ids(dataset, corpus.texts):
+        findings = audit(dataset, corpus.texts)
+    digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
+    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
 
 
 def check_config(
@@ -177,10 +190,12 @@ def check_config(
     code of the system (``run`` makes them, and ``validate`` without ``--probe``): a judge for
     the judge metrics, the system's own config (expressions, templates, secrets, files), and
     each metric's fields against what the dataset and the system give. The provider it built."""
-    judge_specs = [spec.name for spec in specs if spec.judge]
+    judge_specs = [spec for spec in specs if spec.judge]
     if judge_specs and config.provider.judge is None:
+        first = judge_specs[0]
+        who = f"{first.custom.key}: the rubric '{first.name}'" if first.custom else f"metric '{first.name}'"
         raise MetricError(
-            f"metric '{judge_specs[0]}' needs an LLM judge, and provider {config.provider.name} has none "
+            f"{who} needs an LLM judge, and provider {config.provider.name} has none "
             "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
         )
     settings = RunSettings(
@@ -191,6 +206,10 @@ def check_config(
     )
     provider = build_provider(config.provider.system, settings)
     outputs = provider.output_fields(dataset)
+    if dataset.has_evidence:
+        outputs = check_evidence(
+            specs, dataset.cases, outputs, dataset=config.dataset.name, provider=config.provider.name
+        )
     try:
         check_requirements(
             specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name
@@ -208,15 +227,17 @@ def metrics_that_fit(
     fit, and the chosen metrics that do."""
     judged = config.provider.judge is not None
 
-    def fits(names: Sequence[str]) -> bool:
-        try:
-            chosen = parse_metric_names(list(names))
-        except MetricError:
-            return False
+    def fits(chosen: Sequence[MetricSpec]) -> bool:
         return all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in chosen)
 
-    ways = [f"metrics={name}" for name, names in metric_sets().items() if fits(names)]
-    kept = [spec.name for spec in specs if fits([spec.name])]
+    ways = []
+    for name, names in metric_sets().items():
+        try:
+            if fits(parse_metric_names(list(names))):
+                ways.append(f"metrics={name}")
+        except MetricError:
+            continue
+    kept = [spec.name for spec in specs if fits([spec]) and spec.custom is None]
     if kept and len(kept) < len(specs):
         ways.append(f"metrics.names=[{','.join(kept)}]")
     return f"; metrics that fit: {' or '.join(ways)}" if ways else ""
@@ -270,6 +291,35 @@ class StoreLost(Stopped):
     """The tracking store stopped answering during a run; the results are kept locally."""
 
 
+class NotFinished(Stopped):
+    """Every case was evaluated and logged, but the store did not mark the run finished: it is
+    complete, and a ``--resume`` finishes it without asking any case again."""
+
+
+def finish_run(store: Store, run_id: str) -> None:
+    """Mark the run finished, the call retried within the store's ``timeout_s``: a run whose data
+    is complete is never left RUNNING by one failed call, nor said to be finished when it is not."""
+    from ragexp.transport import backoff
+
+    deadline = time.monotonic() + store.timeout_s
+    attempt = 0
+    while True:
+        try:
+            store.end_run(run_id, FINISHED)
+            return
+        except RagexpError as exc:
+            pause = backoff(0.5, attempt)
+            if time.monotonic() + pause >= deadline:
+                raise NotFinished(
+                    f"run {run_id}: every case was evaluated and logged (its data is complete), but the store did "
+                    f"not mark it finished ({exc}); it stays RUNNING until a resume finishes it, which asks no case "
+                    "again",
+                    run_id,
+                ) from None
+        time.sleep(pause)
+        attempt += 1
+
+
 class AllCasesErrored(RagexpError):
     """The run completed, but no case has a score: nothing it logged can be compared."""
 
@@ -316,16 +366,24 @@ class Evaluation:
 
 
 def run_config(
-    overrides: Sequence[str], *, resume: str | None = None, retry_errors: bool = False, allow_draft: bool = False
+    overrides: Sequence[str],
+    *,
+    resume: str | None = None,
+    retry_errors: bool = False,
+    allow_draft: bool = False,
+    tracking_uri: str | None = None,
 ) -> Evaluation:
     """``ragexp run``: compose the config, plan (every check before an MLflow run exists),
-    evaluate every case and log one run; ``resume`` continues an interrupted one."""
+    evaluate every case and log one run; ``resume`` continues an interrupted one;
+    ``tracking_uri`` is ``--tracking-uri`` (:mod:`ragexp.config.tracking`)."""
     if retry_errors and not resume:
         raise ConfigError("--retry-errors goes with --resume RUN_ID")
     config = compose(list(overrides))
-    store = Store(config.tracking.uri, timeout_s=config.tracking.timeout_s)
+    uri = chosen_uri(tracking_uri, overrides, config.tracking.uri)
+    store = Store(uri, timeout_s=config.tracking.timeout_s)
     register_url(store.uri)  # a tracking server's password is masked wherever a secret is
-    plan = plan_run(config, store.state_dir())
+    with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
+        plan = plan_run(config, store.state_dir())
     if not allow_draft:
         refuse_unscreened(plan.dataset)
     draft_tags = {DRAFT_TAG: "true"} if unscreened(plan.dataset) else None
@@ -338,6 +396,7 @@ def _execute(
     checkpoint = Checkpoint(checkpoint_path(store.state_dir(), run_id)) if plan.provider.remote else None
     status = FAILED
     store_alive = True
+    ended = False
     arrived: list[CaseResult] = []
     try:
         if not resumed:
@@ -355,13 +414,18 @@ def _execute(
         store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
         store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
         status = FINISHED
-        if checkpoint is not None:
+        finish_run(store, run_id)
+        ended = True
+        if checkpoint is not None:  # only now: a run not marked finished is resumed from it
             checkpoint.remove()
         return outcome
     except KeyboardInterrupt:
         status = KILLED
         store_alive = _save_for_resume(store, run_id, checkpoint, "interrupted", "interrupted (Ctrl-C or SIGTERM)")
         raise Interrupted(run_id, len(done) + len(arrived), len(plan.dataset.cases)) from None
+    except NotFinished:
+        store_alive = False  # its end was tried, within the store's timeout; the checkpoint stays
+        raise
     except StoreUnreachable as exc:
         # The store stopped answering: every further call would wait for its own timeout.
         store_alive = False
@@ -379,7 +443,7 @@ def _execute(
     finally:
         if checkpoint is not None:
             checkpoint.close()
-        if store_alive:
+        if store_alive and not ended:
             with contextlib.suppress(RagexpError):  # the first error is the one worth a line
                 store.end_run(run_id, status)
 
@@ -525,14 +589,17 @@ def _score_and_log(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
 ) -> RunOutcome:
     """Score every case, weigh the scores against people's, log metrics, artifacts and traces."""
+    shown = plan.config.progress
     scored = score_results(plan, results)
-    human = _human_scores(plan, store, run_id, results, scored, resumed)
-    trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
-    timings = stage_timings(results)
-    store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
-    _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
+    with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
+        human = _human_scores(plan, store, run_id, results, scored, resumed)
+        trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
+        timings = stage_timings(results)
+        store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
+        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
     if plan.config.tracking.traces:
-        _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
+        with Phase("logging the cases' traces", enabled=shown):
+            _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
     return RunOutcome(
         run_id,
         plan.config.experiment,
@@ -555,8 +622,11 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     on the case (``metric_errors``), never scored."""
     cfg = plan.config
     cases = plan.dataset.cases
-    inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases)
-    scores = score_cases(plan.specs, inputs)
+    with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
+        inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
+        scores = score_cases(plan.specs, inputs)
+        if plan.dataset.has_evidence:
+            _evidence_unread(plan, results, scores)
     spread: dict[str, list[float | None]] = {}
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:
@@ -566,6 +636,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores.update(judged.scores)
         for index, reasons in judged.errors.items():
             results[index].metric_errors.update(reasons)
+        for index, texts in judged.rationales.items():
+            results[index].rationale.update(texts)
         usage = judged.usage.as_metrics()
         for name, value in plan.scorer.adaptation_usage.as_metrics().items():
             usage[name] += value
@@ -574,9 +646,33 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             spread[name] = nullable(values)
             if np.isfinite(values).any():
                 judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
+    if plan.custom.python:
+        scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     return Scored(inputs, scores, errored, summary, spread, judge_metrics)
+
+
+def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
+    """Evidence is matched by text: a reply that named chunks without their texts cannot be
+    scored on it (an error for the case's retrieval metrics, never a 0); document ids of another
+    kind than the evidence's are worth a warning, as they would match nothing."""
+    retrieval = [spec.name for spec in plan.specs if "relevant_ids" in spec.needs_labels and spec.name in scores]
+    for index in textless(plan.dataset.cases, results):
+        count = len(results[index].output.ranked_ids)  # type: ignore[union-attr]  # textless: an output
+        for name in retrieval:
+            scores[name][index] = np.nan
+            results[index].metric_errors[name] = (
+                f"the reply named {count} retrieved chunks without their texts: evidence is matched by text"
+            )
+    docs = {item.doc for case in plan.dataset.cases for item in case.relevant}
+    named, shared = returned_documents(docs, [result.output for result in results])
+    if named and not shared and plan.config.dataset.match.same_doc:
+        info(
+            f"warning: the system named documents for {named} cases, none of them a document of the evidence "
+            f"(e.g. {next(iter(sorted(docs)))!r}): every chunk is refused by document; map the same document ids "
+            "(response.doc_ids), or set dataset.match.same_doc=false to let text alone decide"
+        )
 
 
 def _human_scores(
@@ -589,7 +685,9 @@ def _human_scores(
     cases = plan.dataset.cases
     names = list(scored.scores)
     human = human_columns([case.human for case in cases], names)
-    return with_run_labels(human, run_labels(store, run_id, cases, results, names, resumed=resumed, info=info))
+    custom = {spec.name: spec for spec in plan.custom.specs}
+    labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
+    return with_run_labels(human, labels)
 
 
 def run_metrics(
@@ -646,6 +744,8 @@ def _log_artifacts(
         artifacts.write_scores(folder / artifacts.SCORES, cases, scored.errored, latency, columns, human)
         if plan.findings is not None:
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
+        if plan.custom.specs:
+            artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
 
 

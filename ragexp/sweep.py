@@ -21,6 +21,7 @@ from typing import Any
 
 from ragexp import limits
 from ragexp.config.compose import compose, from_composed, prepare_overrides, search_path
+from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.escape import terminal
 from ragexp.tracking.store import FAILED, FINISHED, RUNNING, TAG_PREFIX, RunRecord, Store
@@ -80,14 +81,15 @@ def check_launcher(overrides: Sequence[str]) -> None:
                 raise ConfigError(f"config: hydra/launcher={name} needs {install}")
 
 
-def run_sweep(overrides: Sequence[str]) -> SweepOutcome:
+def run_sweep(overrides: Sequence[str], *, tracking_uri: str | None = None) -> SweepOutcome:
+    """``ragexp run -m``: one run per point under a parent run; ``tracking_uri``: ``--tracking-uri``."""
     fixed, swept = split_overrides(overrides)
     hydra_keys = [o for o in swept if o.startswith("hydra")]
     check_launcher([*fixed, *hydra_keys])
     if any(o.split("=", 1)[0].lstrip("+~") in ("tracking.uri", "experiment") for o in swept):
         raise ConfigError("config: tracking.uri and experiment cannot be swept: a sweep lives in one experiment")
     base = compose([o for o in fixed if not o.startswith("hydra")])  # validates everything not swept
-    store = Store(base.tracking.uri, timeout_s=base.tracking.timeout_s)
+    store = Store(chosen_uri(tracking_uri, fixed, base.tracking.uri), timeout_s=base.tracking.timeout_s)
     points = " ".join(o for o in overrides if not o.startswith("hydra"))
     limits.check(limits.EXPERIMENT_NAME, base.experiment, "experiment")
     parent = store.create_run(
@@ -150,7 +152,8 @@ def run_point(cfg: Any) -> None:
     try:
         raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
         config = from_composed(raw, dict(job.runtime.choices), list(job.overrides.task))
-        store = Store(config.tracking.uri or uri, timeout_s=config.tracking.timeout_s)
+        # The sweep's store, chosen once by the sweep's process for every point.
+        store = Store(uri, timeout_s=config.tracking.timeout_s)
         plan = plan_run(config, store.state_dir())
         outcome = execute(
             plan,

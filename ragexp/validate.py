@@ -1,23 +1,31 @@
 """``ragexp validate``: check a dataset without running anything; audit its labels against a
-corpus; ask the configured system about its first case (``--probe``)."""
+corpus, and its evidence against the documents; ask the configured system about its first case
+(``--probe``); turn chunk-id gold into evidence (``--anchor``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ragexp.config.compose import compose
-from ragexp.datasets.audit import Finding, audit, load_corpus, shares_ids
+from ragexp.config.models import MatchConfig, RagexpConfig
+from ragexp.config.tracking import chosen_uri
+from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
+from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
+from ragexp.metrics.custom import load_custom
 from ragexp.metrics.registry import parse_metric_names
 from ragexp.paths import data_roots
 from ragexp.providers.base import Provider
 from ragexp.providers.mapping import NEEDED
 from ragexp.records import Case
 from ragexp.runner import check_config, check_store_fields
+from ragexp.secrets import mask_url
+from ragexp.tracking.store import resolve_uri
 
 
 @dataclass(frozen=True)
@@ -43,34 +51,39 @@ def check_dataset(
     corpus: str | None = None,
     probe: bool = False,
     allow_draft: bool = False,
+    tracking_uri: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> DatasetCheck:
     """Load and check the configured dataset (or the file at ``path``); a broken one raises
-    :class:`~ragexp.errors.DatasetErrors` listing every problem."""
-    config = None
-    if path is None:
-        config = compose(list(overrides))
+    :class:`~ragexp.errors.DatasetErrors` listing every problem. ``tracking_uri``
+    (``--tracking-uri``) and the config choose the store a run would log to, which the summary
+    names (:mod:`ragexp.config.tracking`)."""
+    config, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
+    store = tracking_uri
+    if config is not None:
+        store = chosen_uri(tracking_uri, overrides, config.tracking.uri)
         check_store_fields(config)
-        file, file_format = resolve_path(config.dataset.path, data_roots()), config.dataset.format
-        configured = corpus or config.dataset.corpus
-        corpus_file = resolve_path(configured, data_roots()) if configured else None
-    else:
-        file = resolve_path(path)
-        corpus_file = resolve_path(corpus) if corpus else None
     dataset = load_dataset(file, file_format)
     if not allow_draft:
         refuse_unscreened(dataset)
+    chunks = load_chunks(corpus_file) if corpus_file is not None else None
+    rule = config.dataset.match if config is not None else MatchConfig()
+    documents = chunks
+    if chunks is not None and corpus is None and path is None and not shares_documents(dataset, chunks):
+        say(f"warning: evidence not checked: the configured corpus {corpus_file} holds none of the documents it names")
+        documents = None
+    dataset = resolve_evidence(dataset, documents, rule, corpus_key="--corpus" if corpus else "dataset.corpus")
     provider = None
     if config is not None:
         # What run checks before any work, so that validate says ok only where run would start.
-        provider = check_config(config, dataset, parse_metric_names(config.metrics.names), concurrency=1)
+        specs = parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs)
+        provider = check_config(config, dataset, specs, concurrency=1)
     findings = None
-    if corpus_file is not None:
-        chunks = load_corpus(corpus_file)
-        if corpus is None and path is None and not shares_ids(dataset, chunks):
+    if chunks is not None:
+        if corpus is None and path is None and not shares_ids(dataset, chunks.texts):
             say(f"warning: label audit skipped: the configured corpus {corpus_file} holds none of its relevant ids")
         else:
-            findings = audit(dataset, chunks)
+            findings = audit(dataset, chunks.texts)
     summary: dict[str, Any] = {
         "valid": True,
         "path": str(file),
@@ -80,8 +93,17 @@ def check_dataset(
         "dataset_hash": dataset.dataset_hash,
         "label_fields": sorted(dataset.label_fields),
         "output_fields": sorted(dataset.output_fields),
+        "tracking_uri": mask_url(resolve_uri(store)),
         "human_labels": _human_counts(dataset.cases),
     }
+    if dataset.has_evidence:
+        evidence = [item for case in dataset.cases for item in case.relevant]
+        summary["evidence"] = {
+            "cases": sum(bool(case.relevant) for case in dataset.cases),
+            "spans": len(evidence),
+            "offsets": sum(item.start is not None for item in evidence),
+            "checked_against": str(corpus_file) if documents is not None else None,
+        }
     if findings is not None:
         summary["corpus"] = str(corpus_file)
         summary["findings"] = [finding.to_json() for finding in findings]
@@ -90,6 +112,39 @@ def check_dataset(
             raise ConfigError("--probe asks the configured system: it does not go with --path")
         summary["probe"] = probe_system(provider, dataset)
     return DatasetCheck(summary, findings)
+
+
+def anchor_dataset(
+    overrides: Sequence[str] = (),
+    *,
+    path: str | None = None,
+    file_format: str = "auto",
+    corpus: str | None = None,
+    out: str | None = None,
+) -> Anchored:
+    """``validate --anchor``: write the dataset with its chunk-id gold turned into evidence, from
+    the chunk file's texts and document ids (``--corpus``, else the configured ``dataset.corpus``)."""
+    if out is None:
+        raise ConfigError("--anchor writes a new dataset: give it --out FILE")
+    _, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
+    if corpus_file is None:
+        raise ConfigError(
+            "--anchor reads the chunks the relevant ids name: give --corpus CHUNKS (JSONL of {id, text, doc})"
+        )
+    return anchor_file(load_dataset(file, file_format), load_chunks(corpus_file), Path(out))
+
+
+def _files(
+    overrides: Sequence[str], path: str | None, file_format: str, corpus: str | None
+) -> tuple[RagexpConfig | None, Path, str, Path | None]:
+    """(the composed config, or None with ``path``; the dataset file and its format; the corpus
+    file: ``corpus``, else the configured ``dataset.corpus``)."""
+    if path is not None:
+        return None, resolve_path(path), file_format, resolve_path(corpus) if corpus else None
+    config = compose(list(overrides))
+    configured = corpus or config.dataset.corpus
+    corpus_file = resolve_path(configured, data_roots()) if configured else None
+    return config, resolve_path(config.dataset.path, data_roots()), config.dataset.format, corpus_file
 
 
 def probe_system(provider: Provider, dataset: Dataset) -> dict[str, Any]:

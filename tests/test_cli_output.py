@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import subprocess
 import sys
 import time
@@ -69,6 +70,11 @@ def run_replay_text(ragexp: Any, path: Path) -> str:
     assert result.code == 0, result.stderr
     text: str = result.stdout
     return text
+
+
+def plain(drawn: str) -> str:
+    """What a terminal shows of ``drawn``, a line per redraw: colours and cursor moves left out."""
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", drawn).replace("\r", "\n")
 
 
 def _slow_cases(tmp_path: Path, n: int) -> Path:
@@ -180,3 +186,43 @@ def test_diff_and_gate_are_library_functions_the_cli_renders(ragexp: Any, store_
         compare_runs(base["run_id"], base["run_id"])
     with pytest.raises(ConfigError, match=itself):
         run_gate(base["run_id"], candidate=base["run_id"])
+
+
+def test_a_phase_without_a_count_shows_a_spinner_and_its_time_after_a_second() -> None:
+    import io
+
+    from ragexp.progress import Phase
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    slow, quick, piped = Terminal(), Terminal(), io.StringIO()
+    with Phase("scoring 150,000 cases", stream=slow):
+        time.sleep(1.6)
+    with Phase("scoring 3 cases", stream=quick):
+        time.sleep(0.05)
+    with Phase("scoring 150,000 cases", stream=piped):
+        time.sleep(1.2)
+    lines = [line.strip() for line in plain(slow.getvalue()).splitlines() if line.strip()]
+    assert any(line.endswith("scoring 150,000 cases 0:00:01") for line in lines[:-1]), lines  # while it ran
+    assert lines[-1] == "✓ scoring 150,000 cases: done 0:00:01"
+    assert quick.getvalue() == "" and piped.getvalue() == ""  # too short to show; not a terminal
+
+
+def test_every_long_phase_of_a_large_replay_run_shows_progress(store_uri: str, tmp_path: Path) -> None:
+    # 60,000 recorded cases: evaluating them is quick, loading, logging and tracing them is not.
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store_uri, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+    path = write_jsonl(tmp_path / "big.jsonl", replay_rows([{"rank": 1 + i % 3} for i in range(60_000)]))
+    args = ["run", "provider=replay", f"dataset.path={path}", "dataset.name=big", "k=3"]
+    code, drawn = _run_on_a_terminal(args, env, tmp_path)
+    assert code == 0, drawn
+    shown = [line.strip() for line in plain(drawn).splitlines()]
+    done = {line[2 : line.index(": done")] for line in shown if ": done" in line}
+    assert "logging the cases' traces" in done, shown[-20:]
+    assert done <= {
+        "loading and checking the dataset, the system and the judge",
+        "scoring 60,000 cases",
+        "logging the run's metrics and artifacts (60,000 cases)",
+        "logging the cases' traces",
+    }

@@ -286,7 +286,8 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "p_value",
         "improved",
         "regressed",
-    } | {"unchanged", "detectable_effect"}
+    } | {"unchanged", "detectable_effect", "why_missing"}
+    assert mrr["why_missing"] == {}
     assert data["diagnosis"] == ["recall flat but MRR down: fusion or rerank regressed"]
     assert len(data["cases"]) == 3
     worst = data["cases"][0]

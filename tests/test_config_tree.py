@@ -47,6 +47,7 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
     judged = [*recorded, "metrics=core"]
     table: dict[tuple[str, str], list[str]] = {
         ("dataset", "kb_zh"): [],
+        ("dataset", "kb_zh_spans"): [],
         ("dataset", "scifacts_zh"): ["provider=replay"],
         ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
         ("metrics", "offline"): [],
@@ -296,8 +297,10 @@ def test_init_writes_a_starter_conf_that_composes(tmp_path: Path, monkeypatch: p
         ".gitignore",
         "conf/dataset/my_set.yaml",
         "conf/gates/my_release.yaml",
+        "conf/metrics/my_metrics.yaml",
         "conf/system/my_service.yaml",
         "data/my_set.jsonl",
+        "my_rules.py",
     ]
     assert (project / ".gitignore").read_text(encoding="utf-8").splitlines()[::2] == ["*.pyc", "mlruns/"]
     commands = [line.strip() for line in result.stdout.splitlines()[1:]]
@@ -316,6 +319,36 @@ def test_init_writes_a_starter_conf_that_composes(tmp_path: Path, monkeypatch: p
     assert config.provider.system.kind == "http"
     path = plan_run(compose(["dataset=my_set", "provider=fake"])).dataset.path
     assert path.resolve() == project / "data/my_set.jsonl"
+    # The metric set is the packaged offline one with no metric of your own until one is uncommented.
+    metrics = compose(["metrics=my_metrics"]).metrics
+    assert (metrics.names, metrics.custom) == (compose(["metrics=offline"]).metrics.names, [])
+    starter = (project / "conf/metrics/my_metrics.yaml").read_text(encoding="utf-8")
+    assert starter.count("#   - name: ") == 2 and "kind: python" in starter and "kind: judge" in starter
+
+
+def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert invoke("init", ".").code == 0
+    metrics = tmp_path / "conf/metrics/my_metrics.yaml"
+    lines = metrics.read_text(encoding="utf-8").splitlines()
+    # The Python example: its block of the commented list, the comment marks taken off.
+    start = lines.index("# custom:")
+    end = next(i for i, line in enumerate(lines) if "A rubric the configured judge" in line)
+    uncommented = [line[2:] for line in lines[start:end] if not line.startswith("#   #")]
+    kept = [line for line in lines[:start] if line != "custom: []"]
+    metrics.write_text("\n".join([*kept, *uncommented]) + "\n", encoding="utf-8")
+    result = ragexp("run", "dataset=my_set", "provider=fake", "metrics=my_metrics", "--json")
+    assert result.code == 0, result.stderr
+    assert result.json()["summary"]["hotline_in_refusal"] == 1.0
+    # The rubric example needs a judge, and says so before anything runs.
+    rubric = ragexp(
+        "run",
+        "dataset=my_set",
+        "provider=fake",
+        "metrics=my_metrics",
+        "metrics.custom=[{name: p, kind: judge, rubric: polite}]",
+    )
+    assert rubric.code == 1 and "needs an LLM judge" in rubric.stderr
 
 
 @pytest.mark.slow

@@ -147,7 +147,7 @@ def test_gate_and_sample_pages_commands_run_as_shown(
     Store(store_uri).set_tags(base, {"role": "production"})
     ids = {"BASELINE_ID": base, "B": base, "CANDIDATE_ID": cand, "C": cand}
     commands = [c for page, c in _doc_commands() if page in {"gates.md", "sample.md"}]
-    assert len(commands) == 6
+    assert len(commands) == 7
     for command in commands:
         args = [ids.get(arg, arg) for arg in shlex.split(command)[1:]]
         result = ragexp(*args)
@@ -312,18 +312,23 @@ def test_every_metric_of_the_registry_is_in_the_metrics_page_with_its_direction_
 
 def _leaf_fields(model: Any, prefix: str = "", runtime: bool = False) -> Iterator[tuple[str, Any, bool, bool]]:
     """(dotted key, field, runtime-only, holds a nested model) for every field of the typed config,
-    every system kind's fields included; a dict of rules is spelled ``KEY.<metric>.FIELD``."""
+    every system kind's fields included; a dict of rules is spelled ``KEY.<metric>.FIELD``, a list
+    of models (the custom metrics, of either kind) ``KEY[].FIELD``."""
     for name, field in model.model_fields.items():
         path = prefix + name
         extra = field.json_schema_extra
         runtime_only = runtime or (isinstance(extra, dict) and bool(extra.get("runtime_only")))
         inner = _models_in(field.annotation)
-        values = _models_in(typing.get_args(field.annotation)[1]) if typing.get_origin(field.annotation) is dict else []
+        origin = typing.get_origin(field.annotation)
+        values = _models_in(typing.get_args(field.annotation)[1]) if origin is dict else []
+        items = _models_in(typing.get_args(field.annotation)[0]) if origin is list else []
         yield path, field, runtime_only, bool(inner or values)
         for sub in inner:
             yield from _leaf_fields(sub, path + ".", runtime_only)
         for sub in values:
             yield from _leaf_fields(sub, path + ".<metric>.", runtime_only)
+        for sub in items:
+            yield from _leaf_fields(sub, path + "[].", runtime_only)
 
 
 def _models_in(annotation: Any) -> list[Any]:

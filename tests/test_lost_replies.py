@@ -315,3 +315,47 @@ def test_a_server_dead_during_the_tail_ends_the_run_within_its_timeout(
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and json.loads(resumed.stdout)["error_count"] == 0
     assert len(client.search_traces(locations=[run.info.experiment_id])) == 40
+
+
+# --- a run whose end the store refuses --------------------------------------------------------------
+
+END_RUN = "POST /api/2.0/mlflow/runs/update"
+"""MLflow's call that marks a run finished (``set_terminated``)."""
+
+
+def test_a_failed_end_of_run_is_retried_then_said_with_how_to_finish(server: str, tmp_path: Path) -> None:
+    # tracking.timeout_s=5 leaves MLflow's client one attempt per call: the retry is ragexp's.
+    data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"ok-{i}" for i in range(12)]))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    experiment = f"end-run-{time.time_ns()}"
+    client = MlflowClient(server)
+    with serve(FAULTY) as service:
+        args = ["run", "provider=http", f"provider.system.url={service}", f"dataset.path={data}"]
+        args += [f"experiment={experiment}", "tracking.timeout_s=5", "metrics=retrieval"]
+        # Refused once (503, never forwarded): the second attempt marks the run finished, exit 0.
+        with serve(DROPPROXY, "--upstream", server, "--fail", f"{END_RUN}#1") as proxy:
+            retried = cli(*args, "--json", uri=proxy, **env)
+            seen = [action for method, path, action in proxy_seen(proxy) if f"{method} {path}" == END_RUN]
+        assert retried.returncode == 0, retried.stderr
+        assert seen == ["failed", "forwarded"]
+        assert client.get_run(json.loads(retried.stdout)["run_id"]).info.status == "FINISHED"
+
+        # The store never answers the end of the run: exit 1, one line saying the data is complete
+        # and how to finish the run, which that command then does without asking any case again.
+        with serve(DROPPROXY, "--upstream", server, "--fail", f"{END_RUN}#*") as proxy:
+            stopped = cli(*args, uri=proxy, **env)
+        assert stopped.returncode == 1
+        lines = stopped.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ragexp: error: run "), stopped.stderr
+        run_id = lines[0].split()[3].rstrip(":")
+        assert "every case was evaluated and logged (its data is complete)" in lines[0]
+        assert "it stays RUNNING until a resume finishes it, which asks no case again" in lines[0]
+        assert lines[0].endswith(f"continue with: ragexp run {' '.join(args[1:])} --resume {run_id}")
+        assert client.get_run(run_id).info.status == "RUNNING"
+        asked = stats(service)
+        finished = cli(*args, "--resume", run_id, "--json", uri=server, **env)
+        assert finished.returncode == 0, finished.stderr
+        assert stats(service) == asked
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["case_count"] == 12
+    assert len(client.search_traces(locations=[run.info.experiment_id], run_id=run_id)) == 12

@@ -155,6 +155,7 @@ def test_langchain_retrieval_chain_through_its_preset(ragexp: Any, store_uri: st
             "contexts": [doc.page_content for doc in got["context"]],
             "answer": got["answer"],
             "citations": [],
+            "doc_ids": [doc.metadata["source"] for doc in got["context"]],  # the preset's documents
         }
 
 
@@ -172,7 +173,7 @@ def test_langchain_preset_reads_ids_from_metadata_when_documents_have_none(tmp_p
 
 
 def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
-    from tests.pipelines.llama import engine
+    from tests.pipelines.llama import NodeRelationship, engine
 
     result = run(
         ragexp, cases, "system=llamaindex", "provider.system.target=tests.pipelines.llama:engine.query", RETRIEVAL
@@ -189,6 +190,7 @@ def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str,
             "citations": [],
             # Each NodeWithScore's score, shown on the retrieval span.
             "stages": {"retrieve": {"ids": ranked, "scores": [hit.score for hit in response.source_nodes]}},
+            "doc_ids": [hit.node.relationships[NodeRelationship.SOURCE].node_id for hit in response.source_nodes],
         }
         assert recorded[row["id"]]["metrics"]["recall_at_k"] == 1.0
 
@@ -421,7 +423,8 @@ def test_probe_shows_the_return_value_and_what_each_expression_read(ragexp: Any,
     assert '  |    "page_content": "Refunds arrive within 3 business days.",' in out
     assert """  ranked_ids ('context[].[id || metadata.id][]') -> ["d1", "d2"]""" in out
     want = expected_output(CASES[0]["question"])
-    assert f"  output: {json.dumps({**want, 'citations': []}, ensure_ascii=False)}" in out
+    shown = {**want, "citations": [], "doc_ids": ["faq", "faq"]}  # the preset reads metadata["source"]
+    assert f"  output: {json.dumps(shown, ensure_ascii=False)}" in out
 
 
 def test_probe_of_a_failing_target_exits_1_with_its_error(ragexp: Any, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def spans_by_case(store_uri: str, run_id: str) -> dict[str, dict[str, Any]]:
 
 def test_stage_detail_round_trips_through_json_and_the_checkpoint(tmp_path: Path) -> None:
     stages = {"rerank": {"ids_in": ["b", "a"], "ids": ["a", "b"], "scores": [0.9, None]}}
-    output = SystemOutput(["a", "b"], ["A", "B"], "x", [1], 0.5, {"rerank": 0.1}, 0.2, stages)
+    output = SystemOutput(["a", "b"], ["A", "B"], "x", [1], 0.5, {"rerank": 0.1}, 0.2, stages=stages)
     assert SystemOutput.from_json(output.to_json(), 0.5) == output
     assert "stages" not in SystemOutput(["a"]).to_json()  # absent, as before the field existed
     checkpoint = Checkpoint(tmp_path / "run.jsonl")

@@ -612,7 +612,7 @@ def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
 # --- init templates and the probe ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("system", ["http", "dify", "ragflow", "openai_chat", "python"])
+@pytest.mark.parametrize("system", ["http", "dify", "ragflow", "openai_chat", "python", "langchain", "llamaindex"])
 def test_init_writes_the_template_of_each_system(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
 ) -> None:
@@ -624,6 +624,11 @@ def test_init_writes_the_template_of_each_system(
     mine = compose(["system=my_service"]).provider.system
     if system == "python":
         assert mine.kind == "python" and mine.target == "my_package.rag:answer"
+    elif system in ("langchain", "llamaindex"):
+        # The preset's input and response mapping, with a target to fill in where the preset has '???'.
+        packaged = compose([f"system={system}", "provider.system.target=x:y"]).provider.system
+        assert mine.model_copy(update={"target": "x:y"}) == packaged
+        assert mine.target in ("my_package.rag:chain", "my_package.rag:query_engine.query")
     elif system != "http":
         # Every key of the preset, to fill in: the same system as the packaged one.
         assert mine == compose([f"system={system}"]).provider.system
@@ -633,7 +638,8 @@ def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
     result = ragexp("init", str(tmp_path), "--system", "haystack")
     assert result.code == 1
     assert result.stderr.strip() == (
-        "ragexp: error: --system: unknown system 'haystack' (known: http, dify, ragflow, openai_chat, python)"
+        "ragexp: error: --system: unknown system 'haystack' "
+        "(known: http, dify, ragflow, openai_chat, python, langchain, llamaindex)"
     )
     assert not (tmp_path / "conf").exists()
 

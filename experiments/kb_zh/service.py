@@ -7,7 +7,7 @@ The retriever and answerer are ``ragexp.sample`` (BM25 over character bigrams, a
 reranker, an extractive answer citing its source, or a refusal): the same code ``provider=sample``
 runs in-process, so both give the same outputs for the same settings. This file is only the HTTP
 wrapper. It speaks ragexp's service contract: POST {"question", "k", "case_id"} ->
-{"ranked_ids", "contexts", "answer", "citations", "timings"}. Standard library only.
+{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}. Standard library only.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class Service:
             citations=args.citations,
             chunking=args.chunking,
             threshold=args.threshold,
+            chunk_chars=args.chunk_chars,
+            overlap=args.overlap,
         )
         self.system = SampleSystem(load_docs(Path(args.docs)), settings)
         self.delay = args.delay_ms / 1000.0
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on stdout)")
     parser.add_argument("--docs", default=str(package_data() / "kb_zh" / "docs.jsonl"))
     parser.add_argument("--chunking", choices=CHUNKINGS, default="doc")
+    parser.add_argument("--chunk-chars", type=int, default=120, help="characters per window (--chunking window)")
+    parser.add_argument("--overlap", type=int, default=0, help="characters a window shares with the one before")
     parser.add_argument("--no-rerank", action="store_true", help="rank by BM25 alone")
     parser.add_argument("--citations", choices=CITATION_POLICIES, default="source", help="what the answer cites")
     parser.add_argument("--top-k", type=int, default=None, help="documents returned (default: the request's k)")

@@ -71,8 +71,25 @@ app = typer.Typer(
 UPGRADE_FLAG = "--allow-store-upgrade"
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from ragexp import __version__
+
+        try:
+            mlflow = f" (MLflow {version('mlflow')})"
+        except PackageNotFoundError:  # pragma: no cover - mlflow is a dependency
+            mlflow = ""
+        typer.echo(f"ragexp {__version__}{mlflow}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print ragexp's version and exit."
+    ),
     config_dir: ConfigDir = None,
     allow_store_upgrade: bool = typer.Option(
         False,
@@ -94,6 +111,8 @@ def main() -> None:
     if UPGRADE_FLAG in sys.argv[1:]:  # every command opens a store: taken wherever it is given
         sys.argv.remove(UPGRADE_FLAG)
         os.environ["RAGEXP_ALLOW_STORE_UPGRADE"] = "1"  # read by Store before MLflow opens a store
+    if not sys.argv[1:]:  # plain `ragexp`: what it can do, and a success
+        sys.argv.append("--help")
     code: Any
     try:
         code = app(standalone_mode=False)

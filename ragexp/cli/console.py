@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
+from ragexp import strict_json
 from ragexp.escape import terminal
 from ragexp.secrets import mask_urls
 
 
 def emit_json(payload: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+    """The one writer of every command's ``--json``: one object, strict JSON (a non-finite number
+    is ``null``, never ``NaN`` or ``Infinity``; :mod:`ragexp.strict_json`)."""
+    sys.stdout.write(strict_json.dumps(payload) + "\n")
 
 
 def info(message: str) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ragexp.errors import ConfigError
-from ragexp.paths import package_conf
+from ragexp.paths import package_conf, packaged_owner
 
 STARTER_CASES = [
     {
@@ -80,6 +81,61 @@ target: my_package.rag:answer   # CHANGE ME: package.module:attr; attr may be do
 """
 
 
+METRICS_HEADER = """\
+# Your metric set: `ragexp run metrics=my_metrics`. `names` are built-in metrics (docs/metrics.md,
+# copied from the packaged `offline` set); `custom` adds your team's own rules, scored beside them
+# (docs/metrics.md#your-own-metrics). Uncomment an example to use it.
+"""
+
+CUSTOM_EXAMPLES = """\
+custom: []
+# custom:
+#   # A rule as code: hotline_in_refusal in my_rules.py (beside conf/), called once per case as
+#   # (case, output) -> a number, a bool or {"score": ..., "rationale": "..."}.
+#   - name: hotline_in_refusal
+#     kind: python
+#     target: my_rules:hotline_in_refusal
+#     needs: [answer]            # what it reads: refused before the run if the system lacks it
+#     # direction: higher        # range: [0, 1]    over: all (or answerable)    timeout_s: 30
+#   # A rubric the configured judge scores (a provider with a judge: provider=replay_judge, npu...).
+#   - name: polite_tone
+#     kind: judge
+#     rubric: 回答语气礼貌、没有责备用户时记 1 分，否则记 0 分。
+#     scale: pass_fail           # or [1, 5], mapped onto range
+#     needs: [question, answer]  # what the judge is shown
+"""
+
+RULES = '''\
+"""Your team's own metrics, named in conf/metrics/my_metrics.yaml (metrics.custom).
+
+Each is called once per case as f(case, output): `case` has id, question, relevant_ids,
+expected_facts, reference, unanswerable and metadata; `output` is what your system returned:
+answer, ranked_ids, contexts, citations, latency_seconds, timings. Return a number or a bool in
+the metric's range, or {"score": ..., "rationale": "why"}; raising, None or NaN is an error for
+that case, never a zero. What a function prints goes to stderr.
+"""
+
+HOTLINE = "400-820-8820"  # CHANGE ME: the number a refusal must give
+
+
+def hotline_in_refusal(case, output):
+    """A refusal must give the hotline number; an answered case passes."""
+    if not case.unanswerable:
+        return True
+    found = HOTLINE in output.answer
+    return {"score": found, "rationale": "gives the hotline" if found else f"no {HOTLINE} in the refusal"}
+'''
+"""``my_rules.py``: the function the example Python metric names."""
+
+
+def _metrics_template() -> str:
+    """The packaged ``offline`` metric set as the user's own, with one custom metric of each kind."""
+    text = (package_conf() / "metrics" / "offline.yaml").read_text(encoding="utf-8")
+    body = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line.replace("set: offline", "set: my_metrics", 1) for line in body]
+    return METRICS_HEADER + "\n".join(lines) + "\n" + CUSTOM_EXAMPLES
+
+
 def _preset_template(name: str) -> str:
     """A packaged HTTP preset as the user's own file: every key kept, the URL to fill in."""
     text = (package_conf() / "system" / f"{name}.yaml").read_text(encoding="utf-8")
@@ -92,15 +148,31 @@ def _preset_template(name: str) -> str:
     return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
 
 
+def _python_preset_template(name: str, example: str) -> str:
+    """A packaged Python preset (LangChain, LlamaIndex) as the user's own file: every key kept,
+    the target to fill in."""
+    text = (package_conf() / "system" / f"{name}.yaml").read_text(encoding="utf-8")
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("target:"):
+            line = f"target: {example}   # CHANGE ME: package.module:attr of yours (docs/systems.md)"
+        lines.append(line)
+    header = f"# Your {name} pipeline: `ragexp run system=my_service` (written from the packaged `{name}` preset).\n"
+    return lines[0] + "\n" + header + "\n".join(lines[1:]) + "\n"
+
+
 SYSTEM_TEMPLATES: dict[str, Callable[[], str]] = {
     "http": lambda: SYSTEM,
     "dify": lambda: _preset_template("dify"),
     "ragflow": lambda: _preset_template("ragflow"),
     "openai_chat": lambda: _preset_template("openai_chat"),
     "python": lambda: PYTHON_SYSTEM,
+    "langchain": lambda: _python_preset_template("langchain", "my_package.rag:chain"),
+    "llamaindex": lambda: _python_preset_template("llamaindex", "my_package.rag:query_engine.query"),
 }
 """``ragexp init --system NAME`` -> the content of ``conf/system/my_service.yaml``."""
 
+GITIGNORE = ".gitignore"
 GITIGNORE_LINES = ["mlruns/"]
 
 
@@ -123,42 +195,90 @@ def starter_files(system: str = "http") -> dict[str, str]:
         "conf/dataset/my_set.yaml": DATASET,
         "conf/system/my_service.yaml": template(),
         "conf/gates/my_release.yaml": gates,
+        "conf/metrics/my_metrics.yaml": _metrics_template(),
         "data/my_set.jsonl": cases,
+        "my_rules.py": RULES,
     }
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One file ``ragexp init`` writes: its path under the target folder and its content
+    (``append``: added at the end of the file if it exists, as the ``.gitignore`` lines are)."""
+
+    path: str
+    content: str
+    append: bool = False
+
+
+def plan_init(directory: Path, force: bool = False, system: str = "http") -> list[Planned]:
+    """Every file ``ragexp init`` would write under ``directory``, after every check: nothing is
+    written before all of them pass, so a refusal leaves the folder as it was.
+
+    Refused in one line: an unknown ``system``; a target that cannot take the files (a file, a
+    path through a file, a folder without write permission, a starter path that is a folder);
+    ragexp's own folders (a checkout of ragexp, whose ``conf/`` is the packaged tree, a packaged
+    config tree, the installed package); starter files that exist, unless ``force``."""
+    files = starter_files(system)
+    check_not_packaged(directory)
+    check_target(directory)
+    planned = [Planned(name, content) for name, content in files.items()]
+    for item in planned:
+        path = directory / item.path
+        if path.is_dir():
+            raise ConfigError(f"ragexp init {directory}: cannot write {path} (a folder is there)")
+        blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            raise ConfigError(f"ragexp init {directory}: cannot write {path} ({blocking} is a file)")
+    existing = [directory / item.path for item in planned if (directory / item.path).exists()]
+    if existing and not force:
+        raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")
+    ignore = _gitignore_lines(directory)
+    return [*planned, ignore] if ignore is not None else planned
+
+
+def _gitignore_lines(directory: Path) -> Planned | None:
+    """The lines of :data:`GITIGNORE_LINES` the folder's ``.gitignore`` lacks (None: none)."""
+    ignore = directory / GITIGNORE
+    if ignore.is_dir():
+        raise ConfigError(f"ragexp init {directory}: cannot write {ignore} (a folder is there)")
+    try:
+        text = ignore.read_text(encoding="utf-8") if ignore.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ConfigError(f"ragexp init {directory}: cannot read {ignore} ({reason})") from None
+    lines = text.splitlines()
+    missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
+    if not missing:
+        return None
+    prefix = "\n" if text and not text.endswith("\n") else ""
+    comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
+    return Planned(GITIGNORE, prefix + comment + "\n".join(missing) + "\n", append=True)
+
+
+def write_plan(directory: Path, planned: list[Planned]) -> list[Path]:
+    """Write what :func:`plan_init` planned; returns the paths written."""
+    written = []
+    try:
+        for item in planned:
+            path = directory / item.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if item.append:
+                with path.open("a", encoding="utf-8") as handle:
+                    handle.write(item.content)
+            else:
+                path.write_text(item.content, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:  # every path was checked: a disk that filled up meanwhile
+        where = exc.filename or directory
+        raise ConfigError(f"ragexp init {directory}: cannot write {where} ({exc.strerror or exc})") from None
+    return written
 
 
 def init_project(directory: Path, force: bool = False, system: str = "http") -> list[Path]:
     """Write the starter files under ``directory`` (``conf/system/my_service.yaml`` from the
-    ``system`` template); refuse to overwrite unless ``force``.
-
-    A target that cannot take the files (a file, a path through a file, a folder without write
-    permission) is refused in one line before anything is written."""
-    check_target(directory)
-    files = starter_files(system)
-    existing = [directory / name for name in files if (directory / name).exists()]
-    if existing and not force:
-        raise ConfigError(f"{existing[0]}: already exists (ragexp init --force overwrites the starter files)")
-    written = []
-    try:
-        for name, content in files.items():
-            path = directory / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-            written.append(path)
-        ignore = directory / ".gitignore"
-        lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
-        missing = [line for line in GITIGNORE_LINES if line not in lines and line.rstrip("/") not in lines]
-        if missing:
-            prefix = "\n" if lines and not ignore.read_text(encoding="utf-8").endswith("\n") else ""
-            comment = "# MLflow store of `ragexp run` (SQLite and artifacts)\n"
-            with ignore.open("a", encoding="utf-8") as handle:
-                handle.write(prefix + comment + "\n".join(missing) + "\n")
-            written.append(ignore)
-    except (OSError, UnicodeDecodeError) as exc:  # e.g. a starter path that is a folder, a full disk
-        where = getattr(exc, "filename", None) or directory
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"ragexp init {directory}: cannot write {where} ({reason})") from None
-    return written
+    ``system`` template): :func:`plan_init`, then :func:`write_plan`."""
+    return write_plan(directory, plan_init(directory, force=force, system=system))
 
 
 def check_target(directory: Path) -> None:
@@ -178,6 +298,13 @@ def check_target(directory: Path) -> None:
         raise ConfigError(f"ragexp init {directory}: cannot write into {existing} ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def check_not_packaged(directory: Path) -> None:
+    """Refuse ragexp's own folders (:func:`ragexp.paths.packaged_owner`): a user's files never go there."""
+    owner = packaged_owner(directory)
+    if owner is not None:
+        raise ConfigError(f"ragexp init {directory}: {owner}; name a folder of your own project (ragexp init PATH)")
 
 
 def next_commands(directory: Path) -> list[str]:

@@ -21,7 +21,15 @@ AllowDraft = Annotated[
 TrackingUri = Annotated[
     str | None,
     typer.Option(
-        "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db)."
+        "--tracking-uri",
+        help="MLflow tracking URI, the same as tracking.uri=URI (default: tracking.uri of your config, else "
+        "$MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).",
+    ),
+]
+StoreOverrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="tracking.uri=URI: the store, as --tracking-uri (the one override this command takes).", show_default=False
     ),
 ]
 ConfigDir = Annotated[
@@ -60,3 +68,11 @@ def use_config_dir(config_dir: str | None) -> None:
         from ragexp.paths import CONFIG_DIR_ENV  # here: importlib.resources is not for --help
 
         os.environ[CONFIG_DIR_ENV] = config_dir  # read by composition, data paths and sweep workers alike
+
+
+def store_option(command: str, tracking_uri: str | None, overrides: list[str] | None) -> str | None:
+    """The store of a command that composes no config, from ``--tracking-uri`` and ``tracking.uri=``
+    (:func:`ragexp.config.tracking.store_uri`: one precedence for every command)."""
+    from ragexp.config.tracking import store_uri  # here: --help imports no config code
+
+    return store_uri(command, tracking_uri, overrides or [])

@@ -54,6 +54,15 @@ def trust_lines(trust: Trust, threshold: float, findings: Sequence[Finding] | No
         lines.append(
             table(["metric", "n", "MAE", "bias", "spearman", "accuracy", "kappa", "kappa CI"], rows, "lrrrrrrl")
         )
+        if any(c.spearman is None for c in trust.calibration.values()):
+            lines.append(
+                "— under spearman: the judge's or the people's scores are all the same (no ranks to correlate)"
+            )
+        if any(c.kappa is None for c in trust.calibration.values()):
+            lines.append(
+                "— under kappa: judge and people make one and the same pass/fail call on every case "
+                "(agreement by chance is total, so kappa is undefined)"
+            )
     if trust.ppi:
         lines += ["", "prediction-powered means (judge corrected by human scores):"]
         rows = [

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
-from ragexp.compare.power import POWER, POWER_ASSUMPTION
+from ragexp.compare.missing import case_legend, metric_legend
+from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.metrics.registry import headline_metrics
+from ragexp.phrases import t
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
     from ragexp.draft.review import Accepted
-    from ragexp.draft.workflow import InReview
+    from ragexp.draft.workflow import DraftedSet, InReview
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
@@ -44,6 +46,9 @@ def show_run(evaluation: Evaluation) -> None:
             [spec.name, fmt(value), spec.direction, f"{scored}/{outcome.case_count}" if scored is not None else "run"]
         )
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
+    unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
+    if unscored:
+        print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -64,6 +69,42 @@ def show_run(evaluation: Evaluation) -> None:
     )
     for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings):
         print(line)
+
+
+SYSTEMS: dict[str, Callable[[Any], str]] = {
+    "sample": lambda system: "the bundled sample RAG system (BM25, a reranker, an extractive answer), in-process",
+    "fake": lambda system: "outputs built from the dataset's own labels (they prove the chain, not a system)",
+    "replay": lambda system: "the outputs recorded in the dataset (no system was called)",
+    "http": lambda system: f"the HTTP service at {mask_url(system.url or '?')}",
+    "python": lambda system: f"the Python target {system.target}, in-process",
+}
+"""What ``provider.system.kind`` evaluated, in words, for the lines after a run's tables."""
+
+NEXT_KNOB = {"sample": "provider.system.sample.chunking=sentence"}
+"""A knob worth changing for a first candidate, per system kind (the others: your own change)."""
+
+
+def show_next(evaluation: Evaluation) -> None:
+    """After a run's tables: what was evaluated, what the numbers mean, what to try next."""
+    outcome, config = evaluation.outcome, evaluation.plan.config
+    system = config.provider.system
+    run_id = outcome.run_id
+    print(f"\nevaluated: {terminal(SYSTEMS[system.kind](system))},")
+    print(f"  on {terminal(config.dataset.name)} ({outcome.case_count} cases), the top {config.k} retrieved ids scored")
+    print("the numbers: scores from 0 to 1, each the mean over the cases 'scored' counts ('better': which way is")
+    print("  good); p95_seconds (seconds) and error_rate are figures of the whole run; an errored case is counted,")
+    print("  never scored 0; docs/metrics.md defines each metric")
+    knob = NEXT_KNOB.get(system.kind)
+    steps = [
+        (f"ragexp run {knob}" if knob else "ragexp run ... (once you changed your system)", "a candidate run"),
+        (f"ragexp diff {run_id} CANDIDATE_RUN_ID", "what changed, per metric and per case"),
+        (f"ragexp gate --baseline {run_id}", "the release rules: exit 0 passed, 2 failed"),
+        (f"mlflow ui --backend-store-uri {terminal(mask_url(outcome.tracking_uri))}", "every run and case"),
+    ]
+    width = max(len(command) for command, _ in steps)
+    print("next:")
+    for command, what in steps:
+        print(f"  {command:{width}}  # {what}")
 
 
 def missed_lines(evaluation: Evaluation) -> list[str]:
@@ -100,6 +141,10 @@ def show_sweep(outcome: SweepOutcome) -> None:
         for r in outcome.runs
     ]
     print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
+    if any(r.metrics.get(n) is None for r in outcome.runs for n in shown):
+        print(
+            "— means no value: that point's run logged none for the metric (not in its metric set, or no case scored)"
+        )
     print(f"\nsweep {outcome.parent}: {len(outcome.runs)} runs, {len(outcome.failures)} failed points")
 
 
@@ -128,15 +173,31 @@ def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> 
     )
     print(f"labels: {terminal(', '.join(summary['label_fields']))}")
     print(f"recorded outputs: {terminal(', '.join(summary['output_fields']) or 'none')}")
+    print(f"runs log to: {terminal(summary['tracking_uri'])}")
     if summary["human_labels"]:
         counts = ", ".join(f"{name} {count}" for name, count in summary["human_labels"].items())
         print(f"human scores: {terminal(counts)}")
+    if "evidence" in summary:
+        evidence = summary["evidence"]
+        against = evidence["checked_against"]
+        checked = f"checked against {terminal(against)}" if against else "not checked: no corpus"
+        spans = f"{evidence['spans']} spans in {evidence['cases']} cases ({evidence['offsets']} as offsets)"
+        print(f"evidence: {spans}, {checked}")
     if findings is not None:
         print(f"label audit against {terminal(summary['corpus'])}: {len(findings)} finding(s)")
         for finding in findings:
             print(f"  warning: {terminal(finding)}")
     if "probe" in summary:
         show_probe(summary["probe"])
+
+
+def show_anchored(anchored: Any) -> None:
+    """``validate --anchor``'s line: where the evidence went and what it is made of."""
+    print(
+        f"wrote {terminal(str(anchored.out))}: {anchored.anchored} of {anchored.cases} cases anchored to documents; "
+        f"{anchored.spans_from_facts} spans are the sentences holding their facts, "
+        f"{anchored.spans_whole_chunk} whole chunks"
+    )
 
 
 def show_probe(report: dict[str, Any]) -> None:
@@ -203,6 +264,8 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
             "l" * (7 + with_experiment) + "r" * len(shown) + "r",
         )
     )
+    if any(item["metrics"].get(name) is None for item in items for name in shown):
+        print("— means no value: the run logged none for the metric (not in its metric set, or no case scored)")
 
 
 def show_diff(result: DiffResult) -> None:
@@ -211,6 +274,10 @@ def show_diff(result: DiffResult) -> None:
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
+    for m in result.metrics:
+        if m.not_comparable is not None:
+            print(terminal(f"note: {m.name} is not compared: {m.not_comparable}"))
+    legend(metric_legend(result))
     print_diff_power(result)
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
@@ -238,6 +305,16 @@ def show_diff(result: DiffResult) -> None:
                 answer = (did["answer"] or "").replace("\n", " ")[:80]
                 error = f"  error: {did['error']}" if did["error"] else ""
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
+        for line in case_legend(result.cases):
+            print(f"  {line}")
+
+
+def legend(lines: Sequence[str]) -> None:
+    """What each ``—`` of the table above means: a title line, then one indented line per reason."""
+    if lines:
+        print(lines[0])
+        for line in lines[1:]:
+            print(f"  {terminal(line)}")
 
 
 def show_gate(outcome: GateOutcome) -> None:
@@ -249,6 +326,8 @@ def show_gate(outcome: GateOutcome) -> None:
         info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
     if result.failures:
         print(to_terminal(failure_table(result, "en")))
+        if any(None in (r.baseline, r.candidate) for r in result.failures):
+            print(t("dash_run_value", "en"))
     for r in result.rules:
         if r.method == "prediction-powered" and r.passed:
             print(f"note: {terminal(r.message)}")
@@ -292,7 +371,12 @@ def print_gate_power(result: GateResult) -> None:
     seen: dict[str, str] = {}
     for rule in result.rules:
         if rule.power is not None and rule.metric not in seen:
-            seen[rule.metric] = f"{fmt(rule.detectable_effect)} with {rule.power.n} cases"
+            power = rule.power
+            seen[rule.metric] = (
+                f"{fmt(power.detectable)} with {power.n} cases"
+                if power.detectable is not None
+                else f"{detectable_words(power)} ({power.n} here)"
+            )
     if seen:
         print("detectable change (two-sided, 80% power):")
         for name, text in seen.items():
@@ -360,10 +444,23 @@ def show_power(found: BaselinePower) -> None:
             row.append(f"{p.needed:,}" if p.needed is not None else "not reachable")
         rows.append(row)
     print(table(headers, rows, "lrrr" + "r" * (effect is not None)))
+    missing = [(p.metric, reason) for p in found.plans for reason in dict.fromkeys(p.why.values())]
+    if missing:
+        print("\nwhy a figure is missing (— or not reachable):")
+        for metric, reason in missing:
+            print(f"  {terminal(metric)}: {reason}")
     print(
         f"\ntwo-sided, {confidence:.0%} confidence, {POWER:.0%} power; assumed: {POWER_ASSUMPTION} "
         f"and a correlation of {found.correlation:g} with it"
     )
+
+
+def show_drafted(drafted: DraftedSet) -> None:
+    """What a draft kept and dropped, and (when it wrote the file) that people screen it next."""
+    for line in drafted.summary.lines():
+        print(line)
+    if drafted.written:
+        print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
 
 
 def show_draft_review(queued: InReview) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ragexp import artifacts
-from ragexp.errors import TrackingError
-from ragexp.metrics.registry import METRICS
+from ragexp.errors import StoreUnreachable, TrackingError
+from ragexp.metrics.registry import METRICS, MetricSpec, lookup
 from ragexp.tracking.store import FINISHED, RunRecord, Store
 
 
@@ -34,6 +34,8 @@ class RunData:
     _lines: Sequence[bytes] | None = field(default=None, repr=False)
     human: dict[str, np.ndarray] = field(default_factory=dict)
     """Metric -> (n,) human scores from the dataset, NaN where unlabelled."""
+    custom: dict[str, MetricSpec] = field(default_factory=dict)
+    """The run's metrics of the user's own config, as the run recorded them."""
 
     @property
     def run_id(self) -> str:
@@ -43,9 +45,13 @@ class RunData:
     def metrics(self) -> list[str]:
         return [name for name in self.record.tag("metrics").split(",") if name]
 
+    def spec(self, name: str) -> MetricSpec | None:
+        """What the metric ``name`` is in this run: its own custom metric, else the registry's."""
+        return lookup(name, self.custom)
+
     def summary(self, name: str) -> float | None:
         """The run's logged value of a metric (None when it had no score)."""
-        spec = METRICS.get(name)
+        spec = self.spec(name)
         if name not in self.record.metrics and spec is not None and spec.case_values == "errored":
             return float(self.errored.mean()) if self.errored.size else None
         return self.record.metrics.get(name)
@@ -59,7 +65,7 @@ class RunData:
         """Per-case values behind a metric: its scores, latency for p95, the error flag."""
         if name in self.scores:
             return self.scores[name]
-        spec = METRICS.get(name)
+        spec = self.spec(name)
         if spec is None or spec.per_case:
             return None
         if spec.case_values == "latency":
@@ -91,6 +97,7 @@ class RunData:
             self.read_lines,
             self._lines,
             {name: values[order] for name, values in self.human.items()},
+            self.custom,
         )
 
 
@@ -117,4 +124,20 @@ def load_run(store: Store, run: str | RunRecord) -> RunData:
         line_index=np.arange(len(columns.case_ids), dtype=np.int64),
         read_lines=read_lines,
         human=columns.human,
+        custom=custom_specs(store, record),
     )
+
+
+def custom_specs(store: Store, record: RunRecord) -> dict[str, MetricSpec]:
+    """The run's metrics of the user's own config, read from its ``custom_metrics.json`` when
+    its metric list names one the registry does not know (none otherwise: nothing is read)."""
+    names = [name for name in record.tag("metrics").split(",") if name]
+    if all(name in METRICS for name in names):
+        return {}
+    try:
+        data = store.read_artifact(record.run_id, artifacts.CUSTOM_METRICS)
+    except StoreUnreachable:
+        raise
+    except TrackingError:  # a run of an older ragexp or of another tool: its names stay unknown
+        return {}
+    return artifacts.read_custom_metrics(data, record.run_id)

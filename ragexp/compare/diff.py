@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from ragexp.compare.data import RunData
+from ragexp.compare.missing import metric_why
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
-from ragexp.metrics.registry import METRICS, Stage
+from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
 
 TOLERANCE = 1e-9
 """Per-case changes smaller than this are rounding, not change."""
@@ -40,6 +41,11 @@ class MetricDiff:
     scores of this metric on enough shared cases (the judge's difference corrected by people's)."""
     power: Power | None = None
     """What the paired comparison can detect (None for run-level figures and without pairs)."""
+    not_comparable: str | None = None
+    """Why the two runs' values of this metric cannot be compared (a metric of the user's
+    defined differently in each); None when they can."""
+    spec: MetricSpec | None = field(default=None, repr=False, compare=False)
+    """What the metric is in the candidate (None: neither run knows it)."""
 
     @property
     def detectable_effect(self) -> float | None:
@@ -47,7 +53,10 @@ class MetricDiff:
         return self.power.detectable if self.power is not None else None
 
     def moved(self) -> str:
-        """'better', 'worse' or 'flat': by the interval when there is one, else by the delta."""
+        """'better', 'worse' or 'flat': by the interval when there is one, else by the delta;
+        'not_comparable' when the runs define the metric differently."""
+        if self.not_comparable is not None:
+            return "not_comparable"
         if self.delta is None:
             return "flat"
         if self.ci_low is not None and self.ci_high is not None:
@@ -65,7 +74,9 @@ class MetricDiff:
         return "better" if good else "worse"
 
     def to_json(self) -> dict[str, Any]:
-        ppi = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
+        extra: dict[str, Any] = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
+        if self.not_comparable is not None:
+            extra["not_comparable"] = self.not_comparable
         return {
             "name": self.name,
             "direction": self.direction,
@@ -79,7 +90,7 @@ class MetricDiff:
             "regressed": self.regressed,
             "unchanged": self.unchanged,
             "detectable_effect": self.detectable_effect,
-            **ppi,
+            **extra,
         }
 
 
@@ -104,7 +115,7 @@ class DiffResult:
             "candidate": self.candidate.run_id,
             "comparable": not self.differences,
             "differences": self.differences,
-            "metrics": [m.to_json() for m in self.metrics],
+            "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
             "diagnosis": self.diagnosis,
         }
@@ -149,7 +160,9 @@ def compute_diff(
         if name not in names:
             names.append(name)
     metrics = [_metric_diff(name, base, cand, baseline, candidate, resamples, confidence, seed) for name in names]
-    return DiffResult(baseline, candidate, metrics, _worst_cases(base, cand, top), diagnose(metrics), found, confidence)
+    apart = {m.name for m in metrics if m.not_comparable is not None}
+    worst = _worst_cases(base, cand, top, apart)
+    return DiffResult(baseline, candidate, metrics, worst, diagnose(metrics), found, confidence)
 
 
 def _metric_diff(
@@ -162,9 +175,15 @@ def _metric_diff(
     confidence: float,
     seed: int,
 ) -> MetricDiff:
-    spec = METRICS.get(name)
+    spec = candidate.spec(name) or baseline.spec(name)
     direction = spec.direction if spec else "higher"
     b_value, c_value = baseline.summary(name), candidate.summary(name)
+    changed = definition_change(baseline.spec(name), candidate.spec(name))
+    if changed is not None:
+        why = f"defined differently in the two runs: {changed}"
+        return MetricDiff(
+            name, direction, b_value, c_value, None, None, None, None, 0, 0, 0, 0, not_comparable=why, spec=spec
+        )
     delta = c_value - b_value if b_value is not None and c_value is not None else None
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
     improved = regressed = unchanged = pairs = 0
@@ -202,6 +221,7 @@ def _metric_diff(
         pairs,
         ppi,
         power,
+        spec=spec,
     )
 
 
@@ -215,16 +235,18 @@ def _paired_ppi(name: str, base: RunData, cand: RunData, mask: np.ndarray, confi
     return ppi_mean(judged, human, confidence=confidence)
 
 
-def _worst_cases(base: RunData, cand: RunData, top: int) -> list[dict[str, Any]]:
-    """Cases ranked by how much worse the candidate did, summed over the bounded per-case metrics."""
+def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> list[dict[str, Any]]:
+    """Cases ranked by how much worse the candidate did, summed over the bounded per-case metrics
+    (those in ``apart``, defined differently in the two runs, left out)."""
     if top <= 0 or not base.case_ids:
         return []
     total = np.zeros(len(base.case_ids))
     for name, values in base.scores.items():
-        if name not in cand.scores:
+        spec = cand.spec(name)
+        if name not in cand.scores or name in apart or spec is None:
             continue
         change = np.nan_to_num(cand.scores[name] - values, nan=0.0)
-        total += change if METRICS[name].direction == "higher" else -change
+        total += change if spec.direction == "higher" else -change
     newly_failed = cand.errored & ~base.errored
     total[newly_failed] -= len(base.scores) or 1  # a case that broke is the worst regression of all
     order = np.argsort(total, kind="stable")
@@ -240,7 +262,7 @@ def _worst_cases(base: RunData, cand: RunData, top: int) -> list[dict[str, Any]]
                 "metrics": {
                     name: {"baseline": b_row["metrics"].get(name), "candidate": c_row["metrics"].get(name)}
                     for name in base.scores
-                    if name in cand.scores
+                    if name in cand.scores and name not in apart
                 },
                 "baseline": _what_it_did(b_row),
                 "candidate": _what_it_did(c_row),

@@ -253,7 +253,7 @@ def _check_calibration(
     def result(outcome: Outcome, message: str) -> RuleResult:
         return RuleResult(name, kind, base, cand, threshold, message, outcome, "calibration")
 
-    spec = METRICS.get(name)
+    spec = metric.spec if metric is not None and metric.spec is not None else METRICS.get(name)
     if spec is None or not spec.human_labels:
         return result("undecided", f"{name}: takes no human scores, so '{kind}' cannot be checked")
     n = int(figures.get("n", 0))
@@ -294,7 +294,7 @@ def _bounds(rule: GateRule) -> list[tuple[str, float]]:
 
 
 def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: MetricDiff | None) -> RuleResult:
-    spec = METRICS.get(name)
+    spec = metric.spec if metric is not None and metric.spec is not None else METRICS.get(name)
     direction = spec.direction if spec else "higher"
     base = metric.baseline if metric else None
     cand = metric.candidate if metric else None
@@ -304,6 +304,8 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
 
     if metric is None or cand is None:
         return result("undecided", f"{name}: the candidate has no score for it, so '{kind}' cannot pass")
+    if metric.not_comparable is not None and kind in CHANGE_RULES:
+        return result("undecided", f"{name}: {metric.not_comparable}, so '{kind}' cannot be checked")
     if kind == "min":
         below = cand < threshold - EPSILON
         word = "below" if below else "at or above"

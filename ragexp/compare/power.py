@@ -35,14 +35,15 @@ runs), so ``sd(d) = sd(b)·√(2(1 - ρ))``. Two versions of one system agree on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ragexp.compare.figures import fmt
-from ragexp.metrics.registry import METRICS
+from ragexp.errors import ConfigError
+from ragexp.metrics.registry import METRICS, MetricSpec
 from ragexp.phrases import t
 
 if TYPE_CHECKING:
@@ -369,17 +370,22 @@ def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
     return Power(n, sd, detectable_effect(sd, n, confidence=confidence), confidence)
 
 
+def detectable_words(power: Power, language: str = "en") -> str:
+    """The detectable effect as a figure, or in words why there is none (too few pairs, too few
+    discordant pairs): never a bare dash."""
+    floor = smallest_testable(power.confidence)
+    if power.detectable is not None:
+        return fmt(power.detectable)
+    if power.discordant is not None and power.n >= floor:
+        return t("too_few_discordant", language, discordant=round(power.discordant * power.n))
+    return t("too_few", language, floor=floor)
+
+
 def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
     """The sentence under an underpowered rule: what it cannot tell, and what would be needed."""
     needed = power.needed(allowed)
     more = t("needed_some", language, needed=f"{needed:,}") if needed is not None else t("needed_none", language)
-    floor = smallest_testable(power.confidence)
-    if power.detectable is not None:
-        detectable = fmt(power.detectable)
-    elif power.discordant is not None and power.n >= floor:
-        detectable = t("too_few_discordant", language, discordant=round(power.discordant * power.n))
-    else:
-        detectable = t("too_few", language, floor=floor)
+    detectable = detectable_words(power, language)
     return t("cannot_tell", language, drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
 
 
@@ -396,6 +402,9 @@ class Plan:
     effect: float | None
     needed: int | None
     """Cases needed to detect ``effect`` (None without an effect, or when none would be enough)."""
+    why: dict[str, str] = field(default_factory=dict)
+    """Why a figure is missing, in words, for each of ``sd``, ``detectable_effect`` and
+    ``cases_needed`` that is None (an ``effect`` was asked for but no number of cases reaches it...)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -405,16 +414,39 @@ class Plan:
             "detectable_effect": self.detectable,
             "effect": self.effect,
             "cases_needed": self.needed,
+            "why_missing": dict(self.why),
         }
+
+
+def check_effect(effect: float | None) -> None:
+    """Refuse an ``--effect`` no metric can show: not a finite number, not positive, or larger
+    than the whole range of every bounded per-case metric (a mean in [0, 1] moves by 1 at most)."""
+    if effect is None:
+        return
+    if not math.isfinite(effect):
+        raise ConfigError(f"--effect: expected a finite change, got {effect}")
+    if effect <= 0:
+        raise ConfigError(f"--effect: expected a positive change, got {effect:g}")
+    bounded = [spec for spec in METRICS.values() if spec.mean_of_cases]
+    if not bounded or any(spec.high is None for spec in bounded):
+        return
+    widest = max(bounded, key=lambda spec: (spec.high or 0.0) - spec.low)
+    if effect > (widest.high or 0.0) - widest.low:
+        raise ConfigError(
+            f"--effect: {effect:g} is more than any metric's mean can change (per-case values lie in "
+            f"[{widest.low:g}, {widest.high:g}] at the widest)"
+        )
 
 
 def baseline_plan(
     run: RunData, *, confidence: float, effect: float | None = None, correlation: float = 0.0
 ) -> list[Plan]:
-    """One :class:`Plan` per per-case-mean metric of the baseline ``run``."""
+    """One :class:`Plan` per per-case-mean metric of the baseline ``run``; a figure it cannot
+    give is None, and :attr:`Plan.why` says why in words."""
     plans = []
+    floor = smallest_testable(confidence)
     for name in run.metrics:
-        spec = METRICS.get(name)
+        spec = run.spec(name)
         values = run.per_case(name)
         if spec is None or not spec.mean_of_cases or values is None:
             continue
@@ -423,13 +455,62 @@ def baseline_plan(
         values = values[np.isfinite(values)]
         sd = paired_sd_from_baseline(values, correlation)
         n = int(values.size)
-        if sd is not None and values.size and np.all((values == 0.0) | (values == 1.0)):
+        why: dict[str, str] = {}
+        detectable: float | None = None
+        needed: int | None = None
+        if sd is None:
+            why["sd"] = why["detectable_effect"] = f"{n} scored case(s): a spread needs at least two"
+        elif sd == 0.0:
+            # The assumed candidate has the baseline's spread: none, so it would change no case.
+            why["detectable_effect"] = (
+                f"every one of the {n} scored cases has the value {fmt(float(values[0]))}: the baseline shows no "
+                "spread, and the assumed candidate (with the baseline's spread) would change no case; what a "
+                "real candidate lets a comparison detect depends on its own spread (ragexp diff shows it)"
+            )
+        elif np.all((values == 0.0) | (values == 1.0)):
             # With no change expected, the discordant share is the paired difference's variance.
             share = min(sd * sd, 1.0)
             detectable = pass_fail_effect(n, share, confidence=confidence)
-            needed = pass_fail_cases_needed(share, effect, confidence=confidence) if effect is not None else None
+            if detectable is None:
+                why["detectable_effect"] = _too_few(n, floor, round(share * n))
+            if effect is not None:
+                needed = pass_fail_cases_needed(share, effect, confidence=confidence)
+                if needed is None:
+                    why["cases_needed"] = (
+                        f"a change of {effect:g} is more than the share of cases expected to differ ({fmt(share)}, "
+                        "the pass/fail variance): no number of cases reaches it"
+                        if effect > share
+                        else f"more than {MAX_CASES:,} cases would be needed"
+                    )
         else:
-            detectable = detectable_effect(sd, n, confidence=confidence) if sd is not None else None
-            needed = cases_needed(sd, effect, confidence=confidence) if sd is not None and effect is not None else None
-        plans.append(Plan(name, n, sd, detectable, effect, needed))
+            detectable = detectable_effect(sd, n, confidence=confidence)
+            if detectable is None:
+                why["detectable_effect"] = _too_few(n, floor, None)
+            if effect is not None:
+                needed = cases_needed(sd, effect, confidence=confidence)
+                if needed is None:
+                    why["cases_needed"] = f"more than {MAX_CASES:,} cases would be needed"
+        if effect is not None and values.size and effect > _headroom(values, spec):
+            needed = None
+            why["cases_needed"] = (
+                f"a change of {effect:g} is more than this metric can move from the baseline's mean "
+                f"{fmt(float(values.mean()))} (its values lie in [{spec.low:g}, {spec.high:g}])"
+            )
+        elif effect is not None and needed is None and "cases_needed" not in why:
+            why["cases_needed"] = why["detectable_effect"]
+        plans.append(Plan(name, n, sd, detectable, effect, needed, why))
     return plans
+
+
+def _too_few(n: int, floor: int, discordant: int | None) -> str:
+    if n < floor:
+        return f"{n} scored cases: the paired test cannot reject anything with fewer than {floor}"
+    return f"about {discordant} of {n} cases are expected to differ: too few for the paired test to find any change"
+
+
+def _headroom(values: np.ndarray, spec: MetricSpec) -> float:
+    """The largest change of the mean of ``values`` the metric's range allows, either way."""
+    if spec.high is None:
+        return math.inf
+    mean = float(values.mean())
+    return max(mean - spec.low, spec.high - mean)

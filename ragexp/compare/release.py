@@ -12,17 +12,17 @@ result that could not be recorded); they are plain text, not yet escaped for any
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragexp import strict_json
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult, compute_diff
 from ragexp.compare.gate import GateResult, check_gate, gate_runs
 from ragexp.compare.junit import junit_xml
-from ragexp.compare.power import POWER, POWER_ASSUMPTION, Plan, baseline_plan
+from ragexp.compare.power import POWER, POWER_ASSUMPTION, Plan, baseline_plan, check_effect
 from ragexp.compare.promote import PROMOTION_READS, Promotion, PromotionTag, holders, parse_tag
 from ragexp.compare.promote import promote as move_tag
 from ragexp.compare.select import (
@@ -35,6 +35,7 @@ from ragexp.compare.select import (
 )
 from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summary
 from ragexp.config.compose import compose
+from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.outputs import check_writable, write_file
 from ragexp.phrases import check_language
@@ -91,7 +92,7 @@ def record_comparison(
 ) -> None:
     """Keep every comparison on the candidate run, as ``comparisons/<baseline>/<name>`` (the
     ``ragexp.gate.*`` tags only hold the latest verdict)."""
-    data = json.dumps(payload, ensure_ascii=False, indent=1, default=str).encode("utf-8")
+    data = strict_json.dumps(payload, indent=1).encode("utf-8")
     try:
         store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
     except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
@@ -218,7 +219,7 @@ def run_gate(
     config = compose(list(overrides))
     gates = config.gates
     check_gate(gates)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri), read_only=True)
     given = store.get_run(candidate) if candidate else None
     chosen, expected = _choose_under_tag(store, selector, given, tag)
     # Whatever was chosen (not named by id) is said once the runs and the tag's holders are
@@ -312,8 +313,7 @@ def baseline_power(
 ) -> BaselinePower:
     """``ragexp power``: per metric of the baseline, the smallest change a paired comparison
     detects, and with ``effect`` the cases it needs."""
-    if effect is not None and effect <= 0:
-        raise ConfigError(f"--effect: expected a positive change, got {effect:g}")
+    check_effect(effect)
     selector = parse_selector(baseline)
     store = Store(tracking_uri, read_only=True)
     chosen = resolve_baseline(store, selector, candidate=None)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ragexp.compare.figures import fmt, threshold
+from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.escape import markdown
 from ragexp.phrases import LANGUAGES, t
@@ -100,6 +101,8 @@ def gate_summary(
     if result.failures:
         lines += ["", f"### {t('failed_rules', language)}", ""]
         lines += to_markdown(failure_table(result, language))
+        if any(None in (r.baseline, r.candidate) for r in result.failures):
+            lines += ["", markdown(t("dash_run_value", language))]
     lines += _body(diff, language)
     return "\n".join(lines) + "\n"
 
@@ -156,6 +159,10 @@ def _runs(diff: DiffResult, language: str, links: Links, chosen: Sequence[str]) 
 def _body(diff: DiffResult, language: str) -> list[str]:
     lines = ["", f"### {t('metrics', language)}", ""]
     lines += to_markdown(metric_table(diff, language, marks=True))
+    dashes = metric_legend(diff, language)
+    if dashes:
+        lines += ["", markdown(dashes[0]), ""]
+        lines += [f"- {markdown(line)}" for line in dashes[1:]]
     if any(m.power is not None for m in diff.metrics):
         lines += ["", t("detectable_note", language, level=diff.confidence)]
     lines += ["", f"### {t('most_regressed', language)}", ""]
@@ -176,6 +183,7 @@ def _body(diff: DiffResult, language: str) -> list[str]:
             error = case["candidate"]["error"] or ""
             rows.append([case["id"], fmt(case["regression"]), changes or t("errored", language), error[:200]])
         lines += to_markdown(Table(columns, rows))
+        lines += [f"\n{markdown(line)}" for line in case_legend(diff.cases[:SUMMARY_CASES], language)]
     else:
         lines.append(t("no_worst", language))
     if diff.diagnosis:

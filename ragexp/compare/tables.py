@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult, MetricDiff
     from ragexp.compare.gate import GateResult
 
-_MARKS = {"better": "🟢 ", "worse": "🔴 ", "flat": ""}
+_MARKS = {"better": "🟢 ", "worse": "🔴 ", "flat": "", "not_comparable": "⚪ "}
 
 
 def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Table:

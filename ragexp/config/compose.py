@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ragexp.config.models import SYSTEM_KINDS, RagexpConfig
+from ragexp.config.models import CUSTOM_METRIC_KINDS, SYSTEM_KINDS, RagexpConfig
 from ragexp.errors import ConfigError
-from ragexp.paths import packaged_trees, user_conf_dir
+from ragexp.paths import is_ragexp_checkout, packaged_trees, user_conf_dir
 
 GROUPS = ("dataset", "metrics", "system", "judge", "provider", "gates", "setup")
 """Config groups of the tree; ``system`` and ``judge`` fill ``provider.system`` / ``provider.judge``;
@@ -46,6 +46,11 @@ def search_path() -> tuple[Path, str, list[str]]:
         return packaged, "config", _search_after(experiments)
     if not user.is_dir():
         raise ConfigError(f"{user}: no such config folder (--config-dir / RAGEXP_CONFIG_DIR)")
+    if is_ragexp_checkout(user.parent):
+        raise ConfigError(
+            f"{user}: the conf/ of a checkout of ragexp (ragexp's packaged config tree), not a config folder "
+            "of your own (--config-dir / RAGEXP_CONFIG_DIR)"
+        )
     name = "config"
     if not (user / "config.yaml").is_file():
         _store_packaged_primary(packaged)
@@ -188,7 +193,10 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         unknown = re.fullmatch(r"Could not override '([^']+)'\.", message)
         if unknown:
             # Hydra's struct mode refuses a key no config file sets; its wording names no cause.
-            message = f"{unknown.group(1)}: no such key"
+            message = f"{unknown.group(1)}: no such key{closest_key_hint(unknown.group(1))}"
+        missing = re.search(r"Could not find '(\w+)/([^']+)'", message)
+        if missing:
+            message += option_hint(directory, missing.group(1), missing.group(2))
         if "LexerNoViableAlt" in message or "mismatched input" in message:
             message += " (quote a value with spaces or other special characters: key='value')"
         raise ConfigError(f"config: {message}") from None
@@ -288,12 +296,15 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
         message = first["msg"]
         if first["type"] == "extra_forbidden":
             message = f"unknown key for kind '{kind}'" if kind else "unknown key"
+            message += closest_key_hint(location, kind)
         elif first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             context = first.get("ctx", {})
             location += "." + str(context.get("discriminator", "kind")).strip("'")
-            known = ", ".join(sorted(SYSTEM_KINDS))
+            metric = location.startswith("metrics.custom")
+            known = ", ".join(sorted(CUSTOM_METRIC_KINDS if metric else SYSTEM_KINDS))
+            what = "metric kind" if metric else "provider"
             message = (
-                f"unknown provider '{context.get('tag')}' (known: {known})"
+                f"unknown {what} '{context.get('tag')}' (known: {known})"
                 if first["type"] == "union_tag_invalid"
                 else f"required (one of {known})"
             )
@@ -304,13 +315,18 @@ def validate(raw: dict[str, Any]) -> RagexpConfig:
 
 
 def _location(loc: Sequence[int | str]) -> tuple[str, str | None]:
-    """The dotted key path of a validation error, and the system kind it was checked against:
-    pydantic puts the discriminator's tag into the path of a union member (``provider.system.fake.url``),
-    which is no key of the config."""
+    """The dotted key path of a validation error, and the system or metric kind it was checked
+    against: pydantic puts the discriminator's tag into the path of a union member
+    (``provider.system.fake.url``, ``metrics.custom.0.python.target``), which is no key of the
+    config. A list entry is said as ``metrics.custom[0]``."""
     parts = [str(part) for part in loc]
     kind = None
     if len(parts) > 2 and parts[:2] == ["provider", "system"] and parts[2] in SYSTEM_KINDS:
         kind = parts.pop(2)
+    if len(parts) > 2 and parts[:2] == ["metrics", "custom"] and parts[2].isdigit():
+        parts[1:3] = [f"custom[{parts[2]}]"]
+        if len(parts) > 2 and parts[2] in CUSTOM_METRIC_KINDS:
+            kind = parts.pop(2)
     return ".".join(parts) or "config", kind
 
 
@@ -348,6 +364,88 @@ def force_typed_key(override: str) -> str:
     if key in GROUPS or key.startswith("hydra"):
         return override
     return "++" + override if is_typed_leaf(key.split(".")) else override
+
+
+def known_keys(model: type[BaseModel] = RagexpConfig, prefix: str = "") -> dict[str, set[str]]:
+    """Every key of the typed models, dotted (``provider.system.target``), with the system kinds
+    it belongs to (empty: any). A mapping of models (``gates.rules``) is walked under ``*``."""
+    found: dict[str, set[str]] = {}
+    for name, field in model.model_fields.items():
+        key = prefix + name
+        annotation = _unwrap(field.annotation)
+        members = _model_union(annotation)
+        if members:
+            found.setdefault(key, set())
+            for member in members:
+                kind = member.model_fields.get("kind")
+                kinds = set(typing.get_args(kind.annotation)) if kind is not None else set()
+                for sub, within in known_keys(member, key + ".").items():
+                    found.setdefault(sub, set()).update(within or kinds)
+            continue
+        if typing.get_origin(annotation) is dict:
+            value = _unwrap(typing.get_args(annotation)[1])
+            if isinstance(value, type) and issubclass(value, BaseModel):
+                found.update(known_keys(value, key + ".*."))
+                continue
+        found[key] = set()
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found.update(known_keys(annotation, key + "."))
+    return found
+
+
+def closest_key_hint(key: str, kind: str | None = None) -> str:
+    """`` (did you mean provider.system.target?)`` for a key the config does not have: the keys
+    ending in the same name (``target=`` -> ``provider.system.target``), else the nearest
+    spellings; under provider.system, only keys of the system kind in use. Empty when nothing is near."""
+    import difflib
+
+    keys = known_keys()
+    parts = key.split(".")
+    # Keys under a mapping are matched with their entry's name put in (gates.rules.mrr.max_drop).
+    concrete = {}
+    for known, kinds in keys.items():
+        pattern = known.split(".")
+        if "*" in pattern and len(pattern) == len(parts):
+            pattern = [part if part != "*" else given for part, given in zip(pattern, parts, strict=True)]
+        concrete[".".join(pattern)] = kinds
+
+    def fits(known: str) -> bool:
+        return kind is None or not concrete[known] or kind in concrete[known]
+
+    ranked = [known for known in concrete if fits(known) and known != key]
+    parent = parts[:-1]
+    siblings = {known.split(".")[-1]: known for known in ranked if known.split(".")[:-1] == parent}
+    anywhere = {known.split(".")[-1]: known for known in reversed(ranked)}
+    tail = [known for known in ranked if known.split(".")[-len(parts) :] == parts]
+    if not tail:
+        tail = [siblings[name] for name in difflib.get_close_matches(parts[-1], list(siblings), n=1, cutoff=0.6)]
+    if not tail:  # a misspelt folder of the right name: provider.sytem.url
+        same_name = {".".join(known.split(".")[:-1]): known for known in ranked if known.split(".")[-1] == parts[-1]}
+        tail = [
+            same_name[path] for path in difflib.get_close_matches(".".join(parent), list(same_name), n=1, cutoff=0.8)
+        ]
+    if not tail and not parent:  # a misspelt group (systm=) or bare key (experimnt=)
+        tail = difflib.get_close_matches(parts[-1], GROUPS, n=1, cutoff=0.75)
+        tail = tail or [
+            anywhere[name] for name in difflib.get_close_matches(parts[-1], list(anywhere), n=1, cutoff=0.8)
+        ]
+    if not tail:
+        return ""
+    shown = " or ".join(tail[:3])
+    return f" (did you mean {shown}?)"
+
+
+def option_hint(directory: Path, group: str, option: str) -> str:
+    """`` (did you mean http? options: ...)`` for an option a group does not have."""
+    import difflib
+
+    folders = [directory, *packaged_trees()]
+    options = sorted({path.stem for folder in folders for path in (folder / group).glob("*.yaml")})
+    if not options:
+        return ""
+    near = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
+    guess = f"did you mean {group}={near[0]}? " if near else ""
+    return f" ({guess}{group} options: {', '.join(options)})"
 
 
 def is_typed_leaf(path: Sequence[str], model: type[BaseModel] = RagexpConfig) -> bool:

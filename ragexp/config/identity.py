@@ -49,13 +49,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def config_hash(config: RagexpConfig, dataset_file_sha256: str, judge: str = "none", system: str | None = None) -> str:
+def config_hash(
+    config: RagexpConfig,
+    dataset_file_sha256: str,
+    judge: str = "none",
+    system: str | None = None,
+    metrics: dict[str, str] | None = None,
+) -> str:
     """sha256 over the canonical identity view, the dataset file's content hash, the judge
-    identity (which adds the prompts in use and the ragas version to the judge's config) and the
-    system's own identity when it has one (the sample system: its knowledge base's content)."""
-    payload = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256, "judge": judge}
+    identity (which adds the prompts in use and the ragas version to the judge's config), the
+    system's own identity when it has one (the sample system: its knowledge base's content) and
+    the identities of the user's own metrics (a function's version or file hash; a rubric's text
+    and scale, which the config view holds too)."""
+    payload: dict[str, Any] = {"config": identity_view(config), "dataset_file_sha256": dataset_file_sha256}
+    payload["judge"] = judge
     if system is not None:
         payload["system"] = system
+    if metrics:
+        payload["metrics"] = metrics
     return sha256_text(canonical_json(payload))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
@@ -20,6 +20,23 @@ def runtime(default: Any, **kwargs: Any) -> Any:
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class MatchConfig(Model):
+    """How a retrieved chunk is matched to a case's evidence (``relevant``): it matches a span
+    when it comes from the span's document (when the system names documents) and its text
+    overlaps the span. Texts are compared as written and, failing that, after NFKC, case folding
+    and removing white space. Enters the dataset hash of a set with evidence."""
+
+    min_overlap: float = Field(default=0.5, gt=0, le=1)
+    """A chunk matches a span it overlaps by at least this share of the span's characters (a
+    chunk holding the whole span always matches)."""
+    min_chunk_chars: int = Field(default=20, ge=1)
+    """A chunk lying wholly inside a span matches when it has at least this many characters, however
+    small a share of the span it is."""
+    same_doc: bool = True
+    """When the system says which document a chunk comes from (``response.doc_ids``), a chunk
+    matches only spans of that document; false: text alone decides."""
 
 
 class DatasetConfig(Model):
@@ -44,14 +61,78 @@ class DatasetConfig(Model):
     """One sentence on what the cases cover."""
     corpus: str | None = runtime(None)
     """JSONL of ``{"id", "text"}`` chunks the labels point at: the run audits the labels against
-    it (findings are logged and reported, never fatal). Relative paths as for ``path``."""
+    it (findings are logged and reported, never fatal). Relative paths as for ``path``. For a set
+    with evidence, the documents it is anchored to: an unknown document, a span not in its
+    document's text or offsets past its end stop the run."""
+    match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
+    """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
+
+
+def _unit_range() -> list[float | None]:
+    return [0.0, 1.0]
+
+
+class CustomMetric(Model):
+    """What every metric of the team's own (``metrics.custom``) declares, whatever computes it."""
+
+    name: str
+    """The name it is logged under: an MLflow metric key of at most 50 characters without ``.``,
+    ``/``, ``:`` or spaces, and no built-in metric's name."""
+    direction: Literal["higher", "lower"] = "higher"
+    """Which way is better."""
+    range: list[float | None] = Field(default_factory=_unit_range)
+    """``[low, high]``: every per-case value lies in it (null high: unbounded); a value outside
+    is an error for that case, never clipped."""
+    needs: list[str] = Field(default_factory=list)
+    """The fields it reads (``question``, ``answer``, ``contexts``, ``ranked_ids``,
+    ``citations``, ``reference``, ``expected_facts``, ``relevant_ids``): refused before the run
+    when the dataset or the system does not give them."""
+    over: Literal["all", "answerable"] = "all"
+    """Which cases it is computed on and averaged over (``answerable``: the unanswerable cases
+    get no score, as recall's mean leaves them out)."""
+    description: str = runtime("")
+    """One sentence on what it checks, for the report and the review queue's question (default:
+    the rubric, or the target); a label, not identity."""
+
+
+class PythonMetricConfig(CustomMetric):
+    kind: Literal["python"]
+    """``python``: a function of the team's own code, ``(case, output) -> float | bool |
+    {"score", "rationale"}``, or an MLflow ``@scorer``."""
+    target: str = Field(min_length=1)
+    """``package.module:attr``, imported as ``provider.system.target`` is; the module's
+    distribution version or file hash identifies the metric."""
+    path: str | None = runtime(None)
+    """A folder put on the import path before the target is imported."""
+    timeout_s: float = runtime(30.0, gt=0)
+    """Deadline in seconds for one call: a call past it is an error for that case."""
+
+
+class JudgeMetricConfig(CustomMetric):
+    kind: Literal["judge"]
+    """``judge``: a rubric the configured judge (``provider.judge``) scores case by case."""
+    rubric: str
+    """What the judge checks, in the team's words; its text and the scale identify the metric."""
+    scale: Any = "pass_fail"
+    """``pass_fail`` (the judge answers 1 or 0) or ``[low, high]``, integers from 0 to 10 (e.g.
+    ``[1, 5]``); the judge's score is mapped linearly onto ``range``."""
+
+
+CUSTOM_METRIC_KINDS = ("python", "judge")
+"""The ``kind`` tags of :data:`CustomMetricConfig`."""
+
+CustomMetricConfig = Annotated[PythonMetricConfig | JudgeMetricConfig, Field(discriminator="kind")]
+"""A metric of the team's own: one model per ``kind``."""
 
 
 class MetricsConfig(Model):
     set: str = Field(min_length=1)
     """Name of the metric set (the ``metrics`` config group option), logged as a tag."""
     names: list[str]
-    """Metric names, checked against the registry (1 to 14 names, no duplicates)."""
+    """Metric names, checked against the registry (no duplicates; at most 14 judge metrics, the
+    rubrics of ``custom`` counted; at least one metric here or in ``custom``)."""
+    custom: list[CustomMetricConfig] = Field([], json_schema_extra={"identity_omit_default": True})
+    """The team's own metrics (docs/metrics.md#your-own-metrics), scored beside ``names``."""
 
 
 class SampleConfig(Model):
@@ -66,10 +147,22 @@ class SampleConfig(Model):
     """Rerank BM25's candidates by how much of the question they cover; false: BM25 order."""
     citations: Literal["source", "all", "none"] = "source"
     """What the answer cites: the document it was taken from, every returned document, or nothing."""
-    chunking: Literal["doc", "sentence"] = "doc"
-    """Index one chunk per document (title + text) or one per sentence."""
+    chunking: Literal["doc", "sentence", "window"] = "doc"
+    """Index one chunk per document (title + text), one per sentence, or windows of
+    ``chunk_chars`` characters (``window``: the chunks themselves are returned, ids ``doc#n``)."""
+    chunk_chars: int = Field(120, ge=10, json_schema_extra={"identity_omit_default": True})
+    """Characters per window of ``chunking=window`` (other chunkings ignore it)."""
+    overlap: int = Field(0, ge=0, json_schema_extra={"identity_omit_default": True})
+    """Characters each window of ``chunking=window`` shares with the one before it (less than
+    ``chunk_chars``)."""
     threshold: float = Field(3.0, ge=0)
     """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+
+    @model_validator(mode="after")
+    def _window_overlap(self) -> SampleConfig:
+        if self.chunking == "window" and self.overlap >= self.chunk_chars:
+            raise ValueError(f"overlap ({self.overlap}) must be less than chunk_chars ({self.chunk_chars})")
+        return self
 
 
 class ResponseMapping(Model):
@@ -87,6 +180,9 @@ class ResponseMapping(Model):
     """JMESPath of the retrieved texts, aligned with ``ranked_ids`` (a list of strings)."""
     citations: str | None = None
     """JMESPath of what the answer cites: positions in ``ranked_ids`` or ids (``citations_as``)."""
+    doc_ids: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the document each retrieved chunk comes from, aligned with ``ranked_ids`` (a
+    list of strings); evidence (``relevant``) is matched within a chunk's document."""
     timings: str | None = None
     """JMESPath of per-stage seconds (an object of non-negative numbers)."""
     scores: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
@@ -150,7 +246,7 @@ class HttpSystemConfig(Model):
     exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the reply. Null: ragexp's own contract
-    (``{"ranked_ids", "contexts", "answer", "citations", "timings"}``)."""
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``)."""
     stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)
@@ -309,7 +405,8 @@ class CalibrationConfig(Model):
 
 class TrackingConfig(Model):
     uri: str | None = runtime(None)
-    """MLflow tracking URI; null: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``."""
+    """MLflow tracking URI (``--tracking-uri`` is the same setting); null: ``MLFLOW_TRACKING_URI``, else
+    ``sqlite:///mlruns/mlflow.db``."""
     timeout_s: float = runtime(60.0, gt=0)
     """How long a tracking server may fail to answer one logging call before the run stops
     (checkpoint kept for ``--resume``)."""
@@ -331,9 +428,11 @@ class RagexpConfig(Model):
     k: int = Field(ge=1, le=10_000, strict=True)
     """Cut-off of Recall@K and nDCG@K, and how many ids are asked of the system."""
     concurrency: int = runtime(8, ge=1, le=4096)
-    """Requests to the system under test in flight at once."""
+    """Requests to the system under test in flight at once; also the most threads a metric of
+    your own (``metrics.custom``) is called on."""
     progress: bool | None = runtime(None)
-    """Progress bar on stderr; null: only when stderr is a terminal."""
+    """Progress on stderr (a bar while evaluating and judging, a line for any other phase that takes
+    over a second); null: only when stderr is a terminal."""
     dataset: DatasetConfig
     """The evaluation set."""
     metrics: MetricsConfig

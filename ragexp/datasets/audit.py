@@ -5,7 +5,8 @@ labelled with the fact "七天", the application deadline, not the arrival time)
 the labels that cannot be right as written, with file and line, so a person looks at them:
 
 - ``missing_id``: a relevant id that is not in the corpus;
-- ``fact_not_in_relevant``: an expected fact written in none of the case's relevant chunks;
+- ``fact_not_in_relevant``: an expected fact written in none of the case's relevant chunks (for
+  evidence: in none of its spans);
 - ``conflicting_labels``: the same question (after normalisation) labelled differently;
 - ``empty_relevant``: an answerable case whose relevant chunks have no text.
 
@@ -47,8 +48,28 @@ class Finding:
         return {"path": self.path, "line": self.line, "id": self.case_id, "kind": self.kind, "message": self.message}
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A chunk file: ``{"id", "text", "doc"?}`` per line. A row with ``doc`` is a chunk of that
+    document; a row without it is a whole document (its id is the document's)."""
+
+    path: Path
+    texts: dict[str, str]
+    """Chunk id -> text, in file order."""
+    docs: dict[str, str]
+    """Chunk id -> document id, for the rows that give ``doc``."""
+
+    def doc_of(self, chunk_id: str) -> str:
+        return self.docs.get(chunk_id, chunk_id)
+
+
 def load_corpus(path: Path) -> dict[str, str]:
     """``{"id", "text"}`` per line (other keys such as ``title`` are allowed) -> id: text."""
+    return load_chunks(path).texts
+
+
+def load_chunks(path: Path) -> Corpus:
+    """The corpus with each chunk's document; bad input is a DatasetErrors naming line and field."""
     name = str(path)
     try:
         data = path.read_bytes()
@@ -56,6 +77,7 @@ def load_corpus(path: Path) -> dict[str, str]:
         raise DatasetErrors([DatasetError(name, None, None, f"cannot read corpus: {exc.strerror}")]) from None
     errors: list[DatasetError] = []
     corpus: dict[str, str] = {}
+    docs: dict[str, str] = {}
     first: dict[str, int] = {}
     try:
         text = data.decode("utf-8-sig")
@@ -73,11 +95,13 @@ def load_corpus(path: Path) -> dict[str, str]:
         if not isinstance(row, dict):
             errors.append(DatasetError(name, number, None, "expected a JSON object with 'id' and 'text'"))
             continue
-        chunk_id, body = row.get("id"), row.get("text")
+        chunk_id, body, doc = row.get("id"), row.get("text"), row.get("doc")
         if not isinstance(chunk_id, str) or not chunk_id.strip():
             errors.append(DatasetError(name, number, "id", "required: a non-empty string"))
         elif not isinstance(body, str):
             errors.append(DatasetError(name, number, "text", "required: a string"))
+        elif doc is not None and (not isinstance(doc, str) or not doc.strip()):
+            errors.append(DatasetError(name, number, "doc", "the chunk's document id: a non-empty string"))
         elif chunk_id in first:
             errors.append(
                 DatasetError(name, number, "id", f"duplicate id {chunk_id!r} (first on line {first[chunk_id]})")
@@ -85,11 +109,13 @@ def load_corpus(path: Path) -> dict[str, str]:
         else:
             first[chunk_id] = number
             corpus[chunk_id] = body
+            if doc is not None:
+                docs[chunk_id] = doc
     if not corpus and not errors:
         errors.append(DatasetError(name, None, None, "empty corpus: no chunks"))
     if errors:
         raise DatasetErrors(errors)
-    return corpus
+    return Corpus(path, corpus, docs)
 
 
 def shares_ids(dataset: Dataset, corpus: dict[str, str]) -> bool:
@@ -114,6 +140,16 @@ def audit(dataset: Dataset, corpus: dict[str, str]) -> list[Finding]:
         def add(kind: str, message: str, case_id: str = case.id, line: int = case.line) -> None:
             findings.append(Finding(path, line, case_id, kind, message))
 
+        if case.relevant:  # evidence: its facts should be in its spans, whatever the corpus
+            spans = [normalize(item.span) for item in case.relevant]
+            for fact in case.expected_facts:
+                if not any(normalize(fact) in span for span in spans):
+                    add(
+                        "fact_not_in_relevant",
+                        f"expected fact '{fact}' appears in none of its evidence spans: is the fact, or the span, "
+                        "the right one?",
+                    )
+            continue
         present = [chunk_id for chunk_id in case.relevant_ids if chunk_id in corpus]
         for chunk_id in case.relevant_ids:
             if chunk_id not in corpus:
@@ -142,7 +178,8 @@ def _conflicts(dataset: Dataset, path: str) -> list[Finding]:
     found = []
     for case in dataset.cases:
         key = "".join(normalize(case.question).split())
-        labels = (case.unanswerable, tuple(sorted(case.relevant_ids)), tuple(sorted(case.expected_facts)))
+        evidence = tuple(sorted((item.doc, item.span) for item in case.relevant))
+        labels = (case.unanswerable, tuple(sorted(case.relevant_ids)), tuple(sorted(case.expected_facts)), evidence)
         if key not in first:
             first[key] = (case, labels)
             continue
@@ -151,7 +188,7 @@ def _conflicts(dataset: Dataset, path: str) -> list[Finding]:
             what = [
                 name
                 for name, a, b in zip(
-                    ("unanswerable", "relevant_ids", "expected_facts"), labels, earlier_labels, strict=True
+                    ("unanswerable", "relevant_ids", "expected_facts", "relevant"), labels, earlier_labels, strict=True
                 )
                 if a != b
             ]

@@ -24,12 +24,19 @@ import orjson
 from ragexp import limits
 from ragexp.errors import DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
-from ragexp.records import Case, SystemOutput
+from ragexp.records import Case, Evidence, SystemOutput
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
 LABEL_FIELDS = ("id", "question", "relevant_ids", "expected_facts", "reference", "unanswerable")
-OUTPUT_FIELDS = ("response", "retrieved_ids", "retrieved_contexts", "citations", "latency_seconds")
+OUTPUT_FIELDS = (
+    "response",
+    "retrieved_ids",
+    "retrieved_contexts",
+    "citations",
+    "latency_seconds",
+    "retrieved_doc_ids",
+)
 DRAFT_STATUSES = ("draft", "screened")
 """``draft.status`` of a drafted case: ``draft`` until people screened it (see ``ragexp draft``)."""
 COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference", "human")
@@ -56,6 +63,11 @@ class Dataset:
     @property
     def answerable_count(self) -> int:
         return sum(not case.unanswerable for case in self.cases)
+
+    @property
+    def has_evidence(self) -> bool:
+        """Some case gives its gold as evidence anchored to documents (``relevant``)."""
+        return any(case.relevant for case in self.cases)
 
 
 def resolve_path(path: str, roots: Path | Sequence[Path] | None = None) -> Path:
@@ -155,7 +167,11 @@ def _label_fields(cases: list[Case], fmt: str) -> frozenset[str]:
     fields = {"id", "question", "user_input", "unanswerable"}
     answerable = [case for case in cases if not case.unanswerable]
     if fmt == "jsonl":
-        fields.add("relevant_ids")  # validation guarantees them on every answerable case
+        # Validation guarantees gold on every answerable case: ids, or evidence ("relevant"),
+        # which the retrieval metrics read in place of ids.
+        fields.add("relevant_ids")
+        if any(case.relevant for case in cases):
+            fields.add("relevant")
     if all(case.expected_facts for case in answerable):
         fields.add("expected_facts")
     if all(case.reference for case in cases):
@@ -303,6 +319,49 @@ def _human(value: Any) -> Reason | None:
     return None
 
 
+EVIDENCE_KEYS = ("doc", "span", "start", "end")
+
+
+def _evidence(value: Any) -> Reason | None:
+    """``[{"doc", "span"} | {"doc", "start", "end"}]``: text of a document, or offsets into it
+    (checked against the documents once they are read, see :mod:`ragexp.datasets.evidence`)."""
+    if type(value) is not list:
+        return f"expected a list of {{doc, span}} or {{doc, start, end}} objects, got {_type_name(value)}"
+    seen: dict[tuple[Any, ...], int] = {}
+    for index, item in enumerate(value):
+        at = f"relevant[{index}]"
+        key: tuple[Any, ...]
+        if type(item) is not dict:
+            return at, f"expected an object {{doc, span}} or {{doc, start, end}}, got {_type_name(item)}"
+        for name in item:
+            if name not in EVIDENCE_KEYS:
+                return f"{at}.{name}", f"unknown key (expected {', '.join(EVIDENCE_KEYS)})"
+        doc = item.get("doc")
+        if type(doc) is not str or not doc.strip():
+            return f"{at}.doc", "required: the id of the document the evidence is in (a non-empty string)"
+        span, start, end = item.get("span"), item.get("start"), item.get("end")
+        if span is not None and (start is not None or end is not None):
+            return at, "gives both span and offsets: one form per piece of evidence"
+        if span is not None:
+            reason = _text(span)
+            if reason is not None:
+                return f"{at}.span", reason
+            key = (doc, span)
+        else:
+            for name, offset in (("start", start), ("end", end)):
+                if offset is None:
+                    return f"{at}.{name}", "required: give span (the text) or start and end (character offsets)"
+                if type(offset) is not int or offset < 0:
+                    return f"{at}.{name}", f"expected a non-negative integer, got {offset!r}"
+            if end <= start:  # type: ignore[operator]  # both checked as integers above
+                return f"{at}.end", f"must be greater than start ({start}), got {end}"
+            key = (doc, start, end)
+        if key in seen:
+            return at, f"repeats relevant[{seen[key]}]"
+        seen[key] = index
+    return None
+
+
 def _draft(value: Any) -> Reason | None:
     """Provenance of a drafted case: its ``status`` is checked, its other keys kept as written."""
     if type(value) is not dict:
@@ -319,6 +378,7 @@ RULES: dict[str, FieldRule] = {
         FieldRule("id", "str", _case_id, required="required: a non-empty string"),
         FieldRule("question", "str", _text, required="required: a string of 1 to 1,000,000 characters"),
         FieldRule("relevant_ids", "list[str]", _strings),
+        FieldRule("relevant", "list[object]", _evidence),
         FieldRule("expected_facts", "list[str]", _strings),
         FieldRule("reference", "str", _text),
         FieldRule("unanswerable", "bool", _boolean),
@@ -327,6 +387,7 @@ RULES: dict[str, FieldRule] = {
         FieldRule("retrieved_contexts", "list[str]", _passages),
         FieldRule("citations", "list[int]", _citations),
         FieldRule("latency_seconds", "number", _seconds),
+        FieldRule("retrieved_doc_ids", "list[str]", _passages),
         FieldRule("metadata", "object", _object),
         FieldRule("human", "object", _human),
         FieldRule("draft", "object", _draft),
@@ -339,12 +400,17 @@ REQUIRED = tuple((rule.name, rule.required) for rule in RULES.values() if rule.r
 KNOWN_FIELDS = frozenset(RULES)
 
 
-def _relevance(unanswerable: bool, relevant: list[str]) -> str | None:
-    """The one rule between fields: an answerable case is labelled, an unanswerable one is not."""
+def _relevance(unanswerable: bool, relevant: list[str], evidence: list[Any]) -> tuple[str, str] | None:
+    """The one rule between fields: an answerable case is labelled once (ids or evidence), an
+    unanswerable one is not labelled."""
+    if relevant and evidence:
+        return "relevant", "gives relevant_ids and relevant: a case gives its gold in one form, ids or evidence"
     if unanswerable and relevant:
-        return "an unanswerable case must not have relevant ids"
-    if not unanswerable and not relevant:
-        return "an answerable case needs at least one relevant id"
+        return "relevant_ids", "an unanswerable case must not have relevant ids"
+    if unanswerable and evidence:
+        return "relevant", "an unanswerable case must not have evidence"
+    if not unanswerable and not relevant and not evidence:
+        return "relevant_ids", "an answerable case needs at least one relevant id, or evidence in 'relevant'"
     return None
 
 
@@ -372,11 +438,11 @@ def _check(row: dict[str, Any], line: int, problems: _Problems) -> bool:
         if row.get(name) is None:
             problems.add(line, name, required)
             bad.add(name)
-    if "relevant_ids" not in bad and "unanswerable" not in bad:
-        reason = _relevance(row.get("unanswerable") or False, row.get("relevant_ids") or [])
-        if reason is not None:
-            problems.add(line, "relevant_ids", reason)
-            bad.add("relevant_ids")
+    if not bad & {"relevant_ids", "relevant", "unanswerable"}:
+        found = _relevance(row.get("unanswerable") or False, row.get("relevant_ids") or [], row.get("relevant") or [])
+        if found is not None:
+            problems.add(line, *found)
+            bad.add(found[0])
     return not bad
 
 
@@ -394,6 +460,9 @@ def _recorded(row: dict[str, Any]) -> tuple[SystemOutput | None, frozenset[str]]
         float(latency) if latency is not None else None,
         None,
     )
+    doc_ids = row.get("retrieved_doc_ids")
+    if doc_ids:
+        output.doc_ids = doc_ids
     return output, present
 
 
@@ -409,8 +478,9 @@ def _case(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
         return None
     recorded, fields = (None, _NO_FIELDS) if row.keys() <= _NOT_OUTPUT else _recorded(row)
     draft = row.get("draft")
+    evidence = row.get("relevant")
     # By position, defaults included: half the cost of keywords and default factories.
-    return Case(
+    case = Case(
         row["id"],
         row["question"],
         row.get("relevant_ids") or [],
@@ -424,6 +494,11 @@ def _case(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
         row.get("metadata") or {},
         draft["status"] if draft is not None else None,
     )
+    if evidence:
+        case.relevant = [
+            Evidence(item["doc"], item.get("span") or "", item.get("start"), item.get("end")) for item in evidence
+        ]
+    return case
 
 
 _NO_FIELDS: frozenset[str] = frozenset()

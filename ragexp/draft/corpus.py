@@ -5,7 +5,9 @@ Folder rule: files are read in sorted order of their path relative to the folder
 split into paragraphs at blank lines, and consecutive paragraphs are joined until a chunk would
 pass :data:`MAX_CHARS` characters (a longer paragraph is cut at sentence ends, and a sentence
 longer still at :data:`MAX_CHARS`). A chunk's id is ``<relative path>#<n>``, ``n`` counting
-the file's chunks from 1: it stays the same as long as the text before it in its file does.
+the file's chunks from 1: it stays the same as long as the text before it in its file does. A
+chunk's document is its file (its relative path); in a JSONL file, its ``doc`` field, else the
+chunk itself.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragexp.datasets.audit import load_corpus
+from ragexp.datasets.audit import load_chunks
 from ragexp.errors import DatasetError, DatasetErrors
 
 MAX_CHARS = 800
@@ -28,6 +30,12 @@ _SENTENCE = re.compile(r"[^。！？!?\n]*(?:[。！？!?]+|\.(?=\s)|\n|$)")
 class Chunk:
     id: str
     text: str
+    doc: str = ""
+    """The document the chunk is part of: what a drafted case's evidence is anchored to."""
+
+    @property
+    def document(self) -> str:
+        return self.doc or self.id
 
 
 def read_corpus(path: Path) -> list[Chunk]:
@@ -36,7 +44,8 @@ def read_corpus(path: Path) -> list[Chunk]:
         return _folder(path)
     if not path.exists():
         raise DatasetErrors([DatasetError(str(path), None, None, "no such file or folder")])
-    chunks = [Chunk(chunk_id, text) for chunk_id, text in load_corpus(path).items()]
+    corpus = load_chunks(path)
+    chunks = [Chunk(chunk_id, text, corpus.doc_of(chunk_id)) for chunk_id, text in corpus.texts.items()]
     for number, chunk in enumerate(chunks, start=1):
         if not chunk.text.strip():
             line = _line_of(path, chunk.id) or number
@@ -64,7 +73,7 @@ def _folder(folder: Path) -> list[Chunk]:
             raise DatasetErrors([DatasetError(str(file), line, None, "not valid UTF-8")]) from None
         except OSError as exc:
             raise DatasetErrors([DatasetError(str(file), None, None, f"cannot read: {exc.strerror}")]) from None
-        chunks.extend(Chunk(f"{relative}#{n}", body) for n, body in enumerate(chunk_text(text), start=1))
+        chunks.extend(Chunk(f"{relative}#{n}", body, relative) for n, body in enumerate(chunk_text(text), start=1))
     if not chunks:
         raise DatasetErrors(
             [DatasetError(str(folder), None, None, "empty corpus: no .md or .txt file with text in this folder")]

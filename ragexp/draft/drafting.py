@@ -21,10 +21,12 @@ from pydantic import BaseModel, Field
 
 from ragexp import secrets
 from ragexp.config.models import JudgeConfig
+from ragexp.datasets.evidence import anchor_span
 from ragexp.draft.cache import DraftCache
 from ragexp.draft.corpus import Chunk
 from ragexp.draft.rules import RETRIEVE_K, Retriever, found_in, missing_facts, near_duplicates, stratified
 from ragexp.errors import ConfigError, ProviderError
+from ragexp.escape import prompt_attribute, prompt_block
 from ragexp.metrics.judge.cache import cache_key
 from ragexp.metrics.judge.scorer import JSON_MODE
 from ragexp.metrics.judge.usage import Usage
@@ -163,7 +165,11 @@ def prompt_hash(language: str) -> str:
 
 
 def render(template: str, chunks: list[Chunk]) -> str:
-    block = "\n\n".join(f'<chunk id="{chunk.id}">\n{chunk.text}\n</chunk>' for chunk in chunks)
+    """The prompt: ``template`` with each chunk in a ``<chunk id="...">`` block; ids and texts
+    escaped (:func:`ragexp.escape.prompt_block`), so a document cannot forge a block."""
+    block = "\n\n".join(
+        f'<chunk id="{prompt_attribute(chunk.id)}">\n{prompt_block(chunk.text, "chunk")}\n</chunk>' for chunk in chunks
+    )
     return template.replace("{{chunks}}", block)
 
 
@@ -364,10 +370,16 @@ class Drafter:
         }
         if candidates is not None:
             draft["answer_candidates"] = candidates
+        evidence: list[dict[str, str]] = []
+        for chunk in [] if unanswerable else sources:
+            # Anchored to the chunk's document, not its id: the case survives re-chunking.
+            item = {"doc": chunk.document, "span": anchor_span(chunk.text, facts)}
+            if item not in evidence:
+                evidence.append(item)
         case: dict[str, Any] = {
             "id": f"draft-{digest}",
             "question": question.strip(),
-            "relevant_ids": [] if unanswerable else source_ids,
+            **({"relevant": evidence} if evidence else {}),
             "expected_facts": facts,
             "reference": reference.strip() or None,
             "unanswerable": unanswerable,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.compare.summary import Links
 from ragexp.config.compose import compose
+from ragexp.config.tracking import chosen_uri
 from ragexp.draft.corpus import read_corpus
 from ragexp.draft.review import Accepted, ReviewQueue, accept, create_review
 from ragexp.errors import ConfigError, StorageError
@@ -26,10 +27,13 @@ class DraftedSet:
     out: Path
     summary: Summary
     failure: str | None
-    """Why some planned cases got no reply (None: every call was answered); the cases drafted are written."""
+    """Why some planned cases got no reply, or why no case was drafted (None: every call was
+    answered and some case kept); the cases drafted are written."""
+    written: bool = True
+    """Whether ``out`` was written (not when no case was drafted)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"out": str(self.out), **self.summary.to_json()}
+        return {"out": str(self.out) if self.written else None, **self.summary.to_json()}
 
 
 def draft_set(
@@ -42,9 +46,11 @@ def draft_set(
     multi: float = 0.2,
     seed: int = 0,
     cache: str | None = None,
+    tracking_uri: str | None = None,
 ) -> DraftedSet:
     """Draft cases (``draft.status: draft``) from the corpus with the configured judge model and
-    write them to ``out``; calls that got no reply leave their cases out, said in ``failure``."""
+    write them to ``out``; calls that got no reply leave their cases out, said in ``failure``.
+    The reply cache lives in the tracking store's folder (``tracking_uri``: ``--tracking-uri``)."""
     config = compose(list(overrides))
     judge = config.provider.judge
     if judge is None:
@@ -59,11 +65,11 @@ def draft_set(
     if out_path.is_dir():
         raise ConfigError(f"--out {out}: is a folder")
     chunks = read_corpus(Path(corpus))
-    cache_path = Path(cache) if cache else Store(config.tracking.uri).state_dir() / "draft-cache.sqlite"
+    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri))
+    cache_path = Path(cache) if cache else store.state_dir() / "draft-cache.sqlite"
     drafter = Drafter(judge, cache_path)
     drafter.preflight()
     drafted = drafter.draft(chunks, options)
-    write_cases(out_path, drafted.cases)
     summary = drafted.summary
     failure = None
     if summary.dropped.get("call_failed"):
@@ -72,7 +78,25 @@ def draft_set(
             f"{stopped}{summary.dropped['call_failed']} planned case(s) got no reply (the first failure: "
             f"{summary.first_failure}); the cases drafted are written; rerun the same command to ask only for the rest"
         )
+    if not drafted.cases:
+        # An empty draft is no draft: the file (and any earlier one at that path) is left alone.
+        return DraftedSet(out_path, summary, failure or nothing_drafted(summary, out_path), written=False)
+    write_cases(out_path, drafted.cases)
     return DraftedSet(out_path, summary, failure)
+
+
+def nothing_drafted(summary: Summary, out: Path) -> str:
+    """The line for a draft that kept no case: the commonest reason, with what to check."""
+    from ragexp.draft.drafting import REASONS
+
+    reason, count = max(summary.dropped.items(), key=lambda item: item[1], default=("", 0))
+    why = f"{count} of {summary.planned}: {REASONS[reason]}" if reason else "nothing was planned"
+    hint = (
+        "; check that provider.judge.model replies with the JSON the prompt asks for"
+        if reason == "unusable_reply"
+        else ""
+    )
+    return f"no case drafted ({why}){hint}; nothing written to {out}"
 
 
 def write_cases(path: Path, cases: list[dict[str, object]]) -> None:

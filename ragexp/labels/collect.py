@@ -12,7 +12,7 @@ pass/fail metric), a label on another run's trace whose output differs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from ragexp.compare.select import FINISHED_FILTER
 from ragexp.config.models import CalibrationConfig
 from ragexp.labels import answers as reviewed
 from ragexp.metrics.calibration import Trust, assess, labelled_metrics
-from ragexp.metrics.registry import METRICS
+from ragexp.metrics.registry import MetricSpec, lookup
 from ragexp.tracking import review_queues as review
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _output(row: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 def collect_labels(store: Store, run: RunData) -> Labels:
     """Every usable label of ``run``'s cases (module docstring)."""
-    return _collect(store, run.record, run.metrics, run.case_ids, run.row, own=True)
+    return _collect(store, run.record, run.metrics, run.case_ids, run.row, own=True, custom=run.custom)
 
 
 def _collect(
@@ -82,12 +82,13 @@ def _collect(
     *,
     own: bool,
     others: list[str] | None = None,
+    custom: Mapping[str, MetricSpec] | None = None,
 ) -> Labels:
-    names = labelled_metrics(metrics)
+    names = labelled_metrics(metrics, custom)
     label_schemas, _ = review.api()
     with review.calls(store, f"reading the label schemas of experiment {record.experiment_id}"):
         schemas = {schema.name for schema in review.label_schemas_of(label_schemas, record.experiment_id)}
-    usable = [name for name in names if name in schemas]
+    usable = {name: spec for name in names if name in schemas and (spec := lookup(name, custom)) is not None}
     labels = Labels({name: np.full(len(case_ids), math.nan) for name in usable})
     position = {case_id: i for i, case_id in enumerate(case_ids)}
     for info in review.run_traces(store, record) if own else []:
@@ -112,13 +113,15 @@ def run_labels(
     *,
     resumed: bool,
     info: Callable[[str], None],
+    custom: Mapping[str, MetricSpec] | None = None,
 ) -> dict[str, np.ndarray]:
     """The queue labels ``ragexp run`` calibrates with (docs/judge-calibration.md): those on the
     traces of the run it resumes, and those carried over, case by case, from labelled runs of the
     experiment whose output for the case is byte-identical. Metric -> (n,) scores, NaN where
     unlabelled; empty, without reading any label schema, when no run of the experiment was
-    queued and the run is new (so a store without review queues runs as before)."""
-    if not labelled_metrics(metrics):
+    queued and the run is new (so a store without review queues runs as before). ``custom``: the
+    run's metrics of the user's own config."""
+    if not labelled_metrics(metrics, custom):
         return {}
     record = store.get_run(run_id)
     others = list(_labelled_runs(store, record))
@@ -130,7 +133,8 @@ def run_labels(
         {"question": case.question, "output": result.output.to_json() if result.output is not None else None}
         for case, result in zip(cases, results, strict=True)
     ]
-    labels = _collect(store, record, metrics, [case.id for case in cases], rows.__getitem__, own=resumed, others=others)
+    ids = [case.id for case in cases]
+    labels = _collect(store, record, metrics, ids, rows.__getitem__, own=resumed, others=others, custom=custom)
     line = labels.ignored_line()
     if line is not None:
         info(line)
@@ -144,15 +148,15 @@ def with_run_labels(human: dict[str, np.ndarray], labels: dict[str, np.ndarray])
     return {**human, **labels}
 
 
-def _keep(labels: Labels, answers: list[reviewed.HumanLabel], index: int, usable: list[str]) -> bool:
+def _keep(labels: Labels, answers: list[reviewed.HumanLabel], index: int, usable: Mapping[str, MetricSpec]) -> bool:
     """Put the newest usable answer to one question in place; count the newer unusable ones."""
     name = answers[0].name
-    if name not in usable:
+    spec = usable.get(name)
+    if spec is None:
         labels.ignored["no_schema"] += len(answers)
         return False
     if math.isfinite(labels.human[name][index]):
         return False  # the run's own label comes first; of other runs', the newest run's
-    spec = METRICS[name]
     high = spec.high if spec.high is not None else math.inf
     for answer in answers:
         score = reviewed.as_score(answer.value)
@@ -177,7 +181,7 @@ def _carry_over(
     row: Callable[[int], dict[str, Any]],
     other_id: str,
     position: dict[str, int],
-    usable: list[str],
+    usable: Mapping[str, MetricSpec],
 ) -> None:
     from ragexp.compare.data import load_run
 
@@ -211,7 +215,7 @@ def calibration_settings(run: RunData) -> CalibrationConfig:
 def calibrate_run(run: RunData, labels: Labels) -> Trust:
     """Calibration and PPI from ``labels`` exactly as ``ragexp run`` computes them from a dataset's
     ``human`` scores (:func:`ragexp.metrics.calibration.assess`)."""
-    specs = [METRICS[name] for name in run.metrics if name in METRICS]
+    specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     return assess(specs, run.scores, labels.human, run.unanswerable, calibration_settings(run))
 
 

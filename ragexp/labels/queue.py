@@ -10,15 +10,17 @@ labelled cases a random subset of the run, as prediction-powered inference requi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragexp.compare.data import custom_specs
 from ragexp.errors import ConfigError, TrackingError
 from ragexp.labels import answers as reviewed
 from ragexp.metrics.calibration import labelled_metrics
-from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.metrics.registry import MetricSpec, lookup
 from ragexp.tracking import review_queues as review
 from ragexp.tracking.store import TAG_PREFIX
 
@@ -72,24 +74,27 @@ class LabelQueue:
         }
 
 
-def choose_metrics(record: RunRecord, names: list[str] | None) -> list[MetricSpec]:
+def choose_metrics(
+    record: RunRecord, names: list[str] | None, custom: Mapping[str, MetricSpec] | None = None
+) -> list[MetricSpec]:
     """``names`` checked against the run (each a metric of it that people can score); by default
-    every such metric of the run: its judge metrics and answer accuracy."""
+    every such metric of the run: its judge metrics, answer accuracy and the metrics of the
+    user's own config (``custom``, as the run recorded them)."""
     run_metrics = [name for name in record.tag("metrics").split(",") if name]
     if names is None:
-        chosen = labelled_metrics(run_metrics)
+        chosen = labelled_metrics(run_metrics, custom)
         if not chosen:
             raise ConfigError(
                 f"run {record.run_id} has no metric people can label (its metrics: {', '.join(run_metrics)})"
             )
-        return [METRICS[name] for name in chosen]
+        return [spec for name in chosen if (spec := lookup(name, custom)) is not None]
     specs = []
     for name in names:
-        spec = METRICS.get(name)
+        spec = lookup(name, custom)
         if name not in run_metrics:
             raise ConfigError(f"--metrics: run {record.run_id} has no metric '{name}' (its: {', '.join(run_metrics)})")
         if spec is None or not spec.human_labels:
-            labellable = ", ".join(labelled_metrics(run_metrics)) or "none"
+            labellable = ", ".join(labelled_metrics(run_metrics, custom)) or "none"
             raise ConfigError(f"--metrics: '{name}' takes no human label (labellable here: {labellable})")
         specs.append(spec)
     if not specs:
@@ -200,7 +205,7 @@ def create_label_queue(
     record = store.get_run(run_id)
     if not record.tag("config_hash"):
         raise TrackingError(f"run {run_id} was not logged by ragexp run (no ragexp.config_hash tag)")
-    specs = choose_metrics(record, metrics)
+    specs = choose_metrics(record, metrics, custom_specs(store, record))
     check_traced(record)
     language = run_language(store, record)
     infos = [info for info in review.run_traces(store, record) if reviewed.case_id(info) is not None]

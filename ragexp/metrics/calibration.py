@@ -12,13 +12,13 @@ subset of the cases.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.metrics.registry import MetricSpec, lookup
 
 if TYPE_CHECKING:
     from ragexp.config.models import CalibrationConfig
@@ -190,9 +190,11 @@ def ppi_mean(
     return PpiEstimate(mean, mean - half, mean + half, n, total, float(everyone.mean()))
 
 
-def labelled_metrics(names: list[str]) -> list[str]:
-    """The metrics of ``names`` that take human scores (registry knowledge, not a list here)."""
-    return [name for name in names if name in METRICS and METRICS[name].human_labels]
+def labelled_metrics(names: list[str], custom: Mapping[str, MetricSpec] | None = None) -> list[str]:
+    """The metrics of ``names`` that take human scores (registry knowledge, not a list here);
+    ``custom``: the run's metrics of the user's own config, which take them too."""
+    found = [(name, lookup(name, custom)) for name in names]
+    return [name for name, spec in found if spec is not None and spec.human_labels]
 
 
 def human_columns(cases_human: list[dict[str, float]], names: list[str]) -> dict[str, np.ndarray]:

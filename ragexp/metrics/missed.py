@@ -22,6 +22,7 @@ MISSED_SHOWN = 5
 
 EXPECTED: dict[str, tuple[str, Callable[[Case], Any]]] = {
     "relevant_ids": ("relevant ids", lambda case: case.relevant_ids),
+    "relevant": ("evidence", lambda case: [f"{item.doc}: {item.span}" for item in case.relevant]),
     "expected_facts": ("facts", lambda case: case.expected_facts),
     "reference": ("reference", lambda case: case.reference or ""),
 }
@@ -96,6 +97,9 @@ def missed_cases(
         names = [name for name, mask in masks.items() if mask[index]]
         labels = {label for name in names for label in by_name[name].needs_labels}
         outputs = {out for name in names for out in by_name[name].needs_output}
+        if case.relevant and "relevant_ids" in labels:  # gold as evidence: matched by the texts
+            labels = (labels - {"relevant_ids"}) | {"relevant"}
+            outputs.add("retrieved_contexts")
         expected = {what: read(case) for label, (what, read) in EXPECTED.items() if label in labels}
         if case.unanswerable:
             expected = {"answer": REFUSAL}

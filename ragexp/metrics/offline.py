@@ -2,8 +2,9 @@
 
 Strings cannot be compared in numpy cheaply (converting them costs more than the comparison), so
 :func:`build_inputs` walks each ranking once and keeps only a top-K hit matrix, the rank of the
-first relevant id and a few counts. The kernels below are pure: arrays in, one score per case
-out, ``NaN`` where a case has no score.
+first relevant id and a few counts. A case whose gold is evidence anchored to documents
+(``relevant``) is reduced to the same arrays by :mod:`ragexp.metrics.evidence`. The kernels below
+are pure: arrays in, one score per case out, ``NaN`` where a case has no score.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragexp.metrics.evidence import Matcher, Rule
 from ragexp.records import Case, CaseResult
 
 
@@ -25,12 +27,14 @@ class OfflineInputs:
     k: int
     hits: np.ndarray
     """(n, w) bool, w = min(K, longest ranking): position i of the ranking holds a relevant id
-    seen there for the first time. Positions past the longest ranking can hold no hit, so memory
-    follows what was retrieved, not K."""
+    seen there for the first time (for evidence: a chunk covering a span no earlier chunk
+    covered; int, the number of such spans, when a chunk covers several). Positions past the
+    longest ranking can hold no hit, so memory follows what was retrieved, not K."""
     n_relevant: np.ndarray
-    """(n,) int: number of distinct relevant ids."""
+    """(n,) int: number of distinct relevant ids (for evidence: of spans)."""
     first_rank: np.ndarray
-    """(n,) int: 1-based rank of the first relevant id anywhere in the ranking; 0 if none."""
+    """(n,) int: 1-based rank of the first relevant id (for evidence: of the first chunk matching
+    any span) anywhere in the ranking; 0 if none."""
     empty_ranking: np.ndarray
     """(n,) bool: the system retrieved nothing."""
     unanswerable: np.ndarray
@@ -38,7 +42,7 @@ class OfflineInputs:
     cited: np.ndarray
     """(n,) int: number of citations."""
     supported: np.ndarray
-    """(n,) int: citations pointing at a relevant id."""
+    """(n,) int: citations pointing at a relevant id (for evidence: at a chunk matching it)."""
     answer_correct: np.ndarray
     """(n,) bool: all expected facts present (a refusal phrase for unanswerable cases)."""
     ok: np.ndarray
@@ -53,11 +57,19 @@ def normalize(text: str) -> str:
 
 
 def build_inputs(
-    cases: Sequence[Case], results: Sequence[CaseResult], k: int, refusal_phrases: Sequence[str]
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    k: int,
+    refusal_phrases: Sequence[str],
+    match: Rule | None = None,
 ) -> OfflineInputs:
-    """Reduce cases and system outputs to arrays; no scoring happens here."""
+    """Reduce cases and system outputs to arrays; no scoring happens here. ``match``: the rule
+    matching chunks to evidence (``dataset.match``; its defaults when None)."""
     n = len(cases)
     longest = max((len(r.output.ranked_ids) for r in results if r.output is not None), default=0)
+    matcher = Matcher(match) if any(case.relevant for case in cases) else None
+    if matcher is not None:  # evidence is matched by text: a ranking may be texts without ids
+        longest = max(longest, max((len(r.output.contexts) for r in results if r.output is not None), default=0))
     width = min(k, longest)
     # Plain lists filled per case, turned into arrays once: setting numpy items one at a time
     # costs more than the work of the loop itself.
@@ -72,13 +84,14 @@ def build_inputs(
     latency = [math.nan] * n
     hit_rows: list[int] = []
     hit_cols: list[int] = []
+    several: list[tuple[int, int, int]] = []  # (row, column, spans) of chunks covering several spans
     refusals = [normalize(phrase) for phrase in refusal_phrases]
     # normalize() inlined with its two calls bound locally: it runs on every answer and fact.
     nfkc, fold = unicodedata.normalize, str.casefold
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         unanswerable[i] = case.unanswerable
         relevant = set(case.relevant_ids)
-        n_relevant[i] = len(relevant)
+        n_relevant[i] = len(relevant) or len(case.relevant)
         output = result.output
         if result.error is not None or output is None:
             continue
@@ -86,8 +99,20 @@ def build_inputs(
         if output.latency_seconds is not None:
             latency[i] = output.latency_seconds
         ranked = output.ranked_ids
-        if not ranked:
-            empty[i] = True
+        if case.relevant and matcher is not None:
+            cited[i] = len(output.citations)
+            if not ranked and not output.contexts:
+                empty[i] = True
+            else:
+                ranks, gains, first_rank[i], supported[i] = matcher.reduce(case.relevant, output, k)
+                if ranks:
+                    hit_rows.extend([i] * len(ranks))
+                    hit_cols.extend(ranks)
+                    if gains is not None:  # a chunk covered several spans at once
+                        several.extend((i, rank, gain) for rank, gain in zip(ranks, gains, strict=True) if gain > 1)
+        elif not ranked:
+            # Where gold is evidence, a system may retrieve texts without ids.
+            empty[i] = matcher is None or not output.contexts
         elif relevant:
             seen: set[str] = set()
             first = 0
@@ -105,7 +130,7 @@ def build_inputs(
                         hit_cols.append(rank)
             first_rank[i] = first
         citations = output.citations
-        if citations:
+        if citations and not case.relevant:
             cited[i] = len(citations)
             size = len(ranked)
             count = 0
@@ -126,6 +151,9 @@ def build_inputs(
             correct[i] = found
     hits = np.zeros((n, width), dtype=bool)
     hits[hit_rows, hit_cols] = True
+    if several:
+        hits = hits.astype(np.int64)
+        hits[[row for row, _, _ in several], [col for _, col, _ in several]] = [gain for _, _, gain in several]
     return OfflineInputs(
         k,
         hits,
@@ -157,7 +185,8 @@ def reciprocal_rank(first_rank: np.ndarray) -> np.ndarray:
 
 
 def ndcg_at_k(hits: np.ndarray, n_relevant: np.ndarray, k: int | None = None) -> np.ndarray:
-    """Binary nDCG@K: DCG of the hits over the DCG of an ideal top K; NaN without relevant ids.
+    """Binary nDCG@K: DCG of the hits over the DCG of an ideal top K (at most 1); NaN without
+    relevant ids. Integer ``hits`` are gains (spans a chunk covers first).
 
     ``hits`` may be narrower than K (no ranking reached K); the ideal ranking still has K places.
     """
@@ -168,7 +197,9 @@ def ndcg_at_k(hits: np.ndarray, n_relevant: np.ndarray, k: int | None = None) ->
     dcg = hits @ discounts[: hits.shape[1]]
     ideal = ideal_prefix[np.minimum(n_relevant, deepest)]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), np.nan)
+        # A chunk covering several spans at once gains for each, filling several ideal places
+        # from one rank: such a ranking is as good as the ideal, never better.
+        return np.where(ideal > 0, np.minimum(dcg / np.where(ideal > 0, ideal, 1.0), 1.0), np.nan)
 
 
 def ratio_or(numerator: np.ndarray, denominator: np.ndarray, fallback: np.ndarray) -> np.ndarray:

@@ -19,6 +19,17 @@ class FakeProvider(Provider):
             started = perf_counter()
             if case.unanswerable:
                 output = SystemOutput([], [], refusal, [], None, None)
+            elif case.relevant:  # evidence: each span returned as a chunk of its document
+                evidence = case.relevant[:depth]
+                output = SystemOutput(
+                    [f"{item.doc}#{n}" for n, item in enumerate(evidence, start=1)],
+                    [item.span for item in evidence],
+                    "，".join(case.expected_facts) + "。[1]",
+                    [1],
+                    None,
+                    None,
+                )
+                output.doc_ids = [item.doc for item in evidence]
             else:
                 ranked = case.relevant_ids[:depth]
                 output = SystemOutput(

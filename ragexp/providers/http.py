@@ -659,6 +659,7 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
     output.answer = secrets.scrub(output.answer)
     output.contexts = [secrets.scrub(text) for text in output.contexts]
     output.ranked_ids = [secrets.scrub(item) for item in output.ranked_ids]
+    output.doc_ids = [secrets.scrub(item) for item in output.doc_ids]
     if output.timings:
         output.timings = {secrets.scrub(stage): seconds for stage, seconds in output.timings.items()}
     return output
@@ -695,6 +696,12 @@ def _parse(data: Any, latency: float, needed: frozenset[str] | None = None) -> S
             raise ContractError("'timings' must map stage names to finite, non-negative seconds")
         timings = {str(k): float(v) for k, v in timings.items()}
     output = SystemOutput(ranked, contexts, answer, citations, latency, timings)
+    doc_ids = data.get("doc_ids", [])
+    if not isinstance(doc_ids, list) or not all(isinstance(item, str) for item in doc_ids):
+        raise ContractError("'doc_ids' must be a list of strings")
+    if doc_ids and len(doc_ids) != len(ranked):
+        raise ContractError(f"'doc_ids' has {len(doc_ids)} items but 'ranked_ids' has {len(ranked)}")
+    output.doc_ids = doc_ids
     if data.get("stages") is not None:
         try:
             output.stages = check_stages(data["stages"])

@@ -40,6 +40,7 @@ OUTPUT_OF = {
     "ranked_ids": "retrieved_ids",
     "contexts": "retrieved_contexts",
     "citations": "citations",
+    "doc_ids": "retrieved_doc_ids",
 }
 """Mapping key -> the output field metrics ask for (``ragexp.metrics.registry``' names)."""
 
@@ -51,6 +52,7 @@ CONTRACT = ResponseMapping(
     contexts="contexts",
     citations="citations",
     timings="timings",
+    doc_ids="doc_ids",
     stages="stages",
 )
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
@@ -163,7 +165,17 @@ def _text_of(value: Any) -> str:
 
 # -- response mappings ----------------------------------------------------------------------
 
-_EXPRESSION_KEYS = ("error", "answer", "ranked_ids", "contexts", "citations", "timings", "scores", "stages")
+_EXPRESSION_KEYS = (
+    "error",
+    "answer",
+    "ranked_ids",
+    "contexts",
+    "citations",
+    "timings",
+    "doc_ids",
+    "scores",
+    "stages",
+)
 
 LIST_KEYS = ("ranked_ids", "contexts", "citations")
 """Outputs whose expression must find a list: one that finds nothing (a missing key, a null, a
@@ -276,6 +288,15 @@ class CompiledMapping:
         citations = self._citations(found.get("citations"), answer, ranked)
         timings = self._timings(found.get("timings"))
         output = SystemOutput(ranked, contexts, answer, citations, latency, timings)
+        doc_ids = self._strings("doc_ids", found.get("doc_ids"))
+        if any(doc_ids):  # all empty: the system named no chunk's document
+            chunks = len(ranked or contexts)
+            if len(doc_ids) != chunks:
+                raise MappingError(
+                    f"doc_ids ({self._expr('doc_ids')}) has {len(doc_ids)} items "
+                    f"but the reply retrieved {chunks} chunks"
+                )
+            output.doc_ids = doc_ids
         output.stages = self._stages(found.get("stages"), found.get("scores"), ranked)
         return output
 
@@ -319,7 +340,7 @@ class CompiledMapping:
         for item in value:
             if isinstance(item, str):
                 out.append(item)
-            elif key == "ranked_ids" and isinstance(item, int) and not isinstance(item, bool):
+            elif key in ("ranked_ids", "doc_ids") and isinstance(item, int) and not isinstance(item, bool):
                 out.append(str(item))
             else:
                 raise MappingError(f"{key}: {self._expr(key)} gave a list holding {_kind(item)}, not strings")
@@ -734,9 +755,15 @@ def _numpy_scalar(value: Any) -> bool:
     )
 
 
+def _key(key: Any) -> str:
+    # An enum key is its value, as JSON has it (LlamaIndex's relationships are keyed by
+    # NodeRelationship, whose SOURCE is "1"), not its Python name.
+    return str(key.value) if isinstance(key, enum.Enum) else str(key)
+
+
 def _container(value: Any, depth: int, active: set[int]) -> Any:
     if isinstance(value, Mapping):
-        return {str(key): _plain(item, depth, active) for key, item in value.items()}
+        return {_key(key): _plain(item, depth, active) for key, item in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [_plain(item, depth, active) for item in value]
     if isinstance(value, BaseModel):

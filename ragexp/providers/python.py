@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import inspect
 import json
+import operator
 import os
 import queue
 import sys
@@ -82,36 +84,13 @@ class Target:
     """The module named before the colon (its version or file identifies the system)."""
 
 
-def check_target(spec: str) -> tuple[str, str]:
-    """``package.module:attr`` split into the module and the attribute path; a ProviderError
-    naming the key when it is not that."""
-    if spec == MISSING:
-        raise ProviderError(f"{WHERE}.target: required: the function or object to call, as package.module:attr")
-    module_name, colon, attr = spec.partition(":")
-    names = [*module_name.split("."), *attr.split(".")]
-    if not colon or not all(name.isidentifier() for name in names):
-        raise ProviderError(f"{WHERE}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
-    return module_name, attr
-
-
 def load_target(
     spec: str, path: str | None = None, *, has_input: bool = False, timeout_s: float | None = None
 ) -> Target:
     """Import ``package.module:attr`` and work out how to call it; a ProviderError naming the key
     otherwise. The working directory and ``path`` go first on the import path; an import still
     running after ``timeout_s`` is refused (None: no bound)."""
-    module_name, attr = check_target(spec)
-    _on_import_path(path)
-    module = _import(module_name, timeout_s)
-    obj: Any = module
-    for depth, name in enumerate(attr.split(".")):
-        try:
-            obj = getattr(obj, name)
-        except AttributeError:
-            owner = ".".join([module_name, *attr.split(".")[:depth]])
-            raise ProviderError(f"{WHERE}.target: '{owner}' has no attribute '{name}'") from None
-        except Exception as exc:  # a property that raises is the target's bug, reported as such
-            raise ProviderError(secrets.scrub(f"{WHERE}.target: reading '{spec}' raised {_describe(exc)}")) from None
+    obj, module = import_target(spec, path, timeout_s=timeout_s)
     if not inspect.isroutine(obj) and not inspect.isclass(obj):
         for method, is_async in (("ainvoke", True), ("invoke", False)):
             function = getattr(obj, method, None)
@@ -127,30 +106,64 @@ def load_target(
     return Target(obj, _is_coroutine_function(obj), keywords, positional, module)
 
 
-def _on_import_path(path: str | None) -> None:
+def check_target(spec: str, where: str = WHERE) -> tuple[str, str]:
+    """``package.module:attr`` split into the module and the attribute path; a ProviderError
+    naming ``where.target`` when it is not that."""
+    if spec == MISSING:
+        raise ProviderError(f"{where}.target: required: the function or object to call, as package.module:attr")
+    module_name, colon, attr = spec.partition(":")
+    names = [*module_name.split("."), *attr.split(".")]
+    if not colon or not all(name.isidentifier() for name in names):
+        raise ProviderError(f"{where}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
+    return module_name, attr
+
+
+def import_target(
+    spec: str, path: str | None = None, where: str = WHERE, *, timeout_s: float | None = None
+) -> tuple[Any, ModuleType]:
+    """The object ``package.module:attr`` names (``attr`` may be dotted) and the module it is in;
+    a ProviderError naming ``where.target`` (or ``where.path``) otherwise. The working directory
+    and ``path`` go first on the import path; an import still running after ``timeout_s`` is
+    refused (None: no bound)."""
+    module_name, attr = check_target(spec, where)
+    _on_import_path(path, where)
+    module = _import(module_name, where, timeout_s)
+    obj: Any = module
+    for depth, name in enumerate(attr.split(".")):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            owner = ".".join([module_name, *attr.split(".")[:depth]])
+            raise ProviderError(f"{where}.target: '{owner}' has no attribute '{name}'") from None
+        except Exception as exc:  # a property that raises is the target's bug, reported as such
+            raise ProviderError(secrets.scrub(f"{where}.target: reading '{spec}' raised {_describe(exc)}")) from None
+    return obj, module
+
+
+def _on_import_path(path: str | None, where: str = WHERE) -> None:
     folders = [os.getcwd()]
     if path is not None:
         given = Path(path).expanduser().resolve()
         if not given.is_dir():
-            raise ProviderError(f"{WHERE}.path: no such folder: {path}")
+            raise ProviderError(f"{where}.path: no such folder: {path}")
         folders.insert(0, str(given))
     for folder in reversed(folders):
         if folder not in sys.path:
             sys.path.insert(0, folder)
 
 
-def _import(name: str, timeout_s: float | None = None) -> ModuleType:
+def _import(name: str, where: str = WHERE, timeout_s: float | None = None) -> ModuleType:
     """The module, imported in a daemon thread: an import that hangs (a model download, a
     service that does not answer) is given up after ``timeout_s``, and whatever the module raises,
     ``KeyboardInterrupt`` and ``SystemExit`` included, is its own failure; a Ctrl-C of the user's
     reaches this thread, which only waits."""
     if name in sys.modules:
-        return _imported(name)
+        return _imported(name, where)
     box: list[ModuleType | BaseException] = []
 
     def work() -> None:
         try:
-            box.append(_imported(name))
+            box.append(_imported(name, where))
         except BaseException as exc:  # the module's own failure, reported as the target's
             box.append(exc)
 
@@ -159,7 +172,7 @@ def _import(name: str, timeout_s: float | None = None) -> ModuleType:
     thread.join(timeout_s)
     if not box:
         raise ProviderError(
-            f"{WHERE}.target: importing '{name}' did not finish within {timeout_s:g} s ({WHERE}.timeout_s): "
+            f"{where}.target: importing '{name}' did not finish within {timeout_s:g} s ({where}.timeout_s): "
             "raise the timeout, or build what is slow on the first call instead of at import"
         )
     if isinstance(box[0], BaseException):
@@ -167,18 +180,18 @@ def _import(name: str, timeout_s: float | None = None) -> ModuleType:
     return box[0]
 
 
-def _imported(name: str) -> ModuleType:
+def _imported(name: str, where: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
             raise ProviderError(
-                f"{WHERE}.target: no module named '{exc.name}' in the working directory, "
-                f"{WHERE}.path or the installed packages"
+                f"{where}.target: no module named '{exc.name}' in the working directory, "
+                f"{where}.path or the installed packages"
             ) from None
-        raise ProviderError(secrets.scrub(f"{WHERE}.target: importing '{name}' failed: {_describe(exc)}")) from None
+        raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
     except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by the module itself
-        raise ProviderError(secrets.scrub(f"{WHERE}.target: importing '{name}' failed: {_describe(exc)}")) from None
+        raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
 
 
 def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[tuple[str, ...], bool]:
@@ -489,6 +502,7 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
     output.answer = secrets.scrub(output.answer)
     output.contexts = [secrets.scrub(text) for text in output.contexts]
     output.ranked_ids = [secrets.scrub(item) for item in output.ranked_ids]
+    output.doc_ids = [secrets.scrub(item) for item in output.doc_ids]
     return output
 
 
@@ -774,3 +788,187 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         for _ in self.threads:
             self.work.put(None)
+
+
+# --- many cheap calls: a team's own metric functions ------------------------------------------
+
+
+def failure_text(exc: BaseException) -> str:
+    """How a target's exception is said: its type and message, secrets masked."""
+    return secrets.scrub(_describe(exc))
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What :func:`call_each` holds for a call that raised."""
+
+    error: BaseException
+
+
+class TimedOut:
+    """What :func:`call_each` holds for a call still running past its deadline (it is abandoned)."""
+
+
+TIMED_OUT = TimedOut()
+MAX_CHUNK = 8192
+"""Most calls a worker takes at a time. It starts with one and doubles while a chunk takes less
+than :data:`CHUNK_S`, halving when one takes longer: slow calls spread over the workers, and
+cheap ones cost one lock and one slice per thousands of calls."""
+CHUNK_S = 0.02
+SLOW_RATE = 1000.0
+"""Calls a second per worker under which more workers are started (up to ``workers``): calls of a
+millisecond or more wait on something (a service) or cost so much that a thread switch is
+nothing beside them; cheaper calls run on one thread, which the GIL would serialise anyway."""
+_PENDING = object()
+
+
+class _Worker:
+    """One daemon thread working through chunks of calls: ``span`` is the chunk it holds, ``left``
+    the iterator over the chunk's first arguments that its calls are made from, ``values`` what
+    they returned so far (each replaced whole, so the watcher never reads half of a chunk's
+    state); ``done`` counts the calls of its earlier chunks. Abandoning a worker takes the rest of
+    ``left``: no call is made from it after the one it is in."""
+
+    __slots__ = ("abandoned", "done", "left", "span", "thread", "values")
+
+    def __init__(self) -> None:
+        self.span: tuple[int, int] = (0, 0)
+        self.left: Iterator[Any] = iter(())
+        self.values: list[Any] = []
+        self.done = 0
+        self.abandoned = False
+        self.thread: threading.Thread | None = None
+
+    def position(self) -> tuple[tuple[int, int], int, bool]:
+        """Its chunk, the index of the call it is in or makes next, and whether that call is made."""
+        span, left, values = self.span, self.left, self.values
+        made = span[1] - span[0] - operator.length_hint(left)
+        at = span[0] + len(values)
+        return span, at, len(values) < made
+
+
+def call_each(
+    function: Callable[[Any, Any], Any],
+    firsts: Sequence[Any],
+    seconds: Sequence[Any],
+    *,
+    workers: int,
+    timeout_s: float,
+    second_of: Callable[[Any], Any] | None = None,
+) -> list[Any]:
+    """``function(firsts[i], seconds[i])`` for every ``i`` on up to ``workers`` daemon threads, each
+    call under ``timeout_s``: per call its return value, a :class:`Raised` or :data:`TIMED_OUT`.
+    ``second_of`` (an ``operator.attrgetter``, say) is applied to each of ``seconds`` first,
+    as the calls are made: no second list is built.
+
+    A system's calls go through :class:`_Driver`, which reports every result as it comes (the
+    checkpoint, the progress bar) and so takes locks per call. A metric function is called once
+    per case and may cost less than that bookkeeping, so here a worker maps the function over a
+    chunk of calls at a time, and the calling thread watches the chunks' progress instead of the
+    calls: a call whose value has not come within ``timeout_s`` is timed out, its worker is
+    abandoned (a Python call cannot be stopped from outside) and a fresh one takes the rest of its
+    chunk. One worker starts; more join while the calls are slow (:data:`SLOW_RATE`). What the
+    function prints goes to stderr, so a ``--json`` line on stdout stays whole.
+    """
+    count = len(firsts)
+    results: list[Any] = [_PENDING] * count
+    timed_out: set[int] = set()
+    lock = threading.Lock()
+    returned: list[tuple[int, int]] = []
+    """Chunks given back: the rest of an abandoned worker's."""
+    cursor = [0]
+
+    def next_span(size: int) -> tuple[int, int] | None:
+        with lock:
+            if returned:
+                start, end = returned.pop()
+                if end - start > size:
+                    returned.append((start + size, end))
+                return start, min(end, start + size)
+            start = cursor[0]
+            if start >= count:
+                return None
+            cursor[0] = min(start + size, count)
+            return start, cursor[0]
+
+    def left() -> bool:
+        with lock:
+            return bool(returned) or cursor[0] < count
+
+    def work(me: _Worker) -> None:
+        call, size = function, 1
+        while not me.abandoned:
+            span = next_span(size)
+            if span is None:
+                return
+            started = monotonic()
+            start, end = span
+            values: list[Any] = []
+            me.values, me.left, me.span = values, iter(firsts[start:end]), span
+            firsts_left = me.left
+            seconds_left = iter(seconds[start:end]) if second_of is None else map(second_of, seconds[start:end])
+            while True:
+                try:
+                    # map takes the first argument first: once the watcher has taken the rest of
+                    # them, no further call is made; extend keeps the values made before a raise.
+                    values.extend(map(call, firsts_left, seconds_left))
+                    break
+                except BaseException as exc:  # the function's own failure: that call's result
+                    values.append(Raised(exc))
+            results[start : start + len(values)] = values
+            me.done += len(values)
+            took = monotonic() - started
+            size = min(size * 2, MAX_CHUNK) if took < CHUNK_S else max(size // 2, 1)
+
+    def spawn() -> None:
+        me = _Worker()
+        me.thread = threading.Thread(target=work, args=(me,), name="ragexp-metric", daemon=True)
+        pool.append(me)
+        me.thread.start()
+
+    poll = min(0.05, timeout_s / 10)
+    pool: list[_Worker] = []
+    seen: dict[int, tuple[tuple[int, int], int, float]] = {}
+    """id(worker) -> (its chunk, the call it was in, since when)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        spawn()
+        last, progress = monotonic(), 0
+        while True:
+            alive = [me for me in pool if not me.abandoned and me.thread is not None and me.thread.is_alive()]
+            if not alive:
+                if not left():
+                    break
+                spawn()  # work was given back after every worker had finished
+                continue
+            alive[0].thread.join(poll)  # type: ignore[union-attr]
+            now = monotonic()
+            moved = sum(me.done for me in pool)
+            for me in alive:
+                span, at, made = me.position()
+                moved += at - span[0]
+                before = seen.get(id(me))
+                if before is None or before[:2] != (span, at):
+                    seen[id(me)] = (span, at, now)
+                elif made and now - before[2] >= timeout_s:
+                    me.abandoned = True
+                    rest = len(list(me.left))  # taken whole (one C call): the worker gets none of them
+                    finished = me.values[:]
+                    results[span[0] : span[0] + len(finished)] = finished
+                    if len(finished) == at - span[0]:  # else it returned just now, and counts
+                        timed_out.add(at)
+                    with lock:
+                        if rest:
+                            returned.append((span[1] - rest, span[1]))
+                    spawn()
+            slow = moved - progress < SLOW_RATE * (now - last) * len(alive)
+            if slow and len(alive) < workers and left():
+                for _ in range(min(len(alive), workers - len(alive))):
+                    spawn()
+            last, progress = now, moved
+    if not any(me.abandoned for me in pool):
+        return results
+    # A copy: an abandoned worker whose call returns late writes into the list it holds, not this.
+    final = list(results)
+    for index in timed_out:
+        final[index] = TIMED_OUT
+    return final

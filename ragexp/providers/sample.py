@@ -38,13 +38,23 @@ class SampleProvider(Provider):
         except DocsError as exc:
             raise ProviderError(f"provider.system.sample.docs: {exc}") from None
         knobs = self.knobs
-        settings = Settings(knobs.top_k, knobs.rerank, knobs.citations, knobs.chunking, knobs.threshold)
+        settings = Settings(
+            knobs.top_k,
+            knobs.rerank,
+            knobs.citations,
+            knobs.chunking,
+            knobs.threshold,
+            knobs.chunk_chars,
+            knobs.overlap,
+        )
         self._system = SampleSystem(docs, settings)
         labelled = {doc_id for case in dataset.cases for doc_id in case.relevant_ids}
+        labelled.update(item.doc for case in dataset.cases for item in case.relevant)
         if labelled and not labelled & self._system.doc_ids:
+            what = "documents its evidence names" if dataset.has_evidence else "relevant ids"
             # Retrieving from another dataset's documents would score every case 0, silently.
             raise ProviderError(
-                f"provider.system.sample.docs: none of the {len(labelled)} relevant ids of {dataset.path} is a "
+                f"provider.system.sample.docs: none of the {len(labelled)} {what} of {dataset.path} is a "
                 f"document of {path}: point it at that dataset's documents, or evaluate another system "
                 "(provider=http, provider=replay)"
             )
@@ -68,5 +78,6 @@ class SampleProvider(Provider):
             output = SystemOutput(
                 reply["ranked_ids"], reply["contexts"], reply["answer"], reply["citations"], latency, reply["timings"]
             )
+            output.doc_ids = reply["doc_ids"]
             output.stages = reply["stages"]
             on_result(index, CaseResult(case.id, output))

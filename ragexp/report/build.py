@@ -24,7 +24,7 @@ from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
-from ragexp.metrics.registry import METRICS, MetricSpec, headline_metrics
+from ragexp.metrics.registry import MetricSpec, headline_metrics
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.tables import Table, to_html, to_markdown
@@ -85,7 +85,7 @@ def build_report(
     if base is not None:
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
         diff, verdict = gate_runs(gates, base, run, allow_incomparable=allow_incomparable)
-    specs = [METRICS[name] for name in run.metrics if name in METRICS]
+    specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = _Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
     _identity(doc, run, base, language)
@@ -135,7 +135,7 @@ def _columns(
     rows = []
     for spec in specs:
         high = "∞" if spec.high is None else f"{spec.high:g}"
-        source = t("project", language) if not spec.official else spec.source
+        source = _source(spec, language)
         definition = spec.describe(language)
         rows.append(
             [
@@ -158,6 +158,9 @@ def _columns(
         ],
         rows,
     )
+    yours = [spec.name for spec in specs if spec.custom is not None]
+    if yours:
+        doc.para(t("yours_note", language, names=", ".join(yours)))
     doc.heading(t("self_defined", language))
     dataset = config.get("dataset", {})
     gates = config.get("gates", {})
@@ -234,11 +237,11 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
     doc.heading(t("worst_cases", language), 3)
     badness = np.zeros(len(run.case_ids))
     for name, values in run.scores.items():
-        spec = METRICS[name]
-        if spec.high is None:
+        known = run.spec(name)
+        if known is None or known.high is None:
             continue
-        normal = np.nan_to_num(values, nan=0.0)
-        badness += (1 - normal) if spec.direction == "higher" else normal
+        normal = np.nan_to_num((values - known.low) / (known.high - known.low), nan=0.0)
+        badness += (1 - normal) if known.direction == "higher" else normal
     rows = []
     for i in np.argsort(-badness, kind="stable")[:WORST]:
         row = run.row(int(i))
@@ -255,6 +258,13 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
     doc.table(
         ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)], rows
     )
+
+
+def _source(spec: MetricSpec, language: str) -> str:
+    """Who defines a metric: its official source, this project, or the user (``metrics.custom``)."""
+    if spec.custom is not None:
+        return t("yours", language)
+    return spec.source if spec.official else t("project", language)
 
 
 def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSpec], language: str) -> None:

@@ -6,10 +6,15 @@ top document that covers the question best, cited as ``[1]``, or a refusal when 
 of the chunk ranked first is below a threshold. Every step is deterministic: the same question and settings give the
 same ranking and answer on any machine.
 
+Chunking: ``doc`` indexes each document whole (title and text) and ``sentence`` each sentence,
+returning documents (a document's best chunk stands for it); ``window`` cuts each document's text
+into windows of ``chunk_chars`` characters, each sharing ``overlap`` with the one before, and
+returns the windows themselves, with ids ``<doc>#<n>`` (n counting from 1).
+
 :meth:`SampleSystem.answer` returns ragexp's HTTP service contract as a dict
-(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``, and ``stages``: what BM25
-and the reranker each produced, shown on the case's stage spans), so the in-process provider and
-the HTTP wrapper hand out exactly the same thing.
+(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``, ``doc_ids``, and
+``stages``: what BM25 and the reranker each produced, shown on the case's stage spans), so the
+in-process provider and the HTTP wrapper hand out exactly the same thing.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 REFUSAL = "知识库中没有足够证据回答这个问题。"
 SENTENCE = re.compile(r"[^。！？；;]+[。！？；;]?")
-CHUNKINGS = ("doc", "sentence")
+CHUNKINGS = ("doc", "sentence", "window")
 CITATION_POLICIES = ("source", "all", "none")
 RERANK_POOL = 10
 """The reranker sees at least this many BM25 candidates (or 3 x the documents asked for)."""
@@ -44,9 +49,14 @@ class Settings:
     """``source``: cite the document the answer was taken from; ``all``: cite every returned
     document; ``none``: cite nothing."""
     chunking: str = "doc"
-    """``doc``: one chunk per document (title + text); ``sentence``: one chunk per sentence."""
+    """``doc``: one chunk per document (title + text); ``sentence``: one chunk per sentence;
+    ``window``: windows of ``chunk_chars`` characters of each document's text."""
     threshold: float = 3.0
     """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+    chunk_chars: int = 120
+    """Characters per window (``chunking="window"`` only)."""
+    overlap: int = 0
+    """Characters a window shares with the one before it (``chunking="window"`` only)."""
 
     def __post_init__(self) -> None:
         if self.chunking not in CHUNKINGS:
@@ -55,6 +65,10 @@ class Settings:
             raise ValueError(f"citations: expected one of {', '.join(CITATION_POLICIES)}, got {self.citations!r}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k: must be at least 1, got {self.top_k}")
+        if self.chunk_chars < 1 or not 0 <= self.overlap < self.chunk_chars:
+            raise ValueError(
+                f"chunk_chars and overlap: need 0 <= overlap < chunk_chars, got {self.chunk_chars} and {self.overlap}"
+            )
 
 
 class DocsError(ValueError):
@@ -109,6 +123,20 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+def windows(text: str, size: int, overlap: int = 0) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters, each starting ``size - overlap`` after the
+    one before; the last one ends with the text. Pieces of white space alone are left out."""
+    pieces = []
+    start = 0
+    while True:
+        piece = text[start : start + size]
+        if piece.strip():
+            pieces.append(piece)
+        if start + size >= len(text):
+            return pieces
+        start += size - overlap
+
+
 def coverage(query: str, text: str) -> float:
     """Share of the question's distinct tokens that appear in ``text``."""
     q = set(tokens(query))
@@ -118,21 +146,44 @@ def coverage(query: str, text: str) -> float:
 class Index:
     """BM25 (Okapi) over the chunks of a knowledge base."""
 
-    def __init__(self, docs: Sequence[dict[str, str]], chunking: str, k1: float = 1.2, b: float = 0.75) -> None:
-        for _ in self.fill(docs, chunking, k1, b):
+    def __init__(
+        self,
+        docs: Sequence[dict[str, str]],
+        chunking: str,
+        k1: float = 1.2,
+        b: float = 0.75,
+        *,
+        chunk_chars: int = 120,
+        overlap: int = 0,
+    ) -> None:
+        for _ in self.fill(docs, chunking, k1, b, chunk_chars=chunk_chars, overlap=overlap):
             pass
 
     def fill(
-        self, docs: Sequence[dict[str, str]], chunking: str, k1: float = 1.2, b: float = 0.75, step: int = 0
+        self,
+        docs: Sequence[dict[str, str]],
+        chunking: str,
+        k1: float = 1.2,
+        b: float = 0.75,
+        step: int = 0,
+        *,
+        chunk_chars: int = 120,
+        overlap: int = 0,
     ) -> Iterator[None]:
         """Build the index, pausing (yielding) after every ``step`` chunks counted and once before
         the weights (never when ``step`` is 0): a caller on an event loop hands the loop back in
         those pauses, so a large corpus is indexed between the loop's other work."""
         self.chunks: list[tuple[str, str]] = []  # (doc id, text)
+        self.chunk_ids: list[str] = []
+        """What a ``window`` chunk is returned as (``<doc>#<n>``)."""
         for doc in docs:
             text = doc["text"]
             if chunking == "sentence":
                 self.chunks.extend((doc["id"], s.strip()) for s in SENTENCE.findall(text) if s.strip())
+            elif chunking == "window":
+                pieces = windows(text, chunk_chars, overlap)
+                self.chunks.extend((doc["id"], piece) for piece in pieces)
+                self.chunk_ids.extend(f"{doc['id']}#{n}" for n in range(1, len(pieces) + 1))
             else:
                 self.chunks.append((doc["id"], f"{doc.get('title', '')}：{text}"))
         self.terms: list[Counter[str]] = []
@@ -172,7 +223,8 @@ class SampleSystem:
 
     def __init__(self, docs: Sequence[dict[str, str]], settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.index = Index(docs, self.settings.chunking)
+        knobs = self.settings
+        self.index = Index(docs, knobs.chunking, chunk_chars=knobs.chunk_chars, overlap=knobs.overlap)
         self.doc_ids = frozenset(doc["id"] for doc in docs)
 
     def answer(self, question: str, k: int) -> dict[str, Any]:
@@ -185,7 +237,11 @@ class SampleSystem:
         timings["keyword"] = time.perf_counter() - started
         candidates = hits[: max(wanted * 3, RERANK_POOL)]
         chunks = self.index.chunks
-        bm25_order = [chunks[i][0] for _, i in candidates]
+        # The ids the system returns: documents, or the windows themselves.
+        window = settings.chunking == "window"
+        named = [self.index.chunk_ids[i] if window else chunks[i][0] for _, i in candidates]
+        bm25_order = list(named)
+        name_of = {i: named[n] for n, (_, i) in enumerate(candidates)}
         stages: dict[str, dict[str, list[Any]]] = {
             "keyword": {"ids": bm25_order, "scores": [round(score, 6) for score, _ in candidates]}
         }
@@ -196,23 +252,30 @@ class SampleSystem:
             timings["rerank"] = time.perf_counter() - started
             stages["rerank"] = {
                 "ids_in": bm25_order,
-                "ids": [chunks[i][0] for _, i in candidates],
+                "ids": [name_of[i] for _, i in candidates],
                 "scores": [round(covered[i], 6) for _, i in candidates],
             }
         started = time.perf_counter()
         ranked_ids: list[str] = []
         contexts: list[str] = []
+        doc_ids: list[str] = []
+        whole = settings.chunking != "window"
         for _, i in candidates:
             doc_id, text = self.index.chunks[i]
-            if doc_id not in ranked_ids:  # several chunks of one document count once
+            if not whole:  # windows are returned as themselves
+                ranked_ids.append(self.index.chunk_ids[i])
+            elif doc_id in ranked_ids:  # several chunks of one document count once
+                continue
+            else:
                 ranked_ids.append(doc_id)
-                contexts.append(text)
+            contexts.append(text)
+            doc_ids.append(doc_id)
             if len(ranked_ids) == wanted:
                 break
         best = candidates[0][0] if candidates else 0.0  # BM25 score of the chunk ranked first
         citations: list[int]
         if best < settings.threshold or not ranked_ids:
-            answer, citations, ranked_ids, contexts = REFUSAL, [], [], []
+            answer, citations, ranked_ids, contexts, doc_ids = REFUSAL, [], [], [], []
         else:
             sentences = [s for s in SENTENCE.findall(contexts[0]) if s.strip()] or [contexts[0]]
             answer = max(sentences, key=lambda s: coverage(question, s)).strip()
@@ -230,5 +293,6 @@ class SampleSystem:
             "answer": answer,
             "citations": citations,
             "timings": timings,
+            "doc_ids": doc_ids,
             "stages": stages,
         }

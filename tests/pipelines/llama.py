@@ -1,10 +1,13 @@
 """A query engine returning LlamaIndex's shapes (llama_index is not installed): ``Response`` is a
 dataclass with ``response``, ``source_nodes`` and ``metadata``; ``NodeWithScore`` a pydantic
-model with ``node`` and ``score``; ``TextNode`` one with ``id_``, ``text`` and ``metadata``."""
+model with ``node`` and ``score``; ``TextNode`` one with ``id_``, ``text``, ``metadata`` and
+``relationships`` (keyed by the ``NodeRelationship`` enum, whose ``SOURCE`` is the node's
+document, as a node parser sets it)."""
 
 from __future__ import annotations
 
 import dataclasses
+from enum import Enum, auto
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -12,10 +15,21 @@ from pydantic import BaseModel, Field
 from tests.pipelines.corpus import DOCS, retrieve
 
 
+class NodeRelationship(str, Enum):  # noqa: UP042 - LlamaIndex's own definition
+    SOURCE = auto()
+    PREVIOUS = auto()
+    NEXT = auto()
+
+
+class RelatedNodeInfo(BaseModel):
+    node_id: str
+
+
 class TextNode(BaseModel):
     id_: str
     text: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    relationships: dict[NodeRelationship, RelatedNodeInfo] = Field(default_factory=dict)
 
     @property
     def node_id(self) -> str:
@@ -42,7 +56,13 @@ class QueryEngine:
         ranked = retrieve(str_or_query_bundle, self.top_k)
         nodes = [
             NodeWithScore(
-                node=TextNode(id_=doc_id, text=DOCS[doc_id], metadata={"file_name": "faq.md"}), score=1.0 / rank
+                node=TextNode(
+                    id_=doc_id,
+                    text=DOCS[doc_id],
+                    metadata={"file_name": "faq.md"},
+                    relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"{doc_id}.md")},
+                ),
+                score=1.0 / rank,
             )
             for rank, doc_id in enumerate(ranked, start=1)
         ]

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, cut_enabled, key_ok, knowledge, main, pieces
+from tests.servers.streaming import StreamingHandler, cut_enabled, indexed, key_ok, knowledge, main, pieces
 
 
 def resources(chunks: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -37,13 +37,13 @@ def resources(chunks: list[tuple[str, str]]) -> list[dict[str, Any]]:
             "position": position,
             "dataset_id": "ds-standin",
             "dataset_name": "standin",
-            "document_id": f"doc-{chunk_id}",
-            "document_name": f"{chunk_id}.txt",
+            "document_id": document,
+            "document_name": f"{document}.txt",
             "segment_id": chunk_id,
             "score": round(0.9 - 0.1 * position, 2),
             "content": text,
         }
-        for position, (chunk_id, text) in enumerate(chunks, start=1)
+        for position, (chunk_id, text, document) in enumerate(indexed(chunks), start=1)
     ]
 
 

@@ -1,10 +1,10 @@
 """An HTTP proxy in front of a real server that loses replies, or dies, on the requests chosen.
 
     python tests/servers/dropproxy.py --port 0 --upstream URL [--drop RULE]... [--die-on RULE]
-                                      [--hold RULE --hold-file PATH]
+                                      [--hold RULE --hold-file PATH] [--fail RULE]...
 
 prints "listening on URL". A RULE is ``METHOD PATH-SUBSTRING`` with an optional ``#N``: the Nth
-matching request (1 by default, counted from the proxy's start).
+matching request (1 by default, counted from the proxy's start); ``#*``: every one.
 
 --drop    forwards the matching request to the upstream server, waits for its answer, then closes
           the client's connection without a byte of it: the server did the work, the client never
@@ -14,9 +14,11 @@ matching request (1 by default, counted from the proxy's start).
           if killed at that moment.
 --hold    forwards the matching request, then keeps its answer until PATH (--hold-file) is
           removed: the test acts while the client waits at that exact point.
+--fail    answers the matching request 503 without forwarding it: the server never saw it (an
+          overloaded load balancer). Repeatable.
 
 GET /__proxy__/stats answers {"seen": [[METHOD, PATH, ACTION], ...]} (ACTION: forwarded, dropped,
-held, died; a held request is listed once its answer is held).
+held, died, failed; a held request is listed once its answer is held).
 """
 
 from __future__ import annotations
@@ -50,19 +52,20 @@ class Rule:
     def parse(cls, text: str) -> Rule:
         spec, _, nth = text.partition("#")
         method, _, path = spec.strip().partition(" ")
-        return cls(method.upper(), path.strip(), int(nth) if nth else 1)
+        return cls(method.upper(), path.strip(), 0 if nth == "*" else int(nth) if nth else 1)
 
     def hit(self, method: str, path: str) -> bool:
         """Count a matching request; True for the chosen one."""
         if method != self.method or self.path not in path:
             return False
         self.seen += 1
-        return self.seen == self.nth
+        return self.nth == 0 or self.seen == self.nth
 
 
 UPSTREAM = ("127.0.0.1", 80)
 DROPS: list[Rule] = []
 DIE: list[Rule] = []
+FAILS: list[Rule] = []
 HOLDS: list[Rule] = []
 HOLD_FILE: str | None = None
 SEEN: list[list[str]] = []
@@ -103,12 +106,23 @@ class Handler(BaseHTTPRequestHandler):
             return
         with LOCK:
             die = any(rule.hit(method, path) for rule in DIE)
-            drop = not die and any(rule.hit(method, path) for rule in DROPS)
+            fail = not die and any(rule.hit(method, path) for rule in FAILS)
+            if fail:
+                SEEN.append([method, path, "failed"])
+            drop = not die and not fail and any(rule.hit(method, path) for rule in DROPS)
             hold = not die and not drop and any(rule.hit(method, path) for rule in HOLDS)
-            if not hold:
+            if not hold and not fail:
                 SEEN.append([method, path, "died" if die else "dropped" if drop else "forwarded"])
         if die:
             _die(self.connection)
+        if fail:
+            data = b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "overloaded"}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         upstream = http.client.HTTPConnection(*UPSTREAM, timeout=120)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -160,12 +174,14 @@ def main() -> None:
     parser.add_argument("--die-on", action="append", default=[])
     parser.add_argument("--hold", action="append", default=[])
     parser.add_argument("--hold-file")
+    parser.add_argument("--fail", action="append", default=[])
     args = parser.parse_args()
     parts = urlsplit(args.upstream)
     UPSTREAM = (parts.hostname or "127.0.0.1", parts.port or 80)
     DROPS.extend(Rule.parse(text) for text in args.drop)
     DIE.extend(Rule.parse(text) for text in args.die_on)
     HOLDS.extend(Rule.parse(text) for text in args.hold)
+    FAILS.extend(Rule.parse(text) for text in args.fail)
     HOLD_FILE = args.hold_file
     SERVER = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     SERVER.daemon_threads = True

@@ -133,6 +133,8 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
     if title == "ResponseGroundednessOutput":
         value = coverage(str(data.get("response", "")), str(data.get("context", "")))
         return {"rating": rate(value, (0.5, 0.2), (2, 1, 0))}
+    if title == "RubricVerdict":
+        return rubric_verdict(data, "JUDGE-NAN" in prompt)
     if title == "_TranslatedStrings":
         with LOCK:
             COUNTS["translate"] += 1
@@ -140,6 +142,25 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         items = json.loads(match.group(1)) if match else []
         return {"statements": [f"〔中文〕{item}" for item in items]}
     return generic(schema, schema)
+
+
+def rubric_verdict(data: dict[str, Any], out_of_scale: bool) -> dict[str, Any]:
+    """A rubric of the user's (ragexp's own prompt): the top of the scale when the answer holds
+    every term the rubric quotes (「…」 or "…"), else the bottom; a rubric quoting nothing is
+    scored by how much of the question the answer covers."""
+    low, high = data.get("scale", [0, 1])
+    answer = str(data.get("answer", ""))
+    terms = re.findall(r"「([^」]+)」|\"([^\"]+)\"", str(data.get("rubric", "")))
+    wanted = [a or b for a, b in terms]
+    if out_of_scale:
+        return {"score": high + 5, "rationale": "off the scale"}
+    if wanted:
+        missing = [term for term in wanted if term not in answer]
+        score = low if missing else high
+        why = f"missing {missing[0]}" if missing else f"has {', '.join(wanted)}"
+        return {"score": score, "rationale": why}
+    value = coverage(str(data.get("question", "")), answer)
+    return {"score": low + round(value * (high - low)), "rationale": f"covers {value:.0%} of the question"}
 
 
 def generic(node: dict[str, Any], root: dict[str, Any]) -> Any:

@@ -28,7 +28,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import REFUSAL, StreamingHandler, cut_enabled, key_ok, knowledge, main, pieces
+from tests.servers.streaming import (
+    REFUSAL,
+    StreamingHandler,
+    cut_enabled,
+    indexed,
+    key_ok,
+    knowledge,
+    main,
+    pieces,
+)
 
 
 def reference(chunks: list[tuple[str, str]]) -> dict[str, Any]:
@@ -38,8 +47,8 @@ def reference(chunks: list[tuple[str, str]]) -> dict[str, Any]:
             {
                 "id": chunk_id,
                 "content": text,
-                "document_id": f"doc-{chunk_id}",
-                "document_name": f"{chunk_id}.txt",
+                "document_id": document,
+                "document_name": f"{document}.txt",
                 "dataset_id": "ds-standin",
                 "image_id": "",
                 "positions": [""],
@@ -47,10 +56,10 @@ def reference(chunks: list[tuple[str, str]]) -> dict[str, Any]:
                 "vector_similarity": 0.6,
                 "term_similarity": 0.8,
             }
-            for chunk_id, text in chunks
+            for chunk_id, text, document in indexed(chunks)
         ],
         "doc_aggs": [
-            {"doc_name": f"{chunk_id}.txt", "doc_id": f"doc-{chunk_id}", "count": 1} for chunk_id, _ in chunks
+            {"doc_name": f"{document}.txt", "doc_id": document, "count": 1} for _, _, document in indexed(chunks)
         ],
     }
 

@@ -5,8 +5,11 @@ per question, and the knowledge every stand-in answers from.
 $STANDIN_NO_AUTH: the stand-ins take only requests without an Authorization header.
 
 Knowledge: a question ending in a number n ("what about 7?") retrieves chunk ``seg-n`` (text
-"fact n lives here.") then ``seg-n-x`` (unrelated), and is answered "fact n is documented.".
-A question without a number retrieves nothing and is answered with a refusal.
+"fact n lives here.", of document ``doc-n``) then ``seg-n-x`` (unrelated, of ``doc-n-x``), and is
+answered "fact n is documented.". A question without a number retrieves nothing and is answered
+with a refusal. With $STANDIN_REINDEXED set, the documents were re-indexed (as Dify and RAGFlow
+do when a document's chunking changes): every chunk has a new id (``seg-n-r2``) and a wider text
+("Section n. fact n lives here. Read on."); the documents keep their ids.
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ def knowledge(question: str) -> tuple[str, list[tuple[str, str]]]:
         return REFUSAL, []
     n = match.group(1)
     return f"fact {n} is documented.", [(f"seg-{n}", f"fact {n} lives here."), (f"seg-{n}-x", "Unrelated text.")]
+
+
+def indexed(chunks: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(chunk id, text, document id) of each retrieved chunk as the knowledge base holds it now."""
+    reindexed = bool(os.environ.get("STANDIN_REINDEXED"))
+    out = []
+    for chunk_id, text in chunks:
+        document = "doc-" + chunk_id.removeprefix("seg-")
+        if reindexed:
+            chunk_id, text = f"{chunk_id}-r2", f"Section {document[4:]}. {text} Read on."
+        out.append((chunk_id, text, document))
+    return out
 
 
 def pieces(text: str) -> list[str]:

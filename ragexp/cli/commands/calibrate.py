@@ -7,11 +7,12 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import JsonFlag, TrackingUri
+from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
 
 
 def calibrate(
     run_id: Annotated[str, typer.Argument(help="Run id whose traces people labelled.")],
+    overrides: StoreOverrides = None,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -19,7 +20,7 @@ def calibrate(
     from ragexp.cli.views import show_calibration
     from ragexp.labels.workflow import calibrate_labels
 
-    calibrated = calibrate_labels(run_id, tracking_uri=tracking_uri, say=info)
+    calibrated = calibrate_labels(run_id, tracking_uri=store_option("calibrate", tracking_uri, overrides), say=info)
     if as_json:
         emit_json(calibrated.to_json())
     else:

@@ -7,7 +7,16 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import AllowIncomparable, JsonFlag, Language, SummaryFile, TrackingUri, UiUrl
+from ragexp.cli.options import (
+    AllowIncomparable,
+    JsonFlag,
+    Language,
+    StoreOverrides,
+    SummaryFile,
+    TrackingUri,
+    UiUrl,
+    store_option,
+)
 
 
 def diff(
@@ -15,6 +24,7 @@ def diff(
         str, typer.Argument(help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT.", show_default=False)
     ],
     candidate: Annotated[str, typer.Argument(help="Run id of the candidate.")],
+    overrides: StoreOverrides = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most regressed cases to show.")] = 10,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
@@ -36,7 +46,7 @@ def diff(
         baseline,
         candidate,
         top=top,
-        tracking_uri=tracking_uri,
+        tracking_uri=store_option("diff", tracking_uri, overrides),
         allow_incomparable=allow_incomparable,
         resamples=resamples,
         confidence=confidence,

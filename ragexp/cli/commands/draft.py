@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json
+from ragexp.cli.options import JsonFlag, TrackingUri, store_option
 from ragexp.errors import ConfigError, ProviderError
 
 
@@ -42,38 +43,35 @@ def draft(
     queue: Annotated[
         str | None, typer.Option("--queue", help="With --review: the queue's name (default: 'draft FILE RUN').")
     ] = None,
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option(
-            "--tracking-uri", help="With --review/--accept: MLflow tracking URI (default: $MLFLOW_TRACKING_URI)."
-        ),
-    ] = None,
+    tracking_uri: TrackingUri = None,
     ui_url: Annotated[
         str | None,
         typer.Option("--ui-url", help="MLflow UI address for the queue's link (default: the tracking URI if a server)"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Draft cases (status: draft) from your documents; people screen them before they count
     (--review puts them in an MLflow review queue, --accept writes the ones people kept)."""
-    from ragexp.cli.views import show_accepted, show_draft_review
+    from ragexp.cli.views import show_accepted, show_draft_review, show_drafted
     from ragexp.draft.workflow import accept_draft, draft_set, review_draft
 
     if review is not None and accept is not None:
         raise ConfigError("draft: --review and --accept are two steps: give one of them")
     if review is not None:
-        if corpus is None or out is not None or overrides:
+        if corpus is None or out is not None:
             raise ConfigError("draft --review FILE: give --corpus (the chunks the cases came from), and no --out")
-        queued = review_draft(review, corpus, queue=queue, tracking_uri=tracking_uri, ui_url=ui_url)
+        uri = store_option("draft --review", tracking_uri, overrides)
+        queued = review_draft(review, corpus, queue=queue, tracking_uri=uri, ui_url=ui_url)
         if as_json:
             emit_json(queued.to_json())
         else:
             show_draft_review(queued)
         return
     if accept is not None:
-        if out is None or corpus is not None or queue is not None or overrides:
-            raise ConfigError("draft --accept QUEUE: give --out FILE (and no --corpus, --queue or overrides)")
-        path, accepted = accept_draft(accept, out, tracking_uri=tracking_uri)
+        if out is None or corpus is not None or queue is not None:
+            raise ConfigError("draft --accept QUEUE: give --out FILE (and no --corpus or --queue)")
+        uri = store_option("draft --accept", tracking_uri, overrides)
+        path, accepted = accept_draft(accept, out, tracking_uri=uri)
         if as_json:
             emit_json({"out": str(path), **accepted.to_json()})
         else:
@@ -81,16 +79,22 @@ def draft(
         return
     if corpus is None or out is None:
         raise ConfigError("draft: give --corpus and --out (or --review FILE, or --accept QUEUE)")
-    if queue is not None or tracking_uri is not None or ui_url is not None:
-        raise ConfigError("draft: --queue, --tracking-uri and --ui-url belong to --review and --accept")
+    if queue is not None or ui_url is not None:
+        raise ConfigError("draft: --queue and --ui-url belong to --review and --accept")
     drafted = draft_set(
-        corpus, out, overrides or [], n=n, unanswerable=unanswerable, multi=multi, seed=seed, cache=cache
+        corpus,
+        out,
+        overrides or [],
+        n=n,
+        unanswerable=unanswerable,
+        multi=multi,
+        seed=seed,
+        cache=cache,
+        tracking_uri=tracking_uri,
     )
     if as_json:
         emit_json(drafted.to_json())
     else:
-        for line in drafted.summary.lines():
-            print(line)
-        print(f"wrote {drafted.out}: screen it (set draft.status to 'screened', or drop the case) before it counts")
+        show_drafted(drafted)
     if drafted.failure:
         raise ProviderError(drafted.failure)

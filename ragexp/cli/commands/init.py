@@ -17,7 +17,7 @@ def init(
         typer.Option(
             "--system",
             help="Template of conf/system/my_service.yaml: http (ragexp's contract), dify, ragflow, openai_chat, "
-            "python.",
+            "python, langchain, llamaindex.",
         ),
     ] = "http",
 ) -> None:

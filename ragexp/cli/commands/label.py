@@ -7,12 +7,15 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import JsonFlag, TrackingUri
+from ragexp.cli.options import JsonFlag, TrackingUri, store_option
 
 
 def label(
     target: Annotated[str, typer.Argument(help="Run id to label, or 'export' followed by the run id.")],
-    run: Annotated[str | None, typer.Argument(help="With 'export': the run id.", show_default=False)] = None,
+    rest: Annotated[
+        list[str] | None,
+        typer.Argument(help="With 'export': the run id; and tracking.uri=URI (as --tracking-uri).", show_default=False),
+    ] = None,
     metrics: Annotated[
         str | None,
         typer.Option(
@@ -40,6 +43,11 @@ def label(
     from ragexp.errors import ConfigError
     from ragexp.labels.workflow import export_labels, label_run
 
+    settings = [arg for arg in rest or [] if "=" in arg]
+    run = next((arg for arg in rest or [] if "=" not in arg), None)
+    if len(rest or []) - len(settings) > 1:
+        raise ConfigError(f"label: unexpected arguments {rest!r} (ragexp label RUN_ID, or ragexp label export RUN_ID)")
+    tracking_uri = store_option("label", tracking_uri, settings)
     if target == "export":
         if run is None:
             raise ConfigError("label export: give the run id (ragexp label export RUN_ID --out FILE)")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import JsonFlag, TrackingUri
+from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
 
 
 def power(
@@ -17,6 +17,7 @@ def power(
             "--baseline", help="Run id of the baseline, or tag:KEY=VALUE / latest:EXPERIMENT.", show_default=False
         ),
     ],
+    overrides: StoreOverrides = None,
     effect: Annotated[
         float | None,
         typer.Option("--effect", help="The change to detect, in each metric's unit: prints the cases it needs."),
@@ -44,7 +45,7 @@ def power(
         effect=effect,
         confidence=confidence,
         correlation=correlation,
-        tracking_uri=tracking_uri,
+        tracking_uri=store_option("power", tracking_uri, overrides),
         say=info,
     )
     if as_json:

@@ -7,11 +7,12 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import info
-from ragexp.cli.options import AllowIncomparable, TrackingUri
+from ragexp.cli.options import AllowIncomparable, StoreOverrides, TrackingUri, store_option
 
 
 def report(
     run_id: Annotated[str, typer.Argument(help="Run id to report on.")],
+    overrides: StoreOverrides = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this run.")] = None,
     out: Annotated[
         str | None, typer.Option("--out", help="Folder for report.md, report.html and plots (default: reports/RUN_ID).")
@@ -31,7 +32,7 @@ def report(
         baseline=baseline,
         out=out,
         language=language,
-        tracking_uri=tracking_uri,
+        tracking_uri=store_option("report", tracking_uri, overrides),
         allow_incomparable=allow_incomparable,
         say=info,
     )

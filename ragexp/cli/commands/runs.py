@@ -7,10 +7,11 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import JsonFlag, TrackingUri
+from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
 
 
 def runs(
+    overrides: StoreOverrides = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many runs, newest first.")] = 20,
     experiment: Annotated[
         str | None,
@@ -31,7 +32,11 @@ def runs(
     from ragexp.compare.listing import list_runs
 
     found = list_runs(
-        limit=limit, experiment=experiment, sweep=sweep, config_hash=config_hash, tracking_uri=tracking_uri
+        limit=limit,
+        experiment=experiment,
+        sweep=sweep,
+        config_hash=config_hash,
+        tracking_uri=store_option("runs", tracking_uri, overrides),
     )
     if as_json:
         emit_json(found.to_json())

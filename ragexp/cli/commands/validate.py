@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, use_config_dir
+from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
 
 
 def validate(
@@ -33,17 +33,37 @@ def validate(
             "response expression read from it.",
         ),
     ] = False,
+    anchor: Annotated[
+        bool,
+        typer.Option(
+            "--anchor",
+            help="Write the dataset with its relevant ids turned into evidence anchored to documents (relevant), "
+            "from the --corpus chunks' texts and document ids, to --out.",
+        ),
+    ] = False,
+    out: Annotated[str | None, typer.Option("--out", help="Where --anchor writes the new dataset.")] = None,
     allow_draft: AllowDraft = False,
+    tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check a dataset without running anything; with a corpus, audit its labels too; with
-    --probe, ask the system under test about the first case."""
+    """Check a dataset without running anything; with a corpus, audit its labels (and check its
+    evidence) too; with --probe, ask the system under test about the first case; with --anchor,
+    turn chunk-id gold into evidence."""
     use_config_dir(config_dir)
-    from ragexp.cli.views import show_validation
-    from ragexp.errors import DatasetErrors
-    from ragexp.validate import check_dataset
+    from ragexp.cli.views import show_anchored, show_validation
+    from ragexp.errors import ConfigError, DatasetErrors
+    from ragexp.validate import anchor_dataset, check_dataset
 
+    if out is not None and not anchor:
+        raise ConfigError("--out goes with --anchor (validate writes nothing otherwise)")
     try:
+        if anchor:
+            anchored = anchor_dataset(overrides or [], path=path, file_format=fmt_, corpus=corpus, out=out)
+            if as_json:
+                emit_json(anchored.to_json())
+            else:
+                show_anchored(anchored)
+            return
         checked = check_dataset(
             overrides or [],
             path=path,
@@ -51,6 +71,7 @@ def validate(
             corpus=corpus,
             probe=probe,
             allow_draft=allow_draft,
+            tracking_uri=tracking_uri,
             say=info,
         )
     except DatasetErrors as exc:

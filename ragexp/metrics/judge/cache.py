@@ -1,7 +1,9 @@
 """A persistent cache of judge scores (SQLite), so an unchanged case costs no call on a rerun.
 
 Keys cover the metric, the judge identity (model, embeddings, language, prompts in use, ragas
-version), the fields the metric reads and the repeat index. Failures are never cached.
+version; a rubric of the user's adds its own), the fields the metric reads and the repeat index.
+Failures are never cached. A judge's rationale is kept beside its score where the metric gives
+one worth keeping (a rubric's).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class JudgeCache:
             self._db = sqlite3.connect(str(path), timeout=30, isolation_level="DEFERRED")
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("create table if not exists scores (key text primary key, value real, at real)")
+            self._db.execute("create table if not exists rationales (key text primary key, rationale text)")
 
     def get(self, key: str) -> float | None:
         if self._db is None:
@@ -42,10 +45,19 @@ class JudgeCache:
         self.hits += 1
         return float(row[0])
 
-    def put(self, key: str, value: float) -> None:
+    def rationale(self, key: str) -> str | None:
+        """The rationale kept with the score of ``key`` (None: none was)."""
+        if self._db is None:
+            return None
+        row = self._db.execute("select rationale from rationales where key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, value: float, rationale: str | None = None) -> None:
         if self._db is None:
             return
         self._db.execute("insert or replace into scores values (?, ?, ?)", (key, value, time.time()))
+        if rationale:
+            self._db.execute("insert or replace into rationales values (?, ?)", (key, rationale))
         if time.monotonic() - self._committed > COMMIT_EVERY:
             self.commit()
 

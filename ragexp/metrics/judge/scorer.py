@@ -60,6 +60,8 @@ class JudgeOutcome:
     """Metric -> (n,) standard deviation over repeats (only when repeats > 1)."""
     usage: Usage = field(default_factory=Usage)
     cache_hits: int = 0
+    rationales: dict[int, dict[str, str]] = field(default_factory=dict)
+    """Case index -> metric -> the judge's rationale (rubrics of the user's: their first repeat)."""
 
 
 class JudgeScorer:
@@ -79,9 +81,19 @@ class JudgeScorer:
 
     # --- before the run --------------------------------------------------------------------------
 
+    @property
+    def ragas_specs(self) -> list[MetricSpec]:
+        """The selected ragas metrics (the others are rubrics of the user's: ragexp's own prompt)."""
+        return [spec for spec in self.specs if spec.custom is None]
+
     def _needs(self, what: str) -> bool:
         """Whether a selected metric takes an ``llm`` / ``embeddings`` (from the source dump)."""
-        return any(what in self.sources[spec.name]["components"] for spec in self.specs)
+        rubric = what == "llm" and len(self.ragas_specs) < len(self.specs)
+        return rubric or any(what in self.sources[spec.name]["components"] for spec in self.ragas_specs)
+
+    def identity_of(self, spec: MetricSpec) -> str:
+        """What a metric's judge results depend on: the judge's identity, and a rubric's own."""
+        return self.identity if spec.custom is None else f"{self.identity}|{spec.custom.identity}"
 
     def preflight(self) -> None:
         """Secrets, TLS, reachability and prompt adaptation: everything before a run exists."""
@@ -122,7 +134,7 @@ class JudgeScorer:
         """Each metric's English prompts as ragas ships them, dumped once per ragas version."""
         path = self._prompts_folder() / f"source-ragas-{RAGAS_VERSION}.json"
         known: dict[str, dict[str, Any]] = read_saved(path) or {}
-        missing = [spec for spec in self.specs if spec.name not in known]
+        missing = [spec for spec in self.ragas_specs if spec.name not in known]
         if missing:
             from ragexp.metrics.judge.client import JudgeEmbeddings, JudgeHTTP, JudgeLLM
 
@@ -142,7 +154,7 @@ class JudgeScorer:
         """The prompts in use: the source ones, or their adaptation (saved once, then reused)."""
         cfg = self.config
         pending = []
-        for spec in self.specs:
+        for spec in self.ragas_specs:
             source = self.sources[spec.name]["prompts"]
             if cfg.language == "english" or not source:
                 self.prompts[spec.name] = source
@@ -195,6 +207,10 @@ class JudgeScorer:
         return {"language": self.config.language, "prompts": adapted}
 
     def _build(self, spec: MetricSpec, llm: Any, embeddings: Any) -> Any:
+        if spec.custom is not None:
+            from ragexp.metrics.judge.rubric import RubricMetric
+
+            return RubricMetric(llm, spec, self.config.language)
         import ragas.metrics.collections as collections
 
         cls = getattr(collections, spec.ragas_class or "")
@@ -225,6 +241,7 @@ class JudgeScorer:
         repeats = cfg.repeats
         values = {spec.name: np.full((len(cases), repeats), np.nan) for spec in self.specs}
         errors: dict[int, dict[str, str]] = {}
+        rationales: dict[int, dict[str, str]] = {}
         cache = JudgeCache(self.state_dir / "judge_cache.sqlite" if cfg.cache else None)
         todo: deque[tuple[int, MetricSpec, int, dict[str, Any], str]] = deque()
         for index, (case, result) in enumerate(zip(cases, results, strict=True)):
@@ -247,17 +264,20 @@ class JudgeScorer:
                     errors.setdefault(index, {})[spec.name] = f"{empty[0]} is empty: the metric cannot be computed"
                     continue
                 for repeat in range(repeats):
-                    key = cache_key(spec.name, self.identity, inputs, repeat)
+                    key = cache_key(spec.name, self.identity_of(spec), inputs, repeat)
                     hit = cache.get(key)
                     if hit is not None:
                         values[spec.name][index, repeat] = hit
+                        said = cache.rationale(key) if spec.custom is not None and repeat == 0 else None
+                        if said:
+                            rationales.setdefault(index, {})[spec.name] = said
                     else:
                         todo.append((index, spec, repeat, inputs, key))
         usage = Usage()
         aborted: list[str] = []
         try:
             if todo:
-                usage = await self._call_judge(todo, values, errors, cache, aborted, progress_on)
+                usage = await self._call_judge(todo, values, errors, cache, aborted, progress_on, rationales)
         finally:
             cache.close()
         if aborted:
@@ -271,7 +291,8 @@ class JudgeScorer:
         for index, reasons in errors.items():
             for name in reasons:
                 scores[name][index] = np.nan
-        return JudgeOutcome(scores, errors, spread, usage, cache.hits)
+                rationales.get(index, {}).pop(name, None)
+        return JudgeOutcome(scores, errors, spread, usage, cache.hits, rationales)
 
     async def _call_judge(
         self,
@@ -281,6 +302,7 @@ class JudgeScorer:
         cache: JudgeCache,
         aborted: list[str],
         progress_on: bool | None,
+        rationales: dict[int, dict[str, str]],
     ) -> Usage:
         from ragexp.metrics.judge.client import JudgeCallError, JudgeEmbeddings, JudgeHTTP, JudgeLLM
 
@@ -298,7 +320,7 @@ class JudgeScorer:
                 while todo and not aborted:
                     index, spec, repeat, inputs, key = todo.popleft()
                     try:
-                        value = await self._one(metrics[spec.name], spec, inputs)
+                        value, said = await self._one(metrics[spec.name], spec, inputs)
                     except JudgeCallError as exc:
                         reason = str(exc)
                         # A metric makes several calls: it is the HTTP layer that knows whether
@@ -315,7 +337,9 @@ class JudgeScorer:
                         reason = _reason(exc)
                     else:
                         values[spec.name][index, repeat] = value
-                        cache.put(key, value)
+                        cache.put(key, value, said if spec.custom is not None else None)
+                        if said and spec.custom is not None and repeat == 0:
+                            rationales.setdefault(index, {})[spec.name] = said
                         answered = http.usage.successes
                         watch.success()
                         progress.advance()
@@ -330,7 +354,8 @@ class JudgeScorer:
                 progress.close()
             return http.usage
 
-    async def _one(self, metric: Any, spec: MetricSpec, inputs: dict[str, Any]) -> float:
+    async def _one(self, metric: Any, spec: MetricSpec, inputs: dict[str, Any]) -> tuple[float, str | None]:
+        """The metric's score of one case, and the judge's reason when it gives one."""
         if spec.ragas_class in SYNC_EMBEDDINGS:
             result = await asyncio.to_thread(asyncio.run, metric.ascore(**inputs))
         else:
@@ -341,13 +366,15 @@ class JudgeScorer:
         high = spec.high if spec.high is not None else math.inf
         if not spec.low - 1e-9 <= value <= high + 1e-9:
             raise JudgeScoreError(f"score {value:g} is outside [{spec.low:g}, {high:g}]")
-        return min(max(value, spec.low), high)
+        reason = getattr(result, "reason", None)
+        return min(max(value, spec.low), high), scrub(reason) if isinstance(reason, str) and reason else None
 
 
 def _reason(exc: BaseException) -> str:
     from ragexp.metrics.judge.client import JudgeCallError
+    from ragexp.metrics.judge.rubric import RubricScoreError
 
-    if isinstance(exc, JudgeCallError | JudgeScoreError):
+    if isinstance(exc, JudgeCallError | JudgeScoreError | RubricScoreError):
         return str(exc)
     text = scrub(str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300].rstrip(": ")
