@@ -68,6 +68,8 @@ class CaseTrace:
     """The document of each retrieved chunk, when the system named it (the documents' ``doc_uri``)."""
     stages: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     """What each stage produced (``SystemOutput.stages``), shown on its span."""
+    language: str = "en"
+    """The run's ``report.language``: the words of the response preview a reviewer reads."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -114,6 +116,45 @@ def _most(top: int, fits: Callable[[int], bool]) -> int | None:
         else:
             high = middle - 1
     return low
+
+
+REVIEW_ANSWER_CHARS = 400
+REVIEW_EXPECTED_CHARS = 200
+REVIEW_CONTEXT_CHARS = 160
+
+
+def review_preview(case: CaseTrace, limit: int = PREVIEW_CHARS) -> str:
+    """The trace's response as the MLflow UI shows it, in its Review page above all: the answer,
+    then what the case expected (its facts, its reference, or a refusal) and the contexts the
+    system retrieved, as Markdown, which the page renders (JSON it shows raw). Every value from
+    data is escaped (:func:`ragexp.escape.markdown`); at most ``limit`` characters (the store's
+    preview column): the answer first, then the expectations, then as many contexts as fit."""
+    from ragexp.escape import markdown
+    from ragexp.phrases import t
+
+    language = case.language
+    parts = [markdown(cut(case.answer or "", REVIEW_ANSWER_CHARS)) or f"*({t('review_no_answer', language)})*"]
+    expected = case.expectations
+    if expected.get("unanswerable"):
+        parts.append(f"**{t('review_expected', language)}**: {t('review_refusal', language)}")
+    if expected.get("expected_facts"):
+        facts = " · ".join(markdown(str(fact)) for fact in expected["expected_facts"])
+        parts.append(f"**{t('review_facts', language)}**: {cut(facts, REVIEW_EXPECTED_CHARS)}")
+    if expected.get("expected_response"):
+        reference = markdown(cut(str(expected["expected_response"]), REVIEW_EXPECTED_CHARS))
+        parts.append(f"**{t('review_reference', language)}**: {reference}")
+    text = "\n\n---\n\n".join([parts[0], "\n\n".join(parts[1:])]) if len(parts) > 1 else parts[0]
+    if case.ranked_ids:
+        heading = f"\n\n**{t('review_contexts', language, n=len(case.ranked_ids))}**\n"
+        if len(text) + len(heading) < limit:
+            text += heading
+            for rank, doc_id in enumerate(case.ranked_ids, 1):
+                context = case.contexts[rank - 1] if rank - 1 < len(case.contexts) else ""
+                item = f"\n{rank}. {markdown(doc_id, code=True)} {markdown(cut(context, REVIEW_CONTEXT_CHARS))}"
+                if len(text) + len(item) > limit:
+                    break
+                text += item
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(slots=True)
@@ -202,6 +243,7 @@ def build_traces(
     *,
     judge: str,
     cap: int,
+    language: str = "en",
 ) -> TracePlan:
     """One :class:`CaseTrace` per selected case.
 
@@ -245,6 +287,7 @@ def build_traces(
                 feedback=feedback,
                 doc_ids=list(output.doc_ids) if output is not None else [],
                 stages=dict(output.stages or {}) if output is not None else {},
+                language=language,
             )
         )
     return TracePlan(traces, len(cases), capped)
@@ -278,10 +321,7 @@ def plan_trace(case: CaseTrace) -> PlannedTrace:
         # A judge's text goes into a text column as it is: PostgreSQL refuses a NUL in it.
         rationale = limits.fit(limits.TEXT, item.rationale) if item.rationale is not None else None
         marks.append(Mark("feedback", item.name, item.value, error, source_type, source_id, rationale))
-    if case.error is not None:
-        response = fit_json({}, "error", case.error)
-    else:
-        response = fit_json({}, "answer", case.answer or "")
+    response = fit_json({}, "error", case.error) if case.error is not None else review_preview(case)
     return PlannedTrace(
         trace_id=f"tr-{otel_trace_id:032x}",
         otel_trace_id=otel_trace_id,

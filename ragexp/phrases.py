@@ -25,21 +25,32 @@ PHRASES: dict[str, dict[str, str]] = {
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},
     "identity": {"zh": "运行身份", "en": "Identity"},
     "official": {
-        "zh": "第一栏 · 指标的定义与出处（官方刻度）",
-        "en": "Column 1 · What the metrics are, and who defines them",
+        "zh": "官方定义：指标的定义与出处",
+        "en": "Official: what the metrics are, and who defines them",
     },
-    "self_defined": {"zh": "第二栏 · 本项目自建的基线与判断", "en": "Column 2 · Self-defined baseline and judgement"},
+    "self_defined": {
+        "zh": "本项目自定：指标、合格线、数据集与基线",
+        "en": "Self-defined: metrics, pass marks, dataset and baseline",
+    },
+    "project_metrics": {"zh": "本项目定义的指标", "en": "Metrics this project defines"},
+    "project_choices": {"zh": "本项目的判断依据", "en": "What this project chose"},
     "honesty": {
         "zh": "本报告中合格线（门禁阈值）与评估数据集均为本项目自定，官方未给出任何阈值，也不提供考题。"
         "评估数据集共 {n} 条，由 {author} 编写，只能证明系统在这些题目上的表现，"
-        "不能证明在客户真实问题分布上的表现；离线指标（召回、MRR、nDCG、引用精度、答案准确率、P95）"
-        "由本项目定义，judge 指标的定义与取值范围来自 ragas / MindSDK 评估模块，但其分数依赖所用判官模型。",
+        "不能证明在客户真实问题分布上的表现。",
         "en": "The pass marks (gate thresholds) and the evaluation dataset in this report are self-defined by this "
         "project: no official source gives thresholds or test questions. The dataset has {n} cases written by "
         "{author}; it shows how the system does on these questions, not on the distribution of a customer's "
-        "real questions. The offline metrics (recall, MRR, nDCG, citation precision, answer accuracy, P95) are "
-        "defined by this project; the judge metrics' definitions and ranges come from ragas / the MindSDK "
-        "evaluation module, but their scores depend on the judge model used.",
+        "real questions.",
+    },
+    "honesty_project": {
+        "zh": "指标 {names} 由本项目定义。",
+        "en": "The metrics {names} are defined by this project.",
+    },
+    "honesty_official": {
+        "zh": "指标 {names} 的定义与取值范围来自 ragas / MindSDK 评估模块，但其分数依赖所用判官模型。",
+        "en": "The definitions and ranges of {names} come from ragas / the MindSDK evaluation module, but their "
+        "scores depend on the judge model used.",
     },
     "metric": {"zh": "指标", "en": "Metric"},
     "definition": {"zh": "定义", "en": "Definition"},
@@ -69,7 +80,6 @@ PHRASES: dict[str, dict[str, str]] = {
     "mean": {"zh": "均值", "en": "Mean"},
     "scored": {"zh": "有分数的样本", "en": "Scored cases"},
     "errors_list": {"zh": "出错样本清单", "en": "Errored cases"},
-    "no_errors": {"zh": "没有出错的样本。", "en": "No case errored."},
     "histogram": {"zh": "逐条分数分布", "en": "Per-case score distribution"},
     "question": {"zh": "问题", "en": "Question"},
     "answer": {"zh": "回答", "en": "Answer"},
@@ -83,7 +93,10 @@ PHRASES: dict[str, dict[str, str]] = {
     "why": {"zh": "原因", "en": "Why"},
     "threshold": {"zh": "阈值", "en": "Threshold"},
     "candidate": {"zh": "候选", "en": "Candidate"},
-    "no_diagnosis": {"zh": "指标变化未指向特定环节。", "en": "The metric moves point at no particular stage."},
+    "no_diagnosis": {
+        "zh": "指标的变化不符合决策表的任何一行。",
+        "en": "The metric moves match no row of the decision table.",
+    },
     "spread": {"zh": "判官重复评分的波动", "en": "Spread between judge repeats"},
     "run": {"zh": "运行", "en": "Run"},
     "config_hash": {"zh": "配置哈希", "en": "Config hash"},
@@ -96,6 +109,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "author": {"zh": "作者", "en": "Author"},
     "not_proved": {"zh": "本次运行没有证明什么", "en": "What this run does not prove"},
     "trust": {"zh": "判官可信度：与人工评分对照", "en": "How far the judge can be trusted: against human scores"},
+    "trust_automatic": {"zh": "自动评分与人工评分对照", "en": "Automatic scores against human scores"},
     "trust_intro": {
         "zh": "数据集中有人工评分（human 字段）的样本用来校准自动评分：MAE 为平均绝对误差，偏差为自动分减人工分的均值"
         "（正数表示判官偏宽松），Spearman 为排序一致性，准确率与 Cohen's κ 比较以 {threshold} 为界的通过/不通过判断。"
@@ -126,6 +140,53 @@ PHRASES: dict[str, dict[str, str]] = {
     "verdict_failed": {"zh": "未通过", "en": "FAILED"},
     "verdict_passed": {"zh": "通过", "en": "PASSED"},
     "worst_cases": {"zh": "最差样本", "en": "Worst cases"},
+    # The report's first section: what changed against the baseline (ragexp.compare.changes).
+    "what_changed": {"zh": "变化了什么", "en": "What changed"},
+    "what_changed_intro": {
+        "zh": "相对基线 {baseline}：{worse} 条样本至少有一项指标变差，{better} 条至少有一项变好。"
+        "每项指标下列出的样本数，就是对比表中该指标的变差与变好条数。",
+        "en": "Against the baseline {baseline}: {worse} cases got worse and {better} got better on at least one "
+        "metric. For each metric, the cases listed are the comparison table's down and up counts.",
+    },
+    "none_changed": {"zh": "没有样本在任何逐条指标上发生变化。", "en": "No case moved on any per-case metric."},
+    "cases_worse": {"zh": "变差的样本", "en": "Cases worse"},
+    "cases_better": {"zh": "变好的样本", "en": "Cases better"},
+    "got_worse": {"zh": "变差的样本（{n} 条）", "en": "Cases that got worse ({n})"},
+    "got_better": {"zh": "变好的样本（{n} 条）", "en": "Cases that got better ({n})"},
+    "moved_on": {"zh": "变化的指标", "en": "Moved on"},
+    "baseline_retrieved": {"zh": "基线召回", "en": "Baseline retrieved"},
+    "baseline_answer": {"zh": "基线回答", "en": "Baseline answer"},
+    "candidate_retrieved": {"zh": "候选召回", "en": "Candidate retrieved"},
+    "candidate_answer": {"zh": "候选回答", "en": "Candidate answer"},
+    "now_errors": {"zh": "新出错", "en": "now errors"},
+    "no_longer_errors": {"zh": "不再出错", "en": "no longer errors"},
+    "more_cases": {
+        "zh": "另有 {n} 条未列出（两次运行的 cases.jsonl 含全部样本）。",
+        "en": "{n} more not listed (both runs' cases.jsonl hold every case).",
+    },
+    # The report's gate section.
+    "gate_ran": {
+        "zh": "这是对这组运行实际执行过的门禁（ragexp gate，记录在候选运行的 {path}）。",
+        "en": "The gate that ran on this pair (ragexp gate, recorded on the candidate run as {path}).",
+    },
+    "gate_not_ran": {
+        "zh": "这组运行没有执行过门禁（候选运行的 {path} 没有记录）；"
+        "此处按候选运行配置的规则集 {gates}（{n} 条规则）判定。",
+        "en": "No gate ran on this pair (nothing recorded on the candidate run as {path}); applied here: the "
+        "candidate's configured rule set {gates} ({n} rules).",
+    },
+    "gate_verdict": {
+        "zh": "{gates}：{word}（{n} 条规则中 {failed} 条未通过）",
+        "en": "{gates}: {word} ({failed} of {n} rules did not pass)",
+    },
+    "passed": {"en": "passed", "zh": "通过"},
+    # A trace's response preview, as a reviewer reads it on MLflow's Review page (case_traces.py).
+    "review_no_answer": {"en": "no answer", "zh": "没有回答"},
+    "review_expected": {"en": "Expected", "zh": "期望"},
+    "review_refusal": {"en": "a refusal (the case is unanswerable)", "zh": "拒答（不可回答的问题）"},
+    "review_facts": {"en": "Expected facts", "zh": "期望事实"},
+    "review_reference": {"en": "Reference answer", "zh": "参考答案"},
+    "review_contexts": {"en": "Retrieved contexts ({n})", "zh": "召回的上下文（{n} 条）"},
     # The Markdown summaries of gate and diff, and the metric table.
     "gate_passed": {"en": "✅ Release gate {gates}: PASSED", "zh": "✅ 发布门禁 {gates}：通过"},
     "gate_failed": {"en": "❌ Release gate {gates}: FAILED", "zh": "❌ 发布门禁 {gates}：未通过"},
@@ -136,8 +197,9 @@ PHRASES: dict[str, dict[str, str]] = {
         "zh": "其中 {undecided} 条无法判定（缺失的分数不算通过）。",
     },
     "diff_title": {
-        "en": "Candidate vs baseline: {better} better, {worse} worse, {flat} unchanged",
-        "zh": "候选对比基线：{better} 项变好，{worse} 项变差，{flat} 项无显著变化",
+        "en": "Candidate vs baseline: {better} better, {worse} worse, {flat} unchanged "
+        "({unconfirmed} of the moves not significant)",
+        "zh": "候选对比基线：{better} 项变好，{worse} 项变差，{flat} 项不变（其中 {unconfirmed} 项变化不显著）",
     },
     "worse_list": {"en": "Worse: {names}.", "zh": "变差的指标：{names}。"},
     "incomparable": {
@@ -165,6 +227,33 @@ PHRASES: dict[str, dict[str, str]] = {
     "moved_worse": {"en": "worse", "zh": "变差"},
     "moved_flat": {"en": "flat", "zh": "持平"},
     "moved_not_comparable": {"en": "not comparable", "zh": "不可比"},
+    "moved_better_ns": {"en": "better, not significant", "zh": "变好（不显著）"},
+    "moved_worse_ns": {"en": "worse, not significant", "zh": "变差（不显著）"},
+    "moved_mixed": {"en": "flat on average", "zh": "平均持平"},
+    "moved_none": {"en": "—", "zh": "—"},
+    "unchanged": {"en": "unchanged", "zh": "不变"},
+    "not_significant": {"en": "not significant", "zh": "不显著"},
+    # The rows of the RAG evaluation article's decision table (ragexp.compare.diff.diagnose).
+    "stage_retrieval": {
+        "en": "recall and MRR down: look at parsing, chunking and recall first",
+        "zh": "召回与 MRR 同时下降：先查解析、分块与召回",
+    },
+    "stage_rerank": {
+        "en": "recall flat but MRR down: fusion or rerank regressed",
+        "zh": "召回不变而 MRR 下降：融合或重排退化",
+    },
+    "stage_answer": {
+        "en": "retrieval flat but answer accuracy down: prompt, model or context assembly",
+        "zh": "检索不变而答案准确率下降：查 Prompt、模型或上下文组织",
+    },
+    "stage_citation": {
+        "en": "citation precision down: the citation protocol or its validation",
+        "zh": "引用精度下降：查引用协议或其校验",
+    },
+    "stage_tradeoff": {
+        "en": "quality up but P95 latency doubled: a product trade-off, not an automatic accept",
+        "zh": "质量上升但 P95 延迟翻倍：需要产品权衡，不是自动接受",
+    },
     "no_worst": {"en": "No case regressed.", "zh": "没有样本退步。"},
     "case": {"en": "Case", "zh": "样本"},
     "regression": {"en": "Regression", "zh": "退步量"},

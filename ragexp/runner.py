@@ -84,14 +84,15 @@ class Plan:
     """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
 
     def run_name(self) -> str:
-        """The configured name, else provider, dataset, k and short hash (the start cut if the
-        names are long: the hash at the end tells runs apart)."""
+        """The configured name, else the short config hash, then provider, dataset and k (the end
+        cut if the names are long). The hash comes first: the MLflow UI's run lists show only a
+        name's first few characters, and two runs of one system differ in their hash alone."""
         cfg = self.config
         if cfg.run_name:
             return cfg.run_name
-        tail = f"-k{cfg.k}-{self.config_hash[:SHORT_HASH]}"
-        head = f"{cfg.provider.name}-{cfg.dataset.name}"[: limits.RUN_NAME.chars - len(tail)]
-        return head + tail
+        return f"{self.config_hash[:SHORT_HASH]}-{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"[
+            : limits.RUN_NAME.chars
+        ]
 
     def tags(self) -> dict[str, str]:
         cfg = self.config
@@ -763,6 +764,7 @@ def _log_case_traces(
         scored.errored,
         judge=plan.judge,
         cap=plan.config.tracking.traces_max_cases,
+        language=plan.config.report.language,
     )
     _log_traces(store, run_id, plan.config.experiment, traced, resumed=resumed, info=info)
 

@@ -213,6 +213,7 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_a_service_without_auth_is_asked_without_a_key",
         "test_the_probe_reads_an_error_stream_as_the_run_does",
     ),
+    "test_words.py": ("test_demo_pair_diff_words_what_changed_and_the_gate_that_ran",),
 }
 
 

@@ -288,7 +288,10 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "regressed",
     } | {"unchanged", "detectable_effect", "why_missing"}
     assert mrr["why_missing"] == {}
-    assert data["diagnosis"] == ["recall flat but MRR down: fusion or rerank regressed"]
+    assert data["diagnosis"] == [
+        "recall flat but MRR down: fusion or rerank regressed "
+        "(recall_at_k unchanged; mrr -0.1250, p 0.0019; ndcg_at_k -0.0923, p 0.0019)"
+    ]
     assert len(data["cases"]) == 3
     worst = data["cases"][0]
     assert worst["id"] == "case-0000" and worst["metrics"]["mrr"] == {"baseline": 1.0, "candidate": 0.5}

@@ -254,6 +254,24 @@ def test_hostile_ids_and_bodies_stay_text_in_summaries_junit_report_and_terminal
     assert "alert(2)" not in "".join(page.scripts) and "<script>alert(2)</script>" in "".join(page.text)
 
 
+@pytest.mark.parametrize("text", HOSTILE)
+def test_a_review_preview_shows_a_hostile_answer_fact_and_context_as_text(text: str) -> None:
+    """The trace's response preview is Markdown the MLflow UI renders: the answer, an expected
+    fact, a retrieved id and its context from data stay text, and the list stays one list."""
+    from ragexp.case_traces import CaseTrace, review_preview
+
+    case = CaseTrace("c1", "q", text, None, 0.1, [text, "d2"], [text, "second"], {}, {"expected_facts": [text, "f2"]})
+    preview = review_preview(case)
+    assert len(preview) <= 1000 and no_raw_controls(preview)
+    tokens = flat(gfm().parse(preview))
+    types = [t.type for t in tokens]
+    assert (MARKUP_TOKENS - {"strong_open"}).isdisjoint(types), preview
+    # Its own markup only: two bold labels (expected facts, contexts), one list item per id.
+    assert types.count("strong_open") == 2 and types.count("list_item_open") == 2, preview
+    words = "".join(t.content for t in tokens if t.type in ("text", "code_inline"))
+    assert " ".join(one_line(text).split()) in words, (words, preview)
+
+
 def _texts(tokens: list[Token]) -> list[list[Token]]:
     return [t.children or [] for t in tokens if t.type == "inline"]
 

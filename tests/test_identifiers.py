@@ -295,9 +295,9 @@ def test_values_at_every_limit_are_written_whole_on_the_team_server(
     assert client.get_experiment(run.info.experiment_id).name == experiment
     assert run.data.tags[tag_key] == tag_value and run.data.tags["ragexp.dataset"] == dataset
     assert run.inputs.dataset_inputs[0].dataset.name == dataset
-    # The default run name keeps its hash at the end, the names cut to fit the column.
+    # The default run name starts with its hash (what tells runs apart), the names cut to fit the column.
     assert len(run.info.run_name) == limits.RUN_NAME.chars
-    assert run.info.run_name.endswith(result.json()["config_hash"][:12])
+    assert run.info.run_name.startswith(result.json()["config_hash"][:12] + "-fake-")
     named = ragexp("run", "provider=fake", f"experiment={experiment}", "run_name=" + "名" * 250, "--json")
     assert named.code == 0, named.stderr
     assert client.get_run(named.json()["run_id"]).info.run_name == "名" * 250

@@ -183,6 +183,44 @@ def test_label_queue_then_calibrate_equals_the_dataset_human_path(ragexp: Any, s
     assert ragexp("validate", "--path", str(out)).code == 0
 
 
+def test_calibrate_says_how_many_labels_it_has_and_needs_and_where_people_disagree(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    rows = replay_rows(specs(30))
+    run_id = replay_run(ragexp, write_jsonl(tmp_path / "cases.jsonl", rows))["run_id"]
+    made = ragexp("label", run_id, "--json")
+    assert made.code == 0, made.stderr
+    cases = trace_cases(store_uri, queue_traces(store_uri, made.json()["queue_id"]))
+    by_case = {case: tid for tid, case in cases.items()}
+    automatic = {row["id"]: 1.0 if row["response"] == row["reference"] else 0.0 for row in rows}
+    labelled = sorted(by_case)[:8]
+    flipped = labelled[1:3]
+    for case in labelled:
+        review(store_uri, by_case[case], ANSWER, bool(automatic[case]) != (case in flipped))
+
+    shown = ragexp("calibrate", run_id)
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert (
+        f"  {ANSWER}: 8 labelled, scored cases; calibration needs 10 (calibration.min_labelled): "
+        "not calibrated: 2 more needed"
+    ) in lines
+    start = lines.index("people and the automatic score disagree on 2 labelled cases (pass at >= 0.5):")
+    listed = [line.split() for line in lines[start + 3 : start + 5]]
+    assert listed == [[case, ANSWER, f"{1 - automatic[case]:.2f}", f"{automatic[case]:.2f}"] for case in flipped]
+    figures = ragexp("calibrate", run_id, "--json").json()
+    assert figures["coverage"] == {ANSWER: {"labelled": 8, "needed": 10}}
+    assert figures["disagreements"] == [
+        {"id": case, "metric": ANSWER, "human": 1 - automatic[case], "automatic": automatic[case]} for case in flipped
+    ]
+    for case in sorted(by_case)[8:12]:
+        review(store_uri, by_case[case], ANSWER, bool(automatic[case]))
+    enough = ragexp("calibrate", run_id).stdout
+    assert (
+        f"  {ANSWER}: 12 labelled, scored cases; calibration needs 10 (calibration.min_labelled): calibrated" in enough
+    )
+
+
 def test_labels_carry_over_only_to_byte_identical_outputs(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     # Two versions of the bundled sample system on the same 35 questions: some answers change.
     first = run_json(ragexp)["run_id"]
@@ -391,6 +429,26 @@ def test_review_page_shows_the_sampled_traces_and_the_questions(
             break
     definition = "期望事实全部出现在回答中记 1；不可回答样本要求回答拒答。"
     assert f"| {ANSWER} | {definition} | 通过 | 不通过 |" in text, text[:3000]
+    # The item a reviewer reads: the answer, what the case expected and the retrieved contexts,
+    # as text (the instruction speaks of expected facts: they are on screen), not raw JSON.
+    shown = re.search(r'"case_id": "([^"]+)"', text)
+    assert shown is not None, text[:3000]
+    case = next(row for row in dataset if row["id"] == shown.group(1))
+    output = next(
+        json.loads(line)["output"]
+        for line in Path(MlflowClient(store_uri).download_artifacts(run_id, "cases.jsonl", str(tmp_path / "cases")))
+        .read_text("utf-8")
+        .splitlines()
+        if json.loads(line)["id"] == case["id"]
+    )
+    assert '"answer":' not in text and output["answer"].strip() in text
+    if case.get("unanswerable"):
+        assert "拒答（不可回答的问题）" in text
+    else:
+        assert "期望事实" in text and all(fact in text for fact in case["expected_facts"])
+    if output["ranked_ids"]:
+        assert f"召回的上下文（{len(output['ranked_ids'])} 条）" in text
+        assert all(doc_id in text for doc_id in output["ranked_ids"][:3])
     done = render(chromium, review_url, tmp_path / "profile-shot", f"--screenshot={shot}", "--hide-scrollbars")
     assert done.returncode == 0 and shot.stat().st_size > 20_000
     if os.environ.get("RAGEXP_UPDATE_SCREENSHOT"):

@@ -202,8 +202,8 @@ def test_demo_end_to_end(ragexp: Any, tmp_path: Path) -> None:
     experiment = client.get_experiment_by_name("ragexp-demo")
     assert experiment is not None
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
-    assert set(runs) == {"demo-baseline", "demo-candidate (chunking=sentence)"}
-    base, cand = runs["demo-baseline"], runs["demo-candidate (chunking=sentence)"]
+    assert set(runs) == {"baseline: sample as shipped", "candidate: chunking=sentence"}
+    base, cand = runs["baseline: sample as shipped"], runs["candidate: chunking=sentence"]
     assert base.info.status == cand.info.status == "FINISHED"
     # Comparable: same dataset, K and metrics; the configs differ by the one knob alone.
     assert base.data.tags["ragexp.dataset_hash"] == cand.data.tags["ragexp.dataset_hash"]

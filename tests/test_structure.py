@@ -62,21 +62,22 @@ def _moved(name: str, delta: float, baseline: float = 1.0) -> MetricDiff:
 
 
 def test_diagnosis_reads_stages_not_names() -> None:
+    def rows(*moves: MetricDiff) -> list[str]:
+        return [hint.row for hint in diagnose(list(moves))]
+
     # nDCG is a ranking metric like MRR: recall flat and nDCG down points at fusion or rerank.
-    assert diagnose([_moved("recall_at_k", 0.0), _moved("ndcg_at_k", -0.1)]) == [
-        "recall flat but MRR down: fusion or rerank regressed"
-    ]
-    assert diagnose([_moved("recall_at_k", -0.1), _moved("mrr", -0.1)]) == [
-        "recall and MRR down: look at parsing, chunking and recall first"
-    ]
-    assert diagnose([_moved("mrr", 0.0), _moved("answer_accuracy", -0.1)]) == [
-        "retrieval flat but answer accuracy down: prompt, model or context assembly"
-    ]
-    assert diagnose([_moved("faithfulness", 0.1), _moved("p95_seconds", 1.0, baseline=1.0)]) == [
-        "quality up but P95 latency doubled: a product trade-off, not an automatic accept"
-    ]
+    assert rows(_moved("recall_at_k", 0.0), _moved("ndcg_at_k", -0.1)) == ["stage_rerank"]
+    assert rows(_moved("recall_at_k", -0.1), _moved("mrr", -0.1)) == ["stage_retrieval"]
+    assert rows(_moved("mrr", 0.0), _moved("answer_accuracy", -0.1)) == ["stage_answer"]
+    assert rows(_moved("faithfulness", 0.1), _moved("p95_seconds", 1.0, baseline=1.0)) == ["stage_tradeoff"]
     # A better error rate is no quality gain.
-    assert diagnose([_moved("error_rate", -0.1, baseline=0.2), _moved("p95_seconds", 1.0)]) == []
+    assert rows(_moved("error_rate", -0.1, baseline=0.2), _moved("p95_seconds", 1.0)) == []
+    (hint,) = diagnose([_moved("recall_at_k", 0.0), _moved("ndcg_at_k", -0.1)])
+    assert hint.text() == (
+        "recall flat but MRR down: fusion or rerank regressed "
+        "(recall_at_k unchanged; ndcg_at_k 1.0000 -> 0.9000 (-0.1000))"
+    )
+    assert hint.text("zh").startswith("召回不变而 MRR 下降：融合或重排退化 (recall_at_k 不变; ")
 
 
 def test_format_version_checked_with_one_line() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.escape import markdown
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import FAULTY, SAMPLE, serve
 
@@ -83,7 +84,8 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
     for trace in traces:
         row = rows[case_id(trace)]
         assert json.loads(trace.info.request_preview)["question"] == row["question"]
-        assert json.loads(trace.info.response_preview)["answer"] == row["output"]["answer"]
+        # The response preview a reviewer reads: the answer first, as Markdown text (not JSON).
+        assert trace.info.response_preview.startswith(markdown(row["output"]["answer"]))
         marks = feedback(trace)
         for name, mark in marks.items():
             assert mark.source.source_type == "CODE" and mark.error is None
@@ -302,7 +304,7 @@ def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -
     assert other.code == 0, other.stderr
     run2 = client.get_run(other.json()["run_id"])
     assert run2.data.tags["ragexp.dataset"] == "support_v2" and run2.data.params["dataset.name"] == "support_v2"
-    assert run2.info.run_name == f"fake-support_v2-k5-{other.json()['config_hash'][:12]}"
+    assert run2.info.run_name == f"{other.json()['config_hash'][:12]}-fake-support_v2-k5"
     assert run2.inputs.dataset_inputs[0].dataset.name == "support_v2"
     assert other.json()["config_hash"] == named.json()["config_hash"]  # same content, same hash
 

@@ -250,3 +250,97 @@ def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
     assert shot.stat().st_size > 50_000
     if os.environ.get("RAGEXP_UPDATE_SCREENSHOT") and logged_via == "store":
         shutil.copy(shot, Path(__file__).resolve().parents[1] / "docs/ui-compare-runs.png")
+
+
+def click(shown: Page, text: str, selector: str = "button, [role=menuitem]") -> None:
+    """A real mouse click (pressed and released) on the visible element reading exactly ``text``:
+    the UI's menus open on pointer events, not on a script's ``click()``. The first such control
+    that is enabled: the run list's ``Actions`` comes before the trace table's."""
+    deadline = time.monotonic() + PAGE_WAIT_S
+    while True:
+        found = shown.call(
+            "Runtime.evaluate",
+            expression=(
+                f"(() => {{ const els = [...document.querySelectorAll({json.dumps(selector)})]"
+                ".filter(e => e.offsetParent !== null && !e.disabled"
+                f" && (e.innerText || '').trim() === {json.dumps(text)});"
+                " if (!els.length) return null; const r = els[0].getBoundingClientRect();"
+                " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+            ),
+            returnByValue=True,
+        )["result"].get("value")
+        if found:
+            break
+        assert time.monotonic() < deadline, f"the page never showed a {text!r} control"
+        time.sleep(1)
+    for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+        shown.call("Input.dispatchMouseEvent", type=kind, x=found[0], y=found[1], button="left", clickCount=1)
+
+
+def location(shown: Page) -> str:
+    return str(shown.call("Runtime.evaluate", expression="location.href", returnByValue=True)["result"]["value"])
+
+
+def tick_every_run(shown: Page, names: list[str]) -> None:
+    """Tick the checkbox of every run row, once the rows named ``names`` are on the page."""
+    shown.wait_for(lambda text: all(name in text for name in names), "both runs in the list")
+    for _ in range(10):  # one at a time: a header's select-all ticks the rest at once
+        ticked = shown.call(
+            "Runtime.evaluate",
+            expression="(() => { const b = [...document.querySelectorAll('input[type=checkbox]')]"
+            ".find(b => !b.checked && b.offsetParent !== null); if (!b) return false; b.click(); return true; })()",
+            returnByValue=True,
+        )["result"].get("value")
+        if not ticked:
+            return
+        time.sleep(0.5)
+
+
+def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
+    ragexp: Any, store_uri: str, request: pytest.FixtureRequest, page: Callable[[str], Page], tmp_path: Path
+) -> None:
+    """What `ragexp demo` prints about the MLflow UI is what MLflow 3.17 has: its deep links open
+    both comparisons, and the clicks it describes (tick both runs, then Compare) lead there."""
+    from ragexp.cli.demo import BASELINE_NAME, CANDIDATE_NAME
+
+    done = ragexp("demo", "--store", str(tmp_path / "mlruns"))  # the store the test's UI server serves
+    assert done.code == 0, done.stderr
+    ids = dict(
+        line.split(" run: ")
+        for line in done.stdout.splitlines()
+        if line.startswith(("baseline run:", "candidate run:"))
+    )
+    links = re.findall(r"http://127\.0\.0\.1:5000(/#/\S+)", done.stdout)
+    per_case = next(link for link in links if "/evaluation-runs?" in link)
+    params = next(link for link in links if link.startswith("/#/compare-runs?"))
+    ui = request.getfixturevalue("ui_server")
+    comparing = "Comparing | #"
+    both = re.compile(rf"Comparing \| #\w+ \| {re.escape(CANDIDATE_NAME)} \| to \| #\w+ \| {re.escape(BASELINE_NAME)}")
+
+    # The clicks: Evaluation runs, tick the candidate (the upper, newer row), then the baseline,
+    # Actions -> Compare: the same comparison (the run ticked first is shown against the other).
+    experiment = per_case.split("/experiments/")[1].split("/")[0]
+    shown = page(f"{ui}/#/experiments/{experiment}/evaluation-runs")
+    tick_every_run(shown, [CANDIDATE_NAME, BASELINE_NAME])
+    click(shown, "Actions")
+    click(shown, "Compare", "[role=menuitem]")
+    text = shown.wait_for(lambda text: comparing in text and len(ROW.findall(text)) >= 5, "the comparison")
+    assert both.search(text), text[:3000]
+    url = location(shown)
+    assert f"selectedRunUuid={ids['candidate']}" in url and f"compareToRunUuid={ids['baseline']}" in url
+    assert "Compare to" not in text  # the control the docs once described is not there
+
+    # The printed per-case link: the candidate compared to the baseline, one row per case.
+    shown = page(ui + per_case)
+    shown.wait_for(lambda text: both.search(text) is not None and len(ROW.findall(text)) >= 5, "the paired cases")
+
+    # Params and metrics: the printed link, and Model training -> Runs -> tick both -> Compare.
+    shown = page(ui + params)
+    text = shown.wait_for(lambda t: "Comparing 2 Runs" in t and "provider.system.sample.chunking" in t, "run compare")
+    assert CANDIDATE_NAME in text and BASELINE_NAME in text
+    shown = page(f"{ui}/#/experiments/{experiment}/evaluation-runs")
+    click(shown, "Model training", "button, label, span, div")
+    tick_every_run(shown, [CANDIDATE_NAME, BASELINE_NAME])
+    click(shown, "Compare")
+    shown.wait_for(lambda t: "Comparing 2 Runs" in t and "provider.system.sample.chunking" in t, "run compare")
+    assert set(json.loads(location(shown).split("runs=")[1].split("&")[0].replace("%22", '"'))) == set(ids.values())

@@ -289,8 +289,8 @@ def show_diff(result: DiffResult) -> None:
             )
     if result.diagnosis:
         print("\nlikely stage:")
-        for line in result.diagnosis:
-            print(f"  - {terminal(line)}")
+        for hint in result.diagnosis:
+            print(f"  - {terminal(hint.text())}")
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
         for case in result.cases:
@@ -423,8 +423,23 @@ def show_calibration(calibrated: Calibrated) -> None:
     run_id, labels = calibrated.run_id, calibrated.labels
     labelled = ", ".join(f"{name} {n}" for name, n in labels.counts().items()) or "none"
     print(f"run {run_id}: labelled cases {labelled} ({labels.carried} carried over from identical outputs)")
+    for c in calibrated.coverage:
+        state = "calibrated" if c.enough else f"not calibrated: {c.needed - c.labelled} more needed"
+        print(
+            f"  {terminal(c.metric)}: {c.labelled} labelled, scored cases; calibration needs {c.needed} "
+            f"(calibration.min_labelled): {state}"
+        )
     for line in trust_lines(calibrated.trust, calibrated.threshold, None):
         print(line)
+    if calibrated.disagreements:
+        print(
+            f"\npeople and the automatic score disagree on {len(calibrated.disagreements)} labelled cases "
+            f"(pass at >= {calibrated.threshold:g}):"
+        )
+        rows = [[d.case_id, d.metric, fmt(d.human, 2), fmt(d.automatic, 2)] for d in calibrated.disagreements]
+        print(table(["case", "metric", "human", "automatic"], rows, "llrr"))
+    elif calibrated.coverage:
+        print(f"\npeople and the automatic score agree on every labelled case (pass at >= {calibrated.threshold:g})")
     if not calibrated.logged:
         print("not calibrated: fewer labelled, scored cases than calibration.min_labelled for every metric")
     else:

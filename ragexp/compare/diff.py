@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ragexp.compare.data import RunData
+from ragexp.compare.figures import fmt, signed
 from ragexp.compare.missing import metric_why
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
@@ -15,9 +16,17 @@ from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
+from ragexp.phrases import t
 
 TOLERANCE = 1e-9
 """Per-case changes smaller than this are rounding, not change."""
+
+Move = Literal["better", "worse", "flat", "none", "not_comparable"]
+"""Which way a metric went for its direction (``none``: one run has no value; ``not_comparable``:
+the runs define the metric differently)."""
+Verdict = Literal["better", "worse", "better_ns", "worse_ns", "flat", "mixed", "none", "not_comparable"]
+"""A move as the tables word it: ``*_ns`` a move the paired test does not confirm (not
+significant), ``mixed`` cases moved both ways with no change of the mean."""
 
 
 @dataclass
@@ -52,26 +61,44 @@ class MetricDiff:
         """Minimum detectable effect of the paired comparison (two-sided, 80% power)."""
         return self.power.detectable if self.power is not None else None
 
-    def moved(self) -> str:
-        """'better', 'worse' or 'flat': by the interval when there is one, else by the delta;
-        'not_comparable' when the runs define the metric differently."""
+    def moved(self) -> Move:
+        """Which way the candidate's value went, for this metric's direction: ``better``, ``worse``
+        or ``flat`` by the sign of the delta (beyond rounding), ``none`` without a delta. Significance
+        is :attr:`significant`, apart: a drop that is not significant is still a drop."""
         if self.not_comparable is not None:
             return "not_comparable"
         if self.delta is None:
+            return "none"
+        if abs(self.delta) <= TOLERANCE:
             return "flat"
-        if self.ci_low is not None and self.ci_high is not None:
-            if self.ci_low > 0:
-                signed = 1
-            elif self.ci_high < 0:
-                signed = -1
-            else:
-                return "flat"
-        else:
-            signed = int(np.sign(self.delta)) if abs(self.delta) > TOLERANCE else 0
-        if signed == 0:
-            return "flat"
-        good = signed > 0 if self.direction == "higher" else signed < 0
-        return "better" if good else "worse"
+        up = self.delta > 0
+        return "better" if up == (self.direction == "higher") else "worse"
+
+    @property
+    def significant(self) -> bool | None:
+        """The paired interval excludes 0 on the side the delta went (None: no interval, a
+        run-level figure such as a percentile, or no pairs)."""
+        if self.ci_low is None or self.ci_high is None or self.delta is None:
+            return None
+        return (self.ci_low > 0 and self.delta > 0) or (self.ci_high < 0 and self.delta < 0)
+
+    def verdict(self) -> Verdict:
+        """The word the tables print: the move, qualified when the test could not confirm it."""
+        moved = self.moved()
+        if moved == "flat" and (self.improved or self.regressed):
+            return "mixed"
+        if moved in ("better", "worse") and self.significant is False:
+            return "better_ns" if moved == "better" else "worse_ns"
+        return moved
+
+    def evidence(self, language: str = "en") -> str:
+        """The figures behind this metric's move, for a sentence: delta, p-value, significance."""
+        if self.moved() == "flat":
+            return f"{self.name} {t('unchanged', language)}"
+        if self.p_value is None:
+            return f"{self.name} {fmt(self.baseline)} -> {fmt(self.candidate)} ({signed(self.delta)})"
+        text = f"{self.name} {signed(self.delta)}, p {fmt(self.p_value)}"
+        return text if self.significant else f"{text}, {t('not_significant', language)}"
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"ppi": self.ppi.to_json()} if self.ppi is not None else {}
@@ -100,7 +127,8 @@ class DiffResult:
     candidate: RunData
     metrics: list[MetricDiff]
     cases: list[dict[str, Any]]
-    diagnosis: list[str]
+    diagnosis: list[Hint]
+    """The rows of the article's decision table the moves match (:func:`diagnose`)."""
     differences: list[str] = field(default_factory=list)
     """What makes the runs incomparable (empty when comparable)."""
     confidence: float = 0.95
@@ -117,7 +145,7 @@ class DiffResult:
             "differences": self.differences,
             "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
-            "diagnosis": self.diagnosis,
+            "diagnosis": [hint.text() for hint in self.diagnosis],
         }
 
 
@@ -276,39 +304,63 @@ def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
     return {"retrieved_ids": output.get("ranked_ids", []), "answer": output.get("answer"), "error": row.get("error")}
 
 
-def diagnose(metrics: list[MetricDiff]) -> list[str]:
+@dataclass(frozen=True)
+class Hint:
+    """One row of the article's decision table that a comparison matches, with the moves it read."""
+
+    row: str
+    """The row's phrase key (``stage_retrieval``, ``stage_rerank``, ...)."""
+    moves: tuple[MetricDiff, ...]
+    """The metrics whose moves the row reads, each said with its delta and p-value."""
+
+    def text(self, language: str = "en") -> str:
+        """The likely-stage line: the same words wherever it is shown (``diff``, its summary, the
+        report, the demo); a move the paired test does not confirm says so, with its p-value."""
+        evidence = "; ".join(m.evidence(language) for m in self.moves)
+        return f"{t(self.row, language)} ({evidence})" if evidence else t(self.row, language)
+
+
+def diagnose(metrics: list[MetricDiff]) -> list[Hint]:
     """The decision table of the RAG evaluation article: which pipeline stage a pattern of moves
-    points at. It reads each metric's ``stage`` from the registry, never its name."""
-    moves: dict[str, list[str]] = {}
+    points at. It reads each metric's ``stage`` from the registry, never its name, and each move
+    by the direction of its delta: a drop the paired test cannot confirm is still a drop, and the
+    line says how sure each move is."""
+    by_stage: dict[str, list[MetricDiff]] = {}
     for m in metrics:
         spec = METRICS.get(m.name)
-        if spec is not None and spec.stage is not None:
-            moves.setdefault(spec.stage, []).append(m.moved())
+        if spec is not None and spec.stage is not None and m.moved() != "none":
+            by_stage.setdefault(spec.stage, []).append(m)
 
-    def worse(stage: Stage) -> bool:
-        return "worse" in moves.get(stage, [])
+    def worse(stage: Stage) -> list[MetricDiff]:
+        return [m for m in by_stage.get(stage, []) if m.moved() == "worse"]
+
+    def flat(stage: Stage) -> list[MetricDiff]:
+        found = by_stage.get(stage, [])
+        return found if found and all(m.moved() == "flat" for m in found) else []
 
     found = []
     if worse("recall") and worse("ranking"):
-        found.append("recall and MRR down: look at parsing, chunking and recall first")
-    elif moves.get("recall") and all(move == "flat" for move in moves["recall"]) and worse("ranking"):
-        found.append("recall flat but MRR down: fusion or rerank regressed")
+        found.append(Hint("stage_retrieval", (*worse("recall"), *worse("ranking"))))
+    elif flat("recall") and worse("ranking"):
+        found.append(Hint("stage_rerank", (*flat("recall"), *worse("ranking"))))
     if not worse("recall") and not worse("ranking") and worse("answer"):
-        found.append("retrieval flat but answer accuracy down: prompt, model or context assembly")
+        found.append(Hint("stage_answer", tuple(worse("answer"))))
     if worse("citation") and not worse("answer"):
-        found.append("citation precision down: the citation protocol or its validation")
-    quality_up = any(
-        m.moved() == "better" and (METRICS.get(m.name) is None or METRICS[m.name].stage not in ("latency", "errors"))
+        found.append(Hint("stage_citation", tuple(worse("citation"))))
+    quality_up = [
+        m
         for m in metrics
-    )
-    doubled = any(
-        METRICS.get(m.name) is not None
+        if m.moved() == "better" and (METRICS.get(m.name) is None or METRICS[m.name].stage not in ("latency", "errors"))
+    ]
+    doubled = [
+        m
+        for m in metrics
+        if METRICS.get(m.name) is not None
         and METRICS[m.name].stage == "latency"
         and m.baseline
         and m.candidate
         and m.candidate >= 2 * m.baseline
-        for m in metrics
-    )
+    ]
     if quality_up and doubled:
-        found.append("quality up but P95 latency doubled: a product trade-off, not an automatic accept")
+        found.append(Hint("stage_tradeoff", (*quality_up, *doubled)))
     return found

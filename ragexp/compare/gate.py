@@ -108,6 +108,26 @@ class GateResult:
     def passed(self) -> bool:
         return not self.failures
 
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> GateResult:
+        """A gate as ``ragexp gate`` recorded it (its ``gate.json``): every rule with its outcome."""
+        rules = [
+            RuleResult(
+                str(r["metric"]),
+                str(r["rule"]),
+                r.get("baseline"),
+                r.get("candidate"),
+                r.get("threshold"),
+                str(r.get("message", "")),
+                r.get("outcome", "failed"),
+                r.get("method"),
+                r.get("detectable_effect"),
+                bool(r.get("underpowered", False)),
+            )
+            for r in payload.get("rules", [])
+        ]
+        return cls(str(payload["gates"]), str(payload["baseline"]), str(payload["candidate"]), rules)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,

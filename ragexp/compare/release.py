@@ -12,6 +12,7 @@ result that could not be recorded); they are plain text, not yet escaped for any
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,6 +98,15 @@ def record_comparison(
         store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
     except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
         say(f"warning: the comparison is not recorded on run {candidate}: {exc}")
+
+
+def read_comparison(store: Store, candidate: str, baseline: str, name: str) -> dict[str, Any] | None:
+    """The comparison :func:`record_comparison` kept on ``candidate`` (None: none was recorded)."""
+    path = f"comparisons/{baseline}/{name}"
+    if path not in store.list_artifacts(candidate, f"comparisons/{baseline}"):
+        return None
+    found = json.loads(store.read_artifact(candidate, path))
+    return found if isinstance(found, dict) else None
 
 
 def compare_runs(

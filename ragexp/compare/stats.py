@@ -29,6 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_GROUPS = 256
+SLACK = 1e-9
+"""Relative rounding slack on the segments' ends: a permuted statistic that ties the observed one
+counts as a tie."""
 DRAW_BLOCK = 1 << 18
 """Binomial draws per block (2 MB of int64): memory stays flat in the number of resamples."""
 
@@ -82,9 +85,12 @@ def sign_flip_segments(diffs: np.ndarray, *, resamples: int, rng: np.random.Gene
     # All signs alike reproduce the observed statistic for every θ.
     whole = (c == n) | (c == -n)
     low[whole], high[whole] = -np.inf, np.inf
-    # Rounding slack, so that a permuted statistic that ties the observed one counts as a tie.
-    slack = 1e-9 * max(1.0, float(np.abs(values).max(initial=0.0)))
+    slack = _slack(values)
     return low - slack, high + slack
+
+
+def _slack(values: np.ndarray) -> float:
+    return SLACK * max(1.0, float(np.abs(values).max(initial=0.0)))
 
 
 def inverted_interval(
@@ -114,7 +120,15 @@ def paired_differences(
         return 1.0, 0.0, 0.0  # every pair equal: no shift is distinguishable from none
     rng = np.random.default_rng(seed)
     low, high = sign_flip_segments(diffs, resamples=resamples, rng=rng)
-    return inverted_interval(low, high, confidence=confidence, resamples=resamples)
+    p_value, ci_low, ci_high = inverted_interval(low, high, confidence=confidence, resamples=resamples)
+    # An end that is 0 but for the tie slack is 0: it was printed as +1.00e-09. Only an end on the
+    # side that keeps 0 inside moves, so the interval still holds 0 exactly when p >= 1 - confidence.
+    within = 2 * _slack(diffs)
+    if 0.0 < ci_high <= within:
+        ci_high = 0.0
+    if -within <= ci_low < 0.0:
+        ci_low = 0.0
+    return p_value, ci_low, ci_high
 
 
 def paired(

@@ -117,6 +117,7 @@ def diff_summary(diff: DiffResult, *, language: str, links: Links, chosen: Seque
         better=moves.count("better"),
         worse=moves.count("worse"),
         flat=moves.count("flat"),
+        unconfirmed=sum(1 for m in diff.metrics if m.verdict() in ("better_ns", "worse_ns")),
     )
     lines = [f"## {'⚠️' if worse else '✅'} {title}"]
     if worse:
@@ -188,6 +189,6 @@ def _body(diff: DiffResult, language: str) -> list[str]:
         lines.append(t("no_worst", language))
     if diff.diagnosis:
         lines += ["", f"### {t('stage', language)}", ""]
-        lines += [f"- {markdown(line)}" for line in diff.diagnosis]
+        lines += [f"- {markdown(hint.text(language))}" for hint in diff.diagnosis]
     lines += ["", f"<sub>{t('footer', language)}</sub>"]
     return lines

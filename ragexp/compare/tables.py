@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult, MetricDiff
     from ragexp.compare.gate import GateResult
 
-_MARKS = {"better": "🟢 ", "worse": "🔴 ", "flat": "", "not_comparable": "⚪ "}
+_MARKS = {"better": "🟢 ", "worse": "🔴 ", "worse_ns": "🟠 ", "not_comparable": "⚪ "}
+"""Emoji before a verdict, for pages that render them (GitHub); never in the report, whose fonts
+have no emoji."""
 
 
 def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Table:
@@ -37,7 +39,7 @@ def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Tab
 
 def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
     ci = f"[{signed(m.ci_low)}, {signed(m.ci_high)}]" if m.ci_low is not None and m.ci_high is not None else "—"
-    moved = m.moved()
+    verdict = m.verdict()
     return [
         m.name,
         t(f"better_{m.direction}", language),
@@ -47,13 +49,19 @@ def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
         ci,
         fmt(m.p_value),
         f"{m.improved}/{m.regressed}/{m.unchanged}",
-        (_MARKS[moved] if marks else "") + t(f"moved_{moved}", language),
+        (_MARKS.get(verdict, "") if marks else "") + t(f"moved_{verdict}", language),
         fmt(m.detectable_effect),
     ]
 
 
 def failure_table(result: GateResult, language: str) -> Table:
     """The rules that did not pass: metric, rule, outcome, both values, threshold, why."""
+    return rule_table(result, language, everything=False)
+
+
+def rule_table(result: GateResult, language: str, *, everything: bool = True) -> Table:
+    """Every rule checked (``everything``; else those that did not pass): metric, rule, outcome,
+    both values, threshold, why."""
     columns = [
         Column(t("metric", language), kind="code"),
         Column(t("rule", language), kind="code"),
@@ -65,6 +73,6 @@ def failure_table(result: GateResult, language: str) -> Table:
     ]
     rows = [
         [r.metric, r.rule, t(r.outcome, language), fmt(r.baseline), fmt(r.candidate), threshold(r.threshold), r.message]
-        for r in result.failures
+        for r in (result.rules if everything else result.failures)
     ]
     return Table(columns, rows)

@@ -12,6 +12,7 @@ from typing import Any
 from ragexp.compare.data import load_run
 from ragexp.compare.summary import Links
 from ragexp.errors import ConfigError
+from ragexp.labels.agreement import Coverage, Disagreement, coverage, disagreements
 from ragexp.labels.collect import (
     Labels,
     calibrate_run,
@@ -98,6 +99,10 @@ class Calibrated:
     """The run's calibration pass threshold."""
     logged: dict[str, float] = field(default_factory=dict)
     """The ``calibration.*`` and ``ppi.*`` metrics logged on the run (none: too few labels)."""
+    coverage: list[Coverage] = field(default_factory=list)
+    """Per labelled metric: the labelled, scored cases calibration counts, and how many it needs."""
+    disagreements: list[Disagreement] = field(default_factory=list)
+    """The labelled cases people and the automatic score put on opposite sides of the threshold."""
 
     def to_json(self) -> dict[str, Any]:
         labels = self.labels
@@ -108,6 +113,8 @@ class Calibrated:
             "carried_over": labels.carried,
             "ignored": labels.ignored,
             **self.trust.to_json(),
+            "coverage": {c.metric: c.to_json() for c in self.coverage},
+            "disagreements": [d.to_json() for d in self.disagreements],
         }
 
 
@@ -122,4 +129,13 @@ def calibrate_labels(run_id: str, *, tracking_uri: str | None = None, say: Say =
     figures = trust.as_metrics()
     if figures:
         store.log_metrics(run_id, figures)
-    return Calibrated(run_id, labels, trust, calibration_settings(data).threshold, figures)
+    settings = calibration_settings(data)
+    return Calibrated(
+        run_id,
+        labels,
+        trust,
+        settings.threshold,
+        figures,
+        coverage(data.scores, labels.human, data.unanswerable, settings.min_labelled),
+        disagreements(data.case_ids, data.scores, labels.human, data.unanswerable, settings.threshold),
+    )

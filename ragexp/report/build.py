@@ -1,8 +1,12 @@
 """Gather a run (and optionally its baseline) from the store and write the report.
 
-The report keeps MindSDK's two columns apart: what is official (metric definitions, ranges,
-directions, required fields, sources) and what this project defined itself (thresholds, dataset,
-baseline), and says in plain words what the run therefore does not prove.
+With a baseline it opens with what changed: every case that got worse, then every case that got
+better. It keeps MindSDK's two columns apart, by each metric's registry flag: what is official
+(metrics defined by ragas / the MindSDK evaluation module, with ranges, directions, required fields
+and sources) and what this project defined itself (its metrics, thresholds, dataset, baseline), and
+says in plain words what the run therefore does not prove. The gate section is the gate that ran on
+the pair (``gate.json`` recorded on the candidate), else says which rule set it applied. A section
+appears only for what the run has.
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ import orjson
 import yaml
 
 from ragexp import __version__, artifacts
+from ragexp.compare.changes import CaseChange, Changes, case_changes
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
-from ragexp.compare.tables import failure_table, metric_table
+from ragexp.compare.release import read_comparison
+from ragexp.compare.tables import metric_table, rule_table
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
-from ragexp.metrics.registry import MetricSpec, headline_metrics
+from ragexp.metrics.registry import MetricSpec, case_values_metric, headline_metrics
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.tables import Table, to_html, to_markdown
@@ -81,21 +87,136 @@ def build_report(
     language = language or config.get("report", {}).get("language") or "zh"
     base = load_run(store, baseline_id) if baseline_id else None
     diff: DiffResult | None = None
-    verdict: GateResult | None = None
+    gate: Gate | None = None
     if base is not None:
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
         diff, verdict = gate_runs(gates, base, run, allow_incomparable=allow_incomparable)
+        gate = Gate.of(store, base, run, verdict, gates)
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = _Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
+    if base is not None:
+        _what_changed(doc, case_changes(base, run), base, language)
     _identity(doc, run, base, language)
-    _columns(doc, run, base, config, specs, language)
+    _columns(doc, run, base, config, specs, language, gate)
     _results(doc, run, specs, language)
     _trust(doc, run, config, specs, language)
     _audit(doc, store, run, language)
-    if diff is not None and verdict is not None and base is not None:
-        _comparison(doc, diff, verdict, base, run, language)
+    if diff is not None and gate is not None and base is not None:
+        _comparison(doc, diff, base, run, language)
+        _gate(doc, gate, language)
+        _stage(doc, diff, language)
     return Report("\n".join(doc.md).strip() + "\n", _page(doc, language, run), doc.svgs), language
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The gate the report shows: the one ``ragexp gate`` ran on this pair (its recorded
+    ``gate.json``), else the candidate's configured rule set applied here."""
+
+    result: GateResult
+    ran: bool
+    """True: recorded by ``ragexp gate`` on the candidate for this baseline."""
+    path: str
+    """Where the candidate keeps (or would keep) the gate of this pair."""
+    config: dict[str, Any]
+    """The rule set: ``gates`` (its name), ``rules`` (metric -> bounds), ``max_error_rate``."""
+
+    @classmethod
+    def of(cls, store: Store, base: RunData, run: RunData, configured: GateResult, gates: GatesConfig) -> Gate:
+        path = f"comparisons/{base.run_id}/gate.json"
+        recorded = read_comparison(store, run.run_id, base.run_id, "gate.json")
+        if recorded is not None and recorded.get("rules") is not None:
+            config = recorded.get("config") or {}
+            return cls(GateResult.from_json(recorded), True, path, config)
+        config = {
+            "gates": gates.name,
+            "rules": {name: rule.model_dump(exclude_none=True) for name, rule in gates.rules.items()},
+            "max_error_rate": gates.max_error_rate,
+        }
+        return cls(configured, False, path, config)
+
+
+def _what_changed(doc: _Doc, changes: Changes, base: RunData, language: str) -> None:
+    """Every case that got worse, then every case that got better, with what both runs did."""
+    doc.heading(t("what_changed", language))
+    doc.para(
+        t(
+            "what_changed_intro",
+            language,
+            baseline=base.run_id,
+            worse=changes.worse_count,
+            better=changes.better_count,
+        )
+    )
+    if not changes.worse_count and not changes.better_count:
+        doc.para(t("none_changed", language))
+        return
+    doc.table(
+        [t("metric", language), t("cases_worse", language), t("cases_better", language)],
+        [[name, str(worse), str(better)] for name, (worse, better) in changes.per_metric.items()],
+    )
+    for key, listed, count in (
+        ("got_worse", changes.worse, changes.worse_count),
+        ("got_better", changes.better, changes.better_count),
+    ):
+        if not count:
+            continue
+        doc.heading(t(key, language, n=count), 3)
+        reasons = any(_reasons(change) for change in listed)
+        headers = [
+            "id",
+            t("question", language),
+            t("moved_on", language),
+            t("baseline_retrieved", language),
+            t("baseline_answer", language),
+            t("candidate_retrieved", language),
+            t("candidate_answer", language),
+        ]
+        rows = [_change_row(change, language) for change in listed]
+        if reasons:
+            headers.append(t("why", language))
+            for row, change in zip(rows, listed, strict=True):
+                row.append(_reasons(change))
+        doc.table(headers, rows)
+        if count > len(listed):
+            doc.para(t("more_cases", language, n=count - len(listed)))
+
+
+def _change_row(change: CaseChange, language: str) -> list[str]:
+    errors = case_values_metric("errored").name
+    moved = []
+    for m in change.moves:
+        if m.metric == errors:
+            moved.append(t("now_errors" if (m.candidate or 0) > (m.baseline or 0) else "no_longer_errors", language))
+        else:
+            moved.append(f"{m.metric} {fmt(m.baseline, 2)} → {fmt(m.candidate, 2)}")
+
+    def answer(side: Any) -> str:
+        if side.error:
+            return f"{t('errored', language)}: {str(side.error)[:200]}"
+        return str(side.answer or "")[:200]
+
+    return [
+        change.case_id,
+        change.question[:120],
+        "; ".join(moved),
+        ", ".join(change.baseline.retrieved_ids[:5]) or "—",
+        answer(change.baseline),
+        ", ".join(change.candidate.retrieved_ids[:5]) or "—",
+        answer(change.candidate),
+    ]
+
+
+def _reasons(change: CaseChange) -> str:
+    """The candidate's rationale for each metric the case moved on, the baseline's beside it."""
+    parts = []
+    for m in change.moves:
+        now, before = change.candidate.rationale.get(m.metric), change.baseline.rationale.get(m.metric)
+        if now or before:
+            text = f"{m.metric}: {now or '—'}"
+            parts.append(f"{text} (baseline: {before})" if before and before != now else text)
+    return "; ".join(parts)[:600]
 
 
 def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> None:
@@ -129,51 +250,51 @@ def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> N
 
 
 def _columns(
-    doc: _Doc, run: RunData, base: RunData | None, config: dict[str, Any], specs: list[MetricSpec], language: str
+    doc: _Doc,
+    run: RunData,
+    base: RunData | None,
+    config: dict[str, Any],
+    specs: list[MetricSpec],
+    language: str,
+    gate: Gate | None = None,
 ) -> None:
-    doc.heading(t("official", language))
-    rows = []
-    for spec in specs:
-        high = "∞" if spec.high is None else f"{spec.high:g}"
-        source = _source(spec, language)
-        definition = spec.describe(language)
-        rows.append(
-            [
-                spec.name,
-                definition,
-                f"[{spec.low:g}, {high}]",
-                t(spec.direction, language),
-                ", ".join(sorted(spec.needs)) or "—",
-                source,
-            ]
+    """MindSDK's two columns, split by each metric's registry flag (``MetricSpec.official``)."""
+    official = [spec for spec in specs if spec.official]
+    project = [spec for spec in specs if not spec.official]
+    headers = [
+        t("metric", language),
+        t("definition", language),
+        t("range", language),
+        t("direction", language),
+        t("fields", language),
+    ]
+    if official:
+        doc.heading(t("official", language))
+        doc.table([*headers, t("source", language)], [[*_metric_row(spec, language), spec.source] for spec in official])
+    doc.heading(t("self_defined", language))
+    if project:
+        doc.heading(t("project_metrics", language), 3)
+        doc.table(
+            [*headers, t("source", language)],
+            [[*_metric_row(spec, language), _source(spec, language)] for spec in project],
         )
-    doc.table(
-        [
-            t("metric", language),
-            t("definition", language),
-            t("range", language),
-            t("direction", language),
-            t("fields", language),
-            t("source", language),
-        ],
-        rows,
-    )
-    yours = [spec.name for spec in specs if spec.custom is not None]
+    yours = [spec.name for spec in project if spec.custom is not None]
     if yours:
         doc.para(t("yours_note", language, names=", ".join(yours)))
-    doc.heading(t("self_defined", language))
     dataset = config.get("dataset", {})
-    gates = config.get("gates", {})
+    gates = gate.config if gate is not None else config.get("gates", {})
     rules = "; ".join(
         f"{metric}: " + ", ".join(f"{k}={v}" for k, v in rule.items() if v is not None and v is not False)
-        for metric, rule in gates.get("rules", {}).items()
+        for metric, rule in (gates.get("rules") or {}).items()
     )
     if gates.get("max_error_rate") is not None:
         rules += f"; max_error_rate={gates['max_error_rate']}"
+    name = gates.get("gates") or gates.get("name") or "—"
+    doc.heading(t("project_choices", language), 3)
     doc.table(
         [t("item", language), t("value", language), t("who", language)],
         [
-            [t("thresholds", language), f"{gates.get('name', '—')}: {rules or '—'}", t("self", language)],
+            [t("thresholds", language), f"{name}: {rules or '—'}", t("self", language)],
             [
                 t("eval_dataset", language),
                 f"{dataset.get('name', '—')} · {len(run.case_ids)} {t('cases', language)} · "
@@ -189,7 +310,23 @@ def _columns(
         ],
     )
     doc.heading(t("not_proved", language), 3)
-    doc.para(t("honesty", language, n=len(run.case_ids), author=dataset.get("author", "unknown")))
+    honesty = [t("honesty", language, n=len(run.case_ids), author=dataset.get("author", "unknown"))]
+    if project:
+        honesty.append(t("honesty_project", language, names=", ".join(spec.name for spec in project)))
+    if official:
+        honesty.append(t("honesty_official", language, names=", ".join(spec.name for spec in official)))
+    doc.para(("" if language == "zh" else " ").join(honesty))
+
+
+def _metric_row(spec: MetricSpec, language: str) -> list[str]:
+    high = "∞" if spec.high is None else f"{spec.high:g}"
+    return [
+        spec.name,
+        spec.describe(language),
+        f"[{spec.low:g}, {high}]",
+        t(spec.direction, language),
+        ", ".join(sorted(spec.needs)) or "—",
+    ]
 
 
 def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) -> None:
@@ -226,15 +363,12 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
                 plots.histogram(values, spec.name, spec.low, spec.high),
                 f"{t('histogram', language)}: {spec.name} ({t(spec.direction, language)})",
             )
-    doc.heading(t("errors_list", language), 3)
     errored = [i for i in range(len(run.case_ids)) if run.errored[i]]
-    if errored:
+    if errored:  # none: the table's errored column says 0, and no section lists nothing
+        doc.heading(t("errors_list", language), 3)
         doc.table(
             ["id", t("why", language)], [[run.case_ids[i], str(run.row(i).get("error"))[:300]] for i in errored[:50]]
         )
-    else:
-        doc.para(t("no_errors", language))
-    doc.heading(t("worst_cases", language), 3)
     badness = np.zeros(len(run.case_ids))
     for name, values in run.scores.items():
         known = run.spec(name)
@@ -244,6 +378,8 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
         badness += (1 - normal) if known.direction == "higher" else normal
     rows = []
     for i in np.argsort(-badness, kind="stable")[:WORST]:
+        if badness[i] <= 0:  # a case at full marks on every metric is no worst case
+            break
         row = run.row(int(i))
         output = row.get("output") or {}
         rows.append(
@@ -255,9 +391,12 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
                 ", ".join(f"{k}={fmt(v, 2)}" for k, v in row["metrics"].items()),
             ]
         )
-    doc.table(
-        ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)], rows
-    )
+    if rows:
+        doc.heading(t("worst_cases", language), 3)
+        doc.table(
+            ["id", t("question", language), t("answer", language), t("retrieved", language), t("metric", language)],
+            rows,
+        )
 
 
 def _source(spec: MetricSpec, language: str) -> str:
@@ -273,7 +412,9 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
     if not labelled:
         return
     threshold = float(config.get("calibration", {}).get("threshold", 0.5))
-    doc.heading(t("trust", language))
+    # Without a judge the scores people checked are computed by code: no judge to trust.
+    judged = any(spec.judge for spec in labelled)
+    doc.heading(t("trust" if judged else "trust_automatic", language))
     doc.para(t("trust_intro", language, threshold=f"{threshold:g}"))
     rows = []
     for spec in labelled:
@@ -345,9 +486,9 @@ def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
     )
 
 
-def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData, run: RunData, language: str) -> None:
+def _comparison(doc: _Doc, diff: DiffResult, base: RunData, run: RunData, language: str) -> None:
     doc.heading(t("comparison", language))
-    doc.render(metric_table(diff, language, marks=True))
+    doc.render(metric_table(diff, language))
     with_ci = [m for m in diff.metrics if m.ci_low is not None and m.ci_high is not None and m.delta is not None]
     if with_ci:
         doc.figure(
@@ -370,13 +511,25 @@ def _comparison(doc: _Doc, diff: DiffResult, verdict: GateResult, base: RunData,
             plots.scatter(base.scores[name], candidate.scores[name], name),
             f"{t('scatter', language)}: {name}",
         )
+
+
+def _gate(doc: _Doc, gate: Gate, language: str) -> None:
+    """The gate that ran on this pair, rule by rule; else the rule set applied here, said so."""
+    result = gate.result
     doc.heading(t("gate", language), 3)
-    word = t("verdict_passed", language) if verdict.passed else t("verdict_failed", language)
-    doc.para(f"{verdict.gates}: {word} ({len(verdict.failures)}/{verdict.checked})")
-    if verdict.failures:
-        doc.render(failure_table(verdict, language))
+    if gate.ran:
+        doc.para(t("gate_ran", language, path=gate.path))
+    else:
+        doc.para(t("gate_not_ran", language, path=gate.path, gates=result.gates, n=result.checked))
+    word = t("verdict_passed", language) if result.passed else t("verdict_failed", language)
+    doc.para(t("gate_verdict", language, gates=result.gates, word=word, failed=len(result.failures), n=result.checked))
+    doc.render(rule_table(result, language))
+
+
+def _stage(doc: _Doc, diff: DiffResult, language: str) -> None:
+    """The likely stage, in the words ``ragexp diff`` prints (:meth:`Hint.text`)."""
     doc.heading(t("stage", language), 3)
-    for line in diff.diagnosis or [t("no_diagnosis", language)]:
+    for line in [hint.text(language) for hint in diff.diagnosis] or [t("no_diagnosis", language)]:
         doc.para(line)
 
 
