@@ -32,6 +32,10 @@ PREVIEW_CHARS = limits.PREVIEW.chars
 SPAN_TEXT_CHARS = 20_000
 """Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
 cases.jsonl, never in the trace store."""
+SPAN_ITEMS = 100
+"""Ids a stage span lists (the rest are in cases.jsonl)."""
+RETRIEVE = "retrieve"
+"""The retriever span, and the stage detail whose scores its documents carry."""
 
 
 @dataclass(slots=True)
@@ -62,6 +66,8 @@ class CaseTrace:
     feedback: list[FeedbackRecord] = field(default_factory=list)
     doc_ids: list[str] = field(default_factory=list)
     """The document of each retrieved chunk, when the system named it (the documents' ``doc_uri``)."""
+    stages: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    """What each stage produced (``SystemOutput.stages``), shown on its span."""
     language: str = "en"
     """The run's ``report.language``: the words of the response preview a reviewer reads."""
 
@@ -280,6 +286,7 @@ def build_traces(
                 expectations=case_expectations(case),
                 feedback=feedback,
                 doc_ids=list(output.doc_ids) if output is not None else [],
+                stages=dict(output.stages or {}) if output is not None else {},
                 language=language,
             )
         )
@@ -329,8 +336,10 @@ def plan_trace(case: CaseTrace) -> PlannedTrace:
 
 
 def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[PlannedSpan]:
-    """Root span (request -> answer), a retriever span with the ranked documents, and one span
-    per stage the system timed, laid end to end so the timeline shows where the time went."""
+    """Root span (request -> answer), a retriever span with the ranked documents (and their
+    retrieval scores when the system gave them), and one span per stage the system timed or
+    described, laid end to end so the timeline shows where the time went; a stage span carries
+    what the stage produced (its ranked ids with their scores; a reranker's order in, too)."""
     root_id = _span_id()
     error = case.error
     root_inputs = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
@@ -339,6 +348,7 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
     spans = [PlannedSpan(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]
     if error is not None:
         return spans
+    scores = _retrieval_scores(case)
     # A system that returns texts without ids (evidence is matched by text) still shows them.
     ids = case.ranked_ids or [""] * len(case.contexts)
     documents = [
@@ -349,29 +359,60 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
                 "doc_uri": case.doc_ids[i] if i < len(case.doc_ids) and case.doc_ids[i] else doc_id,
                 "chunk_id": doc_id,
                 "rank": i + 1,
+                **({"score": scores[i]} if scores is not None and i < len(scores) else {}),
             },
         }
         for i, doc_id in enumerate(ids)
     ]
-    retrieval_stages = [stage for stage in case.timings if stage != "model"]
-    retrieve_ns = sum(int(case.timings[s] * 1e9) for s in retrieval_stages) or max(duration_ns // 2, 1)
+    described = [stage for stage in case.stages if stage != RETRIEVE and stage not in case.timings]
+    stages = [*case.timings, *described]
+    retrieval_stages = [stage for stage in stages if stage != "model"]
+    retrieve_ns = sum(int(case.timings.get(s, 0.0) * 1e9) for s in retrieval_stages) or max(duration_ns // 2, 1)
     retriever_id = _span_id()
     query = {"query": cut(case.question, SPAN_TEXT_CHARS)}
     spans.append(
         PlannedSpan(
-            "retrieve", "RETRIEVER", retriever_id, root_id, start_ns, start_ns + retrieve_ns, query, documents, None
+            RETRIEVE, "RETRIEVER", retriever_id, root_id, start_ns, start_ns + retrieve_ns, query, documents, None
         )
     )
     cursor = start_ns
-    for stage, seconds in case.timings.items():
-        stage_ns = max(int(seconds * 1e9), 1)
+    for stage in stages:
+        seconds = case.timings.get(stage)
+        stage_ns = max(int((seconds or 0.0) * 1e9), 1)
         parent = retriever_id if stage in retrieval_stages else root_id
         kind = "LLM" if stage == "model" else ("EMBEDDING" if "embed" in stage else "UNKNOWN")
-        spans.append(
-            PlannedSpan(stage, kind, _span_id(), parent, cursor, cursor + stage_ns, None, {"seconds": seconds}, None)
-        )
+        inputs, outputs = _stage_detail(case.stages.get(stage), seconds)
+        spans.append(PlannedSpan(stage, kind, _span_id(), parent, cursor, cursor + stage_ns, inputs, outputs, None))
         cursor += stage_ns
     return spans
+
+
+def _retrieval_scores(case: CaseTrace) -> list[Any] | None:
+    """The scores of the ranked documents, when the ``retrieve`` stage gave them for these ids."""
+    detail = case.stages.get(RETRIEVE) or {}
+    scores, ids = detail.get("scores"), detail.get("ids")
+    if scores is None or ids != case.ranked_ids:
+        return None
+    return scores
+
+
+def _stage_detail(detail: dict[str, list[Any]] | None, seconds: float | None) -> tuple[Any, dict[str, Any]]:
+    """A stage span's inputs (the order it was given) and outputs (its seconds, and what it
+    ranked: each id with its rank and score), the lists cut to :data:`SPAN_ITEMS`."""
+    outputs: dict[str, Any] = {} if seconds is None else {"seconds": seconds}
+    if not detail:
+        return None, outputs
+    ids, scores = detail.get("ids") or [], detail.get("scores")
+    if ids:
+        outputs["ranked"] = [
+            {"rank": rank, "id": doc_id, **({"score": scores[rank - 1]} if scores is not None else {})}
+            for rank, doc_id in enumerate(ids[:SPAN_ITEMS], start=1)
+        ]
+        if len(ids) > SPAN_ITEMS:
+            outputs["more"] = f"{len(ids) - SPAN_ITEMS} more in cases.jsonl"
+    given = detail.get("ids_in")
+    inputs = {"ids": given[:SPAN_ITEMS]} if given else None
+    return inputs, outputs
 
 
 def _span_id() -> int:

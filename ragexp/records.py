@@ -27,6 +27,10 @@ class SystemOutput:
     doc_ids: list[str] = field(default_factory=list)
     """The document each retrieved chunk comes from, aligned with ``ranked_ids``/``contexts``
     (empty: the system does not say; an empty string: it does not say for that chunk)."""
+    stages: dict[str, dict[str, list[Any]]] | None = None
+    """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
+    best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
+    reranker). Shown on the case's stage spans; None: the system reports none."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -41,6 +45,8 @@ class SystemOutput:
             data["ttft_seconds"] = self.ttft_seconds
         if self.doc_ids:
             data["doc_ids"] = self.doc_ids
+        if self.stages is not None:
+            data["stages"] = self.stages
         return data
 
     @classmethod
@@ -55,6 +61,7 @@ class SystemOutput:
             timings=data.get("timings"),
             ttft_seconds=data.get("ttft_seconds"),
             doc_ids=list(data.get("doc_ids", [])),
+            stages=data.get("stages"),
         )
 
 

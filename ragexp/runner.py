@@ -19,7 +19,7 @@ import numpy as np
 
 from ragexp import __version__, limits
 from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_checkpoint, run_lock
-from ragexp.config.compose import compose
+from ragexp.config.compose import compose, metric_sets
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
@@ -34,7 +34,14 @@ from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
-from ragexp.metrics.registry import MetricSpec, check_evidence, check_requirements, parse_metric_names
+from ragexp.metrics.registry import (
+    MetricSpec,
+    can_score,
+    check_evidence,
+    check_requirements,
+    needed_outputs,
+    parse_metric_names,
+)
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
@@ -158,25 +165,10 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
         documents = None
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
-    judge_specs = [spec for spec in specs if spec.judge]
-    if judge_specs and config.provider.judge is None:
-        first = judge_specs[0]
-        who = f"{first.custom.key}: the rubric '{first.name}'" if first.custom else f"metric '{first.name}'"
-        raise MetricError(
-            f"{who} needs an LLM judge, and provider {config.provider.name} has none "
-            "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
-        )
-    settings = RunSettings(k=config.k, concurrency=config.concurrency, dataset=config.dataset)
-    provider = build_provider(config.provider.system, settings)
-    outputs = provider.output_fields(dataset)
-    if dataset.has_evidence:
-        outputs = check_evidence(
-            specs, dataset.cases, outputs, dataset=config.dataset.name, provider=config.provider.name
-        )
-    check_requirements(specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name)
+    provider = check_config(config, dataset, specs)
     provider.preflight(dataset)
     scorer, judge = None, "none"
-    if judge_specs and config.provider.judge is not None:
+    if any(spec.judge for spec in specs) and config.provider.judge is not None:
         from ragexp.metrics.judge.scorer import JudgeScorer
 
         scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
@@ -190,6 +182,66 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         findings = audit(dataset, corpus.texts)
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
     return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
+
+
+def check_config(
+    config: RagexpConfig, dataset: Dataset, specs: Sequence[MetricSpec], *, concurrency: int | None = None
+) -> Provider:
+    """Every check of a run's config against its dataset that contacts nothing and runs no
+    code of the system (``run`` makes them, and ``validate`` without ``--probe``): a judge for
+    the judge metrics, the system's own config (expressions, templates, secrets, files), and
+    each metric's fields against what the dataset and the system give. The provider it built."""
+    judge_specs = [spec for spec in specs if spec.judge]
+    if judge_specs and config.provider.judge is None:
+        first = judge_specs[0]
+        who = f"{first.custom.key}: the rubric '{first.name}'" if first.custom else f"metric '{first.name}'"
+        raise MetricError(
+            f"{who} needs an LLM judge, and provider {config.provider.name} has none "
+            "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
+        )
+    settings = RunSettings(
+        k=config.k,
+        concurrency=config.concurrency if concurrency is None else concurrency,
+        dataset=config.dataset,
+        outputs=needed_outputs(specs),
+    )
+    provider = build_provider(config.provider.system, settings)
+    outputs = provider.output_fields(dataset)
+    if dataset.has_evidence:
+        outputs = check_evidence(
+            specs, dataset.cases, outputs, dataset=config.dataset.name, provider=config.provider.name
+        )
+    try:
+        check_requirements(
+            specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name
+        )
+    except MetricError as exc:
+        raise MetricError(f"{exc}{metrics_that_fit(config, specs, dataset.label_fields, outputs)}") from None
+    provider.check(dataset)
+    return provider
+
+
+def metrics_that_fit(
+    config: RagexpConfig, specs: Sequence[MetricSpec], labels: frozenset[str], outputs: frozenset[str]
+) -> str:
+    """The fix for a metric set the dataset or system cannot be scored on: the named sets that
+    fit, and the chosen metrics that do."""
+    judged = config.provider.judge is not None
+
+    def fits(chosen: Sequence[MetricSpec]) -> bool:
+        return all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in chosen)
+
+    ways = []
+    for name, names in metric_sets().items():
+        try:
+            if fits(parse_metric_names(list(names))):
+                ways.append(f"metrics={name}")
+        except MetricError:
+            continue
+    kept = [spec.name for spec in specs if fits([spec]) and spec.custom is None]
+    if kept and len(kept) < len(specs):
+        ways.append(f"metrics.names=[{','.join(kept)}]")
+    return f"; metrics that fit: {' or '.join(ways)}" if ways else ""
 
 
 def check_store_fields(config: RagexpConfig) -> None:

@@ -8,26 +8,36 @@ import asyncio
 import email.utils
 import gc
 import random
+import re
 import signal
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
 from ragexp.errors import ProviderError
+from ragexp.escape import terminal
 from ragexp.secrets import mask_url, scrub
 
 T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_BACKOFF = 30.0
 MAX_RETRY_AFTER = 120.0
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte-order mark some servers (and Windows tools behind them) put first: not data."""
+ERROR_BODY_BYTES = 16_384
+"""How much of an error reply is read for the server's reason (the rest is not read)."""
+REASON_CHARS = 200
+"""Characters of a server's reason kept in a case's error."""
+PREVIEW_CHARS = 60
+"""Characters of an unreadable reply shown in its error."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,40 @@ class CallFailed(Exception):
 
 
 class BadReply(CallFailed):
-    """The server answered 2xx, but the body is unusable (not JSON, too large)."""
+    """The server answered 2xx, but the body is unusable (not JSON, too large, not decodable)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, transport=False)
+
+
+HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, httpx.CookieConflict)
+"""Every exception httpx raises (its own hierarchy has four roots)."""
+
+
+def classify(exc: BaseException) -> CallFailed | None:
+    """Every exception httpx raises, as what it means for the call: a transport failure (the
+    network or the server's connection: retried, counted toward aborting, asked again by
+    ``--resume``) or a reply that cannot be used (that case's error). None: not httpx's."""
+    if isinstance(exc, httpx.TimeoutException):
+        return CallFailed("timed out", transport=True)
+    if isinstance(exc, httpx.TransportError):
+        return CallFailed(describe(exc), transport=True)
+    if isinstance(exc, httpx.DecodingError):
+        return BadReply(f"the reply could not be decoded ({_exception_text(exc)})")
+    if isinstance(exc, httpx.TooManyRedirects):
+        return CallFailed(f"too many redirects ({_exception_text(exc)})", transport=False)
+    if isinstance(exc, HTTPX_ERRORS):
+        return CallFailed(f"request failed ({_exception_text(exc)})", transport=False)
+    return None
+
+
+def _exception_text(exc: BaseException) -> str:
+    name = type(exc).__name__
+    try:
+        text = " ".join(mask_url(str(exc)).split())
+    except Exception:  # an exception whose message cannot be printed still has a type
+        text = ""
+    return f"{name}: {text}" if text else name
 
 
 @dataclass
@@ -70,6 +110,16 @@ class Reply:
     """The parsed JSON body (strict JSON: no NaN or Infinity, nesting and integers bounded)."""
     latency: float
     """Seconds taken by the successful attempt."""
+
+
+class Body(Protocol):
+    """What reading a reply's body needs: its headers and its decoded bytes (an
+    ``httpx.Response``, or a wrapper that keeps what it reads)."""
+
+    @property
+    def headers(self) -> httpx.Headers: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
 
 ReadBody = Callable[[httpx.Response, int, float], Awaitable[Any]]
@@ -97,7 +147,7 @@ async def call_json(
     string (GET); the reply read by ``read`` (default: the whole body as strict JSON), within
     the deadline and the size cap of every attempt."""
     attempts = policy.max_retries + 1
-    last = "no attempt made"
+    last, reason = "no attempt made", ""
     for attempt in range(attempts):
         delay: float | None = None
         started = time.perf_counter()
@@ -105,33 +155,36 @@ async def call_json(
             async with asyncio.timeout(policy.timeout_s):
                 request = client.build_request(method, url, json=body, params=params)
                 status, headers, data = await _send(client, request, policy.max_response_bytes, read, started)
-        except TimeoutError:
-            last = f"timed out after {policy.timeout_s:g} s"
-        except httpx.TimeoutException:
-            last = f"timed out after {policy.timeout_s:g} s"
-        except httpx.TransportError as exc:
-            last = describe(exc)
+        except (TimeoutError, httpx.TimeoutException):
+            last, reason = f"timed out after {policy.timeout_s:g} s", ""
+        except HTTPX_ERRORS as exc:
+            failed = classify(exc)
+            if failed is None:  # pragma: no cover - classify knows every exception of HTTPX_ERRORS
+                raise
+            if not failed.transport:
+                raise failed from None
+            last, reason = str(failed), ""
         else:
             if status < 300:
                 return Reply(data if read is not None else parse_json(data), time.perf_counter() - started)
-            last = f"HTTP {status}"
+            last, reason = f"HTTP {status}", server_reason(data)
             if status not in RETRY_STATUS:
-                raise CallFailed(f"{last} (not retried)", transport=False)
+                raise CallFailed(f"{last} (not retried){reason}", transport=False)
             if status == 429:
                 delay = retry_after(headers.get("retry-after"))
         if attempt + 1 < attempts:
             await asyncio.sleep(delay if delay is not None else backoff(policy.backoff_s, attempt))
-    raise CallFailed(f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}", transport=True)
+    raise CallFailed(f"{last} after {attempts} attempt{'s' if attempts > 1 else ''}{reason}", transport=True)
 
 
 async def _send(
     client: httpx.AsyncClient, request: httpx.Request, cap: int, read: ReadBody | None, started: float
 ) -> tuple[int, httpx.Headers, Any]:
-    """One attempt; an error reply's body is not read (only its status matters)."""
+    """One attempt; of an error reply only the start is read (for the server's reason)."""
     response = await client.send(request, stream=True)
     try:
         if response.status_code >= 300:
-            return response.status_code, response.headers, b""
+            return response.status_code, response.headers, await read_start(response, ERROR_BODY_BYTES)
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
             raise BadReply(f"response of {int(declared):,} bytes is larger than max_response_bytes ({cap:,})")
@@ -142,7 +195,7 @@ async def _send(
         await response.aclose()
 
 
-async def read_capped(response: httpx.Response, cap: int) -> bytes:
+async def read_capped(response: Body, cap: int) -> bytes:
     """The whole body, refused past ``cap`` bytes without reading further."""
     chunks, size = [], 0
     async for chunk in response.aiter_bytes():
@@ -153,17 +206,96 @@ async def read_capped(response: httpx.Response, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_json(data: bytes) -> Any:
-    """Strict JSON. Python's json accepts NaN and Infinity and recurses without bound; orjson
-    refuses both, and turns integers beyond 64 bits into floats (which type checks then refuse)."""
+async def read_start(response: httpx.Response, cap: int) -> bytes:
+    """At most ``cap`` bytes of the body; the rest is not read. Nothing when it cannot be read:
+    what matters of an error reply is its status."""
+    chunks, size = [], 0
     try:
-        return orjson.loads(data)
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= cap:
+                break
+    except (httpx.HTTPError, httpx.StreamError):
+        pass
+    return b"".join(chunks)[:cap]
+
+
+_REASON_KEYS = ("message", "error_description", "detail", "error", "reason", "msg", "title", "description")
+_TAG = re.compile(r"<[^>]{0,1000}>")
+_SPACES = re.compile(r"[ \t\r\n]+")
+
+
+def server_reason(body: bytes) -> str:
+    """What an error reply says went wrong, as ``": reason"`` (empty when it says nothing): the
+    message of a JSON error envelope (``message``, ``error.message``, ``detail``, ...), else the
+    body's text without markup; one line of at most :data:`REASON_CHARS` characters, invisible
+    characters shown as escapes (secrets are masked where the reason is used)."""
+    body = body.removeprefix(BOM)
+    if not body.strip():
+        return ""
+    try:
+        found = _reason_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        found = None
+    text = found if found is not None else _TAG.sub(" ", body.decode("utf-8", "replace"))
+    text = " ".join(text.split())
+    if not text:
+        return ""
+    if len(text) > REASON_CHARS:
+        text = text[:REASON_CHARS] + "…"
+    return f": {terminal(text)}"
+
+
+def _reason_of(data: Any, depth: int = 0) -> str | None:
+    if isinstance(data, str):
+        return data
+    if depth > 3:
+        return None
+    if isinstance(data, dict):
+        for key in _REASON_KEYS:
+            if key in data:
+                found = _reason_of(data[key], depth + 1)
+                if found:
+                    return found
+        return orjson.dumps(data).decode()
+    if isinstance(data, list) and data:  # FastAPI: "detail": [{"msg": ...}, ...]
+        return _reason_of(data[0], depth + 1)
+    return orjson.dumps(data).decode() if data is not None else None
+
+
+def parse_json(data: bytes, what: str = "response") -> Any:
+    """Strict JSON. Python's json accepts NaN and Infinity and recurses without bound; orjson
+    refuses both, and turns integers beyond 64 bits into floats (which type checks then refuse).
+    A UTF-8 byte-order mark before the value is not part of it. ``what`` names the value in
+    the error."""
+    try:
+        return orjson.loads(data.removeprefix(BOM))
     except orjson.JSONDecodeError as exc:
-        text = data[:2000].decode("utf-8", "replace")
-        preview = " ".join(text.split())
-        preview = preview[:60] + ("..." if len(preview) > 60 else "")
-        what = "too deeply nested" if "depth" in str(exc) else "not JSON"
-        raise BadReply(f"response is {what} ({preview})") from None
+        kind = "too deeply nested" if "depth" in str(exc) else "not JSON"
+        if not data.strip():
+            raise BadReply(f"{what} is empty") from None
+        if exc.doc:
+            preview = unreadable(exc.doc, exc.pos)
+        else:  # not UTF-8: orjson gives no text to point into
+            preview = "not UTF-8: " + unreadable(data[: PREVIEW_CHARS * 2].decode("utf-8", "backslashreplace"), None)
+        raise BadReply(f"{what} is {kind} ({preview})") from None
+
+
+def unreadable(text: str, position: int | None) -> str:
+    """A short preview of ``text`` that shows the characters where reading it failed: its
+    start when that is where, else the characters around ``position`` (a character offset);
+    invisible characters (a NUL, a stray byte-order mark) shown as escapes."""
+    if position is None or position < PREVIEW_CHARS:
+        return _shown(text[: PREVIEW_CHARS * 2], PREVIEW_CHARS)
+    start = max(0, position - PREVIEW_CHARS // 2)
+    window = _shown(text[start : position + PREVIEW_CHARS // 2], PREVIEW_CHARS)
+    return f"at character {position:,}: …{window}"
+
+
+def _shown(text: str, limit: int) -> str:
+    flat = terminal(_SPACES.sub(" ", text).strip())
+    return flat[:limit] + ("..." if len(flat) > limit else "")
 
 
 class AbortWatch:

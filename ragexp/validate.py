@@ -17,10 +17,13 @@ from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, sh
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
+from ragexp.metrics.custom import load_custom
+from ragexp.metrics.registry import parse_metric_names
 from ragexp.paths import data_roots
-from ragexp.providers.base import RunSettings, build_provider
+from ragexp.providers.base import Provider
+from ragexp.providers.mapping import NEEDED
 from ragexp.records import Case
-from ragexp.runner import check_store_fields
+from ragexp.runner import check_config, check_store_fields
 from ragexp.secrets import mask_url
 from ragexp.tracking.store import resolve_uri
 
@@ -35,7 +38,9 @@ class DatasetCheck:
 
     @property
     def probe_failed(self) -> bool:
-        return bool(self.summary.get("probe", {}).get("error"))
+        """The probe's call or reply failed, or an output the chosen metrics read was not found."""
+        probe = self.summary.get("probe", {})
+        return bool(probe.get("error")) or any(NEEDED in text for text in probe.get("missing", {}).values())
 
 
 def check_dataset(
@@ -68,6 +73,11 @@ def check_dataset(
         say(f"warning: evidence not checked: the configured corpus {corpus_file} holds none of the documents it names")
         documents = None
     dataset = resolve_evidence(dataset, documents, rule, corpus_key="--corpus" if corpus else "dataset.corpus")
+    provider = None
+    if config is not None:
+        # What run checks before any work, so that validate says ok only where run would start.
+        specs = parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs)
+        provider = check_config(config, dataset, specs, concurrency=1)
     findings = None
     if chunks is not None:
         if corpus is None and path is None and not shares_ids(dataset, chunks.texts):
@@ -98,9 +108,9 @@ def check_dataset(
         summary["corpus"] = str(corpus_file)
         summary["findings"] = [finding.to_json() for finding in findings]
     if probe:
-        if config is None:
+        if provider is None:
             raise ConfigError("--probe asks the configured system: it does not go with --path")
-        summary["probe"] = probe_system(config, dataset)
+        summary["probe"] = probe_system(provider, dataset)
     return DatasetCheck(summary, findings)
 
 
@@ -137,10 +147,9 @@ def _files(
     return config, resolve_path(config.dataset.path, data_roots()), config.dataset.format, corpus_file
 
 
-def probe_system(config: RagexpConfig, dataset: Dataset) -> dict[str, Any]:
-    """One real request for the dataset's first case (``validate --probe``)."""
-    settings = RunSettings(k=config.k, concurrency=1, dataset=config.dataset)
-    provider = build_provider(config.provider.system, settings)
+def probe_system(provider: Provider, dataset: Dataset) -> dict[str, Any]:
+    """One real request for the dataset's first case (``validate --probe``), read as a run
+    reads it: an output the chosen metrics need that the reply does not give fails the probe."""
     provider.preflight(dataset)
     return provider.probe(dataset.cases[0])
 

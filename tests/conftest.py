@@ -189,6 +189,30 @@ SYSTEM_TESTS: dict[str, Sequence[str]] = {
         "test_runs_of_different_chunkings_on_the_same_evidence_are_comparable",
         "test_the_sample_service_serves_windows_with_their_documents",
     ),
+    "test_found_nothing.py": (
+        "test_a_json_reply_after_a_byte_order_mark_is_read",
+        "test_a_mapped_service_whose_expression_misses_is_an_error_not_a_zero",
+        "test_a_streamed_service_that_sends_no_text_is_an_error_and_real_endings_are_read",
+        "test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume",
+        "test_the_probe_marks_an_output_no_chosen_metric_reads_and_passes",
+    ),
+    "test_user_code.py": (
+        "test_a_module_that_raises_keyboardinterrupt_at_import_is_its_error",
+        "test_an_import_that_hangs_is_bounded_by_the_timeout",
+        "test_the_probe_keeps_stdout_for_its_report",
+        "test_the_users_ctrl_c_during_a_python_run_is_still_exit_130",
+        "test_what_a_target_prints_goes_to_stderr_escaped_and_json_still_parses",
+    ),
+    "test_stage_spans.py": (
+        "test_a_mapped_services_scores_are_on_the_retrieval_span",
+        "test_the_sample_service_over_http_gives_the_same_stage_detail",
+    ),
+    "test_service_faults.py": (
+        "test_a_4xx_shows_the_servers_reason_masked",
+        "test_a_reply_that_cannot_be_decoded_is_that_cases_error",
+        "test_a_service_without_auth_is_asked_without_a_key",
+        "test_the_probe_reads_an_error_stream_as_the_run_does",
+    ),
     "test_words.py": ("test_demo_pair_diff_words_what_changed_and_the_gate_that_ran",),
 }
 

@@ -102,8 +102,9 @@ def test_faults_are_retried_or_recorded_per_case(ragexp: Any, store_uri: str, tm
     errors = {case: rows[case]["error"] for case in ids if rows[case]["error"]}
     assert errors == {
         "slow-5": "timed out after 0.5 s after 3 attempts",
-        "always500-6": "HTTP 500 after 3 attempts",
-        "bad400-7": "HTTP 400 (not retried)",
+        # The server's own reason ({"error": ...}) follows its status.
+        "always500-6": "HTTP 500 after 3 attempts: boom",
+        "bad400-7": "HTTP 400 (not retried): bad request",
         "badjson-8": "contract: response is not JSON (<html>not json</html>)",
         "contract-9": "contract: 'answer' must be a string",
     }

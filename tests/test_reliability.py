@@ -478,7 +478,7 @@ def test_a_run_where_every_case_errored_exits_1_and_stays_marked(ragexp: Any, st
     with serve(FAULTY) as url:
         result = ragexp("run", "provider=http", f"provider.system.url={url}", f"dataset.path={data}", *FAST)
     assert result.code == 1 and result.stderr.count("\n") == 1
-    assert "every case errored (5 of 5; the first: HTTP 501 (not retried))" in result.stderr
+    assert "every case errored (5 of 5; the first: HTTP 501 (not retried): not implemented)" in result.stderr
     run = only_run(store_uri)
     assert run.info.status == "FAILED" and run.data.tags["ragexp.status"] == "failed"
     assert run.data.metrics["error_count"] == 5  # everything was logged all the same

@@ -169,8 +169,11 @@ def test_terminal_summary_and_runs_listing(ragexp) -> None:
 
 
 def test_validate_command(ragexp, tmp_path: Path) -> None:
-    ok = ragexp("validate", "dataset=scifacts_zh", "--json")
+    ok = ragexp("validate", "dataset=scifacts_zh", "provider=replay", "--json")
     assert ok.code == 0 and ok.json()["case_count"] == 25
+    # validate refuses what run refuses before any work: the sample system cannot answer this set.
+    refused = ragexp("validate", "dataset=scifacts_zh")
+    assert refused.code == 1 and "provider.system.sample.docs: none of the 20 relevant ids" in refused.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "question": "q", "unanswerable": true, "relevant_ids": ["x"]}\n{oops\n')
     result = ragexp("validate", "--path", str(bad))

@@ -377,9 +377,11 @@ def test_a_metric_needing_a_field_the_system_does_not_give_is_refused(
         "run", "system=dify", "provider.system.url=http://127.0.0.1:9/v1/chat-messages", f"dataset.path={data}"
     )
     assert result.code == 1
+    # The refusal names the fix: the packaged sets that fit, and the chosen metrics that do.
     assert result.stderr.strip().splitlines() == [
         "ragexp: error: metric 'citation_precision' needs output field 'citations', which provider dify+none "
-        "does not give for every case of mine"
+        "does not give for every case of mine; metrics that fit: metrics=retrieval or "
+        "metrics.names=[recall_at_k,mrr,ndcg_at_k,answer_accuracy,p95_seconds,error_rate]"
     ]
     answer_only = ragexp(
         "run", "system=openai_chat", f"dataset.path={data}", "metrics.names=[answer_accuracy,recall_at_k]"
@@ -441,7 +443,8 @@ def test_openai_chat_preset_end_to_end(
     rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
     assert rows["c1"]["output"]["answer"] == "fact 8 is documented." and rows["c1"]["output"]["ranked_ids"] == []
     assert rows["c1"]["metrics"]["answer_accuracy"] == 1.0
-    assert rows["c2"]["error"] == "HTTP 400 (not retried)"
+    # A 4xx shows the server's own reason.
+    assert rows["c2"]["error"] == "HTTP 400 (not retried): This model's maximum context length is 8192 tokens."
 
 
 INHOUSE = """\

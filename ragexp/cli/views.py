@@ -214,8 +214,13 @@ def show_probe(report: dict[str, Any]) -> None:
     if "raw" in report:
         for line in str(report["raw"]).splitlines() or [""]:
             print(f"  | {terminal(line)}")
+    missing = report.get("missing", {})
     for key, value in report.get("extracted", {}).items():
-        print(terminal(f"  {key} -> {json.dumps(value, ensure_ascii=False)}"))
+        if key in missing:
+            found = "nothing found" if value is None else json.dumps(value, ensure_ascii=False)
+            print(terminal(f"  {key} -> {found}  <- found nothing: {missing[key]}"))
+        else:
+            print(terminal(f"  {key} -> {json.dumps(value, ensure_ascii=False)}"))
     if report.get("error"):
         print(terminal(f"  error: {report['error']}"))
     elif report.get("output") is not None:

@@ -82,6 +82,27 @@ def _file_url(path: Path) -> str:
     return f"'{text}'" if any(ch in path.as_posix() for ch in ' ,[]{}()=:"$') else text
 
 
+def metric_sets() -> dict[str, list[str]]:
+    """The named metric sets of the config tree (``metrics=NAME``) and their metric names: the
+    user's folder first, then the packaged ones (a file of the user's replaces a packaged one)."""
+    import yaml
+
+    folders = [*([user] if (user := user_conf_dir()) is not None else []), *packaged_trees()]
+    sets: dict[str, list[str]] = {}
+    for folder in folders:
+        for path in sorted((folder / "metrics").glob("*.yaml")):
+            if path.stem in sets:
+                continue
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            names = data.get("names") if isinstance(data, dict) else None
+            if isinstance(names, list) and all(isinstance(name, str) for name in names):
+                sets[path.stem] = names
+    return sets
+
+
 def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
     """Compose the config tree with command-line overrides and validate it."""
     return validate(name_dataset_from_path(compose_raw(overrides), overrides))
@@ -90,9 +111,34 @@ def compose(overrides: Sequence[str] = ()) -> RagexpConfig:
 def from_composed(raw: dict[str, Any], choices: dict[Any, Any], overrides: Sequence[str]) -> RagexpConfig:
     """A config Hydra composed elsewhere (a sweep point: its resolved tree, its group choices and
     its task overrides) finished and validated as :func:`compose` finishes its own."""
-    plain = {str(key): value for key, value in raw.items()}
+    plain = empty_mappings({str(key): value for key, value in raw.items()}, overrides)
     name_provider(plain, choices, overrides)
     return validate(name_dataset_from_path(plain, overrides))
+
+
+_EMPTY_MAPPING = re.compile(r"^\+{0,2}(?P<key>[\w.-]+)=\s*\{\s*\}\s*$")
+
+
+def empty_mappings(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``key={}`` empties the mapping at ``key``: Hydra merges a mapping given on the command
+    line into the one a preset sets, so ``provider.system.headers_env={}`` would keep the
+    preset's Authorization header (and demand its variable) instead of sending none. Keys that a
+    later override sets inside it (``+provider.system.headers_env.X-Api-Key=VAR``) are kept."""
+    for index, item in enumerate(overrides):
+        match = _EMPTY_MAPPING.match(item)
+        if match is None:
+            continue
+        path = match.group("key")
+        *parents, last = path.split(".")
+        node: Any = raw
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or not isinstance(node.get(last), dict):
+            continue
+        inside = [key for key in overridden_keys(overrides[index + 1 :]) if key.startswith(path + ".")]
+        later = {key[len(path) + 1 :].split(".")[0] for key in inside}
+        node[last] = {key: value for key, value in node[last].items() if key in later}
+    return raw
 
 
 def overridden_keys(overrides: Sequence[str]) -> set[str]:
@@ -158,7 +204,7 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         raise ConfigError(unreadable_yaml(exc, directory)) from None
     if not isinstance(raw, dict):  # pragma: no cover - config.yaml is a mapping by construction
         raise ConfigError(f"{directory / 'config.yaml'}: the config must be a mapping")
-    plain = {str(key): value for key, value in raw.items()}
+    plain = empty_mappings({str(key): value for key, value in raw.items()}, overrides)
     name_provider(plain, choices if isinstance(choices, dict) else {}, overrides)
     for note in replaced_packaged(directory, name, choices if isinstance(choices, dict) else {}):
         sys.stderr.write(note + "\n")

@@ -167,7 +167,9 @@ class SampleConfig(Model):
 
 class ResponseMapping(Model):
     """Where each output field is in a system's decoded reply: JMESPath expressions, null when
-    the system does not give that field (a metric needing it is then refused before the run)."""
+    the system does not give that field (a metric needing it is then refused before the run). An
+    expression that finds nothing in a reply is an error for that case when a chosen metric reads
+    that output."""
 
     answer: str | None = None
     """JMESPath of the answer text (a string)."""
@@ -183,6 +185,12 @@ class ResponseMapping(Model):
     list of strings); evidence (``relevant``) is matched within a chunk's document."""
     timings: str | None = None
     """JMESPath of per-stage seconds (an object of non-negative numbers)."""
+    scores: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the retrieval scores, aligned with ``ranked_ids`` (a list of numbers): shown
+    on the case's retrieval span, never scored."""
+    stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
+    names as in ``timings``), shown on the case's stage spans, never scored."""
     error: str | None = None
     """JMESPath that yields the error message on an error envelope (e.g.
     ``code != `0` && message``): a truthy result makes the reply an error for that case."""
@@ -250,7 +258,8 @@ class HttpSystemConfig(Model):
     """A larger reply (a whole stream, for a streamed one) is a case error, and is not read past
     this size."""
     headers_env: dict[str, str] = Field(default_factory=dict)
-    """Header name -> environment variable holding its value (values never enter config)."""
+    """Header name -> environment variable holding its value (values never enter config);
+    ``provider.system.headers_env={}`` sends none, whatever the preset sets."""
     ca_file: str | None = runtime(None)
     """PEM bundle of a private CA for TLS."""
     client_cert: str | None = runtime(None)
@@ -279,7 +288,7 @@ class PythonSystemConfig(Model):
     """Where each output field is in the return value (turned into plain data first). Null:
     ragexp's own contract field names."""
     timeout_s: float = runtime(30.0, gt=0)
-    """Deadline in seconds for one call."""
+    """Deadline in seconds for one call, and for the import of the target."""
 
 
 SYSTEM_KINDS = ("fake", "replay", "sample", "http", "python")

@@ -207,6 +207,16 @@ def labelled_metric(name: object) -> MetricSpec | None:
     return spec if spec is not None and spec.human_labels else None
 
 
+def can_score(spec: MetricSpec, labels: frozenset[str], outputs: frozenset[str]) -> bool:
+    """Whether ``spec`` can be computed from these label and output fields."""
+    return spec.needs_labels <= labels and spec.needs_output <= outputs
+
+
+def needed_outputs(specs: Iterable[MetricSpec]) -> frozenset[str]:
+    """The output fields these metrics read."""
+    return frozenset(field for spec in specs for field in spec.needs_output)
+
+
 def check_requirements(
     specs: Iterable[MetricSpec], labels: frozenset[str], outputs: frozenset[str], *, dataset: str, provider: str
 ) -> None:

@@ -24,6 +24,9 @@ class RunSettings:
     k: int
     concurrency: int
     dataset: DatasetConfig
+    outputs: frozenset[str] | None = None
+    """The output fields the run's metrics read (``retrieved_ids``, ``citations``, ...): an
+    output among them that a reply does not give is an error for that case. None: every one."""
 
 
 class Provider(ABC):
@@ -42,8 +45,14 @@ class Provider(ABC):
         another one is refused before the run)."""
         return frozenset(OUTPUT_FIELDS)
 
+    def check(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default
+        """Check, against ``dataset``, everything that needs neither the system nor its code
+        (templates, expressions, secrets, files, recorded data): ``run`` and ``validate`` both
+        call it."""
+
     def preflight(self, dataset: Dataset) -> None:  # noqa: B027 - optional hook, nothing to check by default
-        """Check everything checkable before a run is created (secrets, files, recorded data)."""
+        """What else is checkable before a run is created, reaching the system (a connection,
+        an import); called after :meth:`check`."""
 
     def identity(self) -> str | None:
         """What defines the system beyond its config (e.g. its knowledge base's content hash);
@@ -52,7 +61,8 @@ class Provider(ABC):
 
     def probe(self, case: Case) -> dict[str, Any]:
         """Ask the system about ``case`` once and say what came back and what was read from it
-        (``ragexp validate --probe``). Called after :meth:`preflight`."""
+        (``ragexp validate --probe``): the report's ``missing`` lists the outputs the mapping
+        found nothing for. Called after :meth:`preflight`."""
         raise ProviderError(f"--probe: provider kind {self.config.kind} calls no live system; nothing to probe")
 
     @abstractmethod

@@ -18,8 +18,9 @@ import math
 import ssl
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +35,42 @@ from ragexp.errors import ConfigError, ProviderError
 from ragexp.providers.base import OnResult, Provider, RunSettings
 from ragexp.providers.mapping import (
     CONTRACT,
+    NEEDED,
+    OUTPUT_OF,
     CompiledMapping,
+    Gaps,
     MappingError,
     ReplyError,
     SystemReplyError,
+    Where,
+    check_stages,
     check_template,
     compile_expression,
     compile_mapping,
+    mark_missing,
+    preview,
     render,
 )
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.transport import (
+    BOM,
+    HTTPX_ERRORS,
     AbortWatch,
     BadReply,
+    Body,
     CallFailed,
     CallPolicy,
     Reply,
     call_json,
     check_reachable,
+    classify,
     collecting_garbage,
-    describe,
     parse_json,
     read_capped,
     run_interruptibly,
+    server_reason,
     ssl_context,
+    unreadable,
 )
 
 MAX_CITATION = 2**31 - 1
@@ -98,7 +111,7 @@ class HttpProvider(Provider):
             fields.add("response")
         return frozenset(fields)
 
-    def preflight(self, dataset: Dataset) -> None:
+    def check(self, dataset: Dataset) -> None:
         cfg = self.config
         if not cfg.url:
             raise ProviderError("provider.system.url: required for provider kind http")
@@ -106,16 +119,21 @@ class HttpProvider(Provider):
         secrets.register_url(cfg.url)
         for header, variable in cfg.headers_env.items():
             self._headers[header] = secrets.from_env(variable, f"provider.system.headers_env.{header}")
+        for key in ("ca_file", "client_cert", "client_key"):
+            path = getattr(cfg, key)
+            if path and not Path(path).is_file():
+                raise ProviderError(f"provider.system.{key}: no such file: {path}")
+
+    def preflight(self, dataset: Dataset) -> None:
+        cfg = self.config
+        if cfg.url is None:  # pragma: no cover - refused by check
+            raise ProviderError("provider.system.url: required for provider kind http")
         credential = secrets.url_credentials(cfg.url)
         if credential and any(name.lower() == "authorization" for name in self._headers):
             sys.stderr.write(
                 f"warning: provider.system.url carries credentials ({credential}) and "
                 "provider.system.headers_env sets Authorization: the Authorization header is sent\n"
             )
-        for key in ("ca_file", "client_cert", "client_key"):
-            path = getattr(cfg, key)
-            if path and not Path(path).is_file():
-                raise ProviderError(f"provider.system.{key}: no such file: {path}")
         check_reachable("provider.system.url", cfg.url, cfg.timeout_s, self._ssl_context())
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -183,11 +201,12 @@ class HttpProvider(Provider):
 
     def output(self, reply: Reply) -> SystemOutput:
         """The output fields of a reply; raises :class:`ReplyError` for an unscorable one."""
+        needed = self.settings.outputs
         if isinstance(reply.data, Streamed):
-            return reply.data.output(reply.latency)
+            return reply.data.output(reply.latency, needed)
         if self.mapping is None:
-            return _parse(reply.data, reply.latency)
-        return self.mapping.extract(reply.data, reply.latency)
+            return _parse(reply.data, reply.latency, needed)
+        return self.mapping.extract(reply.data, reply.latency, needed)
 
     def probe(self, case: Case) -> dict[str, Any]:
         with collecting_garbage():
@@ -203,76 +222,101 @@ class HttpProvider(Provider):
         url = self.target_url()
         report: dict[str, Any] = {"case_id": case.id, "method": cfg.method, "url": secrets.mask_url(url)}
         report["params" if cfg.method == "GET" else "body"] = payload
+        chunks: list[bytes] = []
+        response: httpx.Response | None = None
+        streamed: Streamed | None = None
+        failure: str | None = None
+        started = time.perf_counter()
         async with self.client(self._ssl_context()) as client:
             if cfg.method == "GET":
                 request = client.build_request("GET", url, params=query_params(payload))
             else:
                 request = client.build_request("POST", url, json=payload)
-            started = time.perf_counter()
             try:
                 async with asyncio.timeout(cfg.timeout_s):
                     response = await client.send(request, stream=True)
                     try:
-                        raw = await read_capped(response, cfg.max_response_bytes)
+                        if response.status_code < 300 and self.reader is not None:
+                            # Read event by event, as a run reads it: a failure shows where a run meets it.
+                            body = Recorded(response, chunks)
+                            streamed = await self.reader.read(body, cfg.max_response_bytes, started)
+                        else:
+                            chunks.append(await read_capped(response, cfg.max_response_bytes))
                     finally:
                         await response.aclose()
             except (TimeoutError, httpx.TimeoutException):
-                report["error"] = f"timed out after {cfg.timeout_s:g} s"
-                return report
-            except httpx.TransportError as exc:
-                report["error"] = describe(exc)
-                return report
-            except BadReply as exc:
-                report["error"] = str(exc)
-                return report
+                failure = f"timed out after {cfg.timeout_s:g} s"
+            except (*HTTPX_ERRORS, CallFailed, ReplyError) as exc:
+                failure = case_error(exc)
         latency = time.perf_counter() - started
-        text = raw.decode("utf-8", "replace")
-        report |= {
-            "status": response.status_code,
-            "content_type": response.headers.get("content-type", ""),
-            "seconds": round(latency, 3),
-            "bytes": len(raw),
-            "raw": secrets.scrub(text[:PROBE_TEXT]) + ("..." if len(text) > PROBE_TEXT else ""),
-        }
-        if response.status_code >= 300:
-            report["error"] = f"HTTP {response.status_code}"
+        raw = b"".join(chunks)
+        if response is not None:
+            text = raw.decode("utf-8", "replace")
+            report |= {
+                "status": response.status_code,
+                "content_type": response.headers.get("content-type", ""),
+                "seconds": round(latency, 3),
+                "bytes": len(raw),
+                "raw": secrets.scrub(text[:PROBE_TEXT]) + ("..." if len(text) > PROBE_TEXT else ""),
+            }
+        if failure is not None:
+            report["error"] = failure
             return report
-        report["extracted"], report["output"], report["error"] = await self._read_probe(raw, response, latency)
+        if response is not None and response.status_code >= 300:
+            report["error"] = secrets.scrub(f"HTTP {response.status_code}{server_reason(raw)}")
+            return report
+        report["extracted"], report["missing"], report["output"], report["error"] = self._read_probe(
+            raw, streamed, latency
+        )
         return report
 
-    async def _read_probe(
-        self, raw: bytes, response: httpx.Response, latency: float
-    ) -> tuple[dict[str, Any], dict[str, Any] | None, str | None]:
-        """What each expression found in a probe's reply, the output built from it, or why not."""
+    def _read_probe(
+        self, raw: bytes, streamed: Streamed | None, latency: float
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None, str | None]:
+        """What each expression found in a probe's reply, which outputs it found nothing for
+        (label -> whether the chosen metrics read it), the output built from it, or why not."""
         extracted: dict[str, Any] = {}
+        missing: dict[str, str] = {}
+        needed = self.settings.outputs
         try:
-            if self.reader is not None:
-                replay = httpx.Response(200, headers=response.headers, content=raw)
-                streamed = await self.reader.read(replay, len(raw) + 1, time.perf_counter())
-                extracted = {f"{key} ({self.mapping_text(key)})": streamed.found.get(key) for key in self.reader.keys}
-                text = self.reader.answer(streamed.pieces)
-                extracted[f"answer ({self.stream_text()}, over {streamed.events} events)"] = text
-                output = streamed.output(latency)
-                output.ttft_seconds = None  # read back from memory: the replay's timing means nothing
+            if streamed is not None:
+                for key in streamed.reader.keys:
+                    label = f"{key} ({self.mapping_text(key)})"
+                    extracted[label] = value = streamed.found.get(key)
+                    mark_missing(missing, label, key, value, streamed.gaps.get(key), needed)
+                label = f"answer ({self.stream_text(streamed)})"
+                extracted[label] = streamed.reader.answer(streamed.pieces)
+                if streamed.reader.text_key is not None and not streamed.pieces:
+                    missing[label] = NEEDED
+                output = streamed.output(latency, needed)
+                output.ttft_seconds = None  # measured from the probe's one request: not a run's figure
             else:
                 data = parse_json(raw)
-                if self.mapping is not None:
+                if self.mapping is not None and self.mapping.reply_error(data) is None:
                     for key in self.mapping.expressions:
-                        extracted[f"{key} ({self.mapping_text(key)})"] = self.mapping.search(key, data)
+                        label = f"{key} ({self.mapping_text(key)})"
+                        extracted[label] = value = self.mapping.search(key, data)
+                        mark_missing(missing, label, key, value, self.mapping.gaps(key, data, value), needed)
                 output = self.output(Reply(data, latency))
-        except (ReplyError, CallFailed) as exc:
-            kind = "service error" if isinstance(exc, SystemReplyError) else "contract"
-            return extracted, None, secrets.scrub(f"{kind}: {exc}")
-        return extracted, output.to_json(), None
+        except (CallFailed, ReplyError) as exc:
+            return extracted, missing, None, case_error(exc)
+        return extracted, missing, output.to_json(), None
 
     def mapping_text(self, key: str) -> str:
         mapping = self.mapping.mapping if self.mapping is not None else CONTRACT
         return repr(getattr(mapping, key))
 
-    def stream_text(self) -> str:
-        if self.stream is not None and self.stream.delta is not None:
-            return f"stream.delta {self.stream.delta!r}"
-        return f"response.answer {self.mapping_text('answer')}"
+    def stream_text(self, streamed: Streamed | None = None) -> str:
+        """Where a streamed reply's answer was read: the expression, over how many events."""
+        over = f", over {streamed.events} events" if streamed is not None and not streamed.whole else ""
+        if streamed is not None and streamed.whole:
+            read_by = streamed.reader.whole_text
+            over = ", one JSON body"
+        elif self.stream is not None and self.stream.delta is not None:
+            read_by = f"stream.delta {self.stream.delta!r}"
+        else:
+            read_by = f"response.answer {self.mapping_text('answer')}"
+        return read_by + over
 
     async def _worker(
         self,
@@ -300,16 +344,11 @@ class HttpProvider(Provider):
                             return  # the case stays unevaluated: a resume asks again
                     else:
                         watch.success()  # the service answered
-                    reason = f"contract: {exc}" if isinstance(exc, BadReply) else str(exc)
-                    on_result(index, CaseResult(case.id, None, reason, retryable=exc.transport))
-                    continue
-                except SystemReplyError as exc:
-                    watch.success()
-                    on_result(index, CaseResult(case.id, None, secrets.scrub(f"service error: {exc}")))
+                    on_result(index, CaseResult(case.id, None, case_error(exc), retryable=exc.transport))
                     continue
                 except ReplyError as exc:
                     watch.success()
-                    on_result(index, CaseResult(case.id, None, secrets.scrub(f"contract: {exc}")))
+                    on_result(index, CaseResult(case.id, None, case_error(exc)))
                     continue
                 watch.success()
                 on_result(index, CaseResult(case.id, _scrubbed(output)))
@@ -335,6 +374,30 @@ def _param(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def case_error(exc: BaseException) -> str:
+    """A failed call or an unusable reply as that case's error, the same in a run and a probe."""
+    if isinstance(exc, SystemReplyError):
+        return secrets.scrub(f"service error: {exc}")
+    failed = exc if isinstance(exc, CallFailed | ReplyError) else classify(exc) or exc
+    if isinstance(failed, ReplyError | BadReply):
+        return secrets.scrub(f"contract: {failed}")
+    return secrets.scrub(str(failed))
+
+
+class Recorded:
+    """A reply's body read through, every chunk kept (what ``validate --probe`` shows)."""
+
+    def __init__(self, response: httpx.Response, chunks: list[bytes]) -> None:
+        self.response = response
+        self.headers = response.headers
+        self.chunks = chunks
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        async for chunk in self.response.aiter_bytes():
+            self.chunks.append(chunk)
+            yield chunk
+
+
 @dataclass
 class Streamed:
     """What a streamed reply gave: the raw values of every expression, gathered over its events."""
@@ -344,14 +407,64 @@ class Streamed:
     pieces: list[str]
     ttft: float | None
     events: int
+    gaps: dict[str, Gaps | None] = field(default_factory=dict)
+    """For each list the expressions found: what :meth:`CompiledMapping.gaps` said of it."""
+    seen: Counter[str] = field(default_factory=Counter)
+    """What arrived, by kind: each event's type, comments, keep-alives, ``[DONE]``, lines that
+    are not part of the configured format."""
+    whole: bool = False
+    """The reply was one JSON body, not a stream."""
 
-    def output(self, latency: float) -> SystemOutput:
+    def output(self, latency: float, needed: frozenset[str] | None = None) -> SystemOutput:
         found = dict(self.found)
+        where = Where(self.arrived)
         if self.reader.text_key is not None:
+            if not self.pieces:
+                raise MappingError(
+                    f"answer: the {'reply' if self.whole else 'stream'} ended with no answer text ({where.text})"
+                )
             found["answer"] = self.reader.answer(self.pieces)
-        output = self.reader.mapping.build(found, latency)
+        output = self.reader.mapping.build(found, latency, needed=needed, gaps=self.gaps, where=where)
         output.ttft_seconds = self.ttft
         return output
+
+    def arrived(self) -> str:
+        """What the reply held, for a message: "one JSON body", or "3 events (message 2,
+        message_end 1), 1 keep-alive and [DONE]"."""
+        if self.whole:
+            return "one JSON body"
+        kinds = {kind: n for kind, n in self.seen.items() if kind not in _EXTRAS}
+        text = f"{self.events} event{'' if self.events == 1 else 's'}"
+        if kinds:
+            text += " (" + ", ".join(f"{kind} {n}" for kind, n in kinds.items()) + ")"
+        sse = self.reader.stream.format == "sse"
+        names = {
+            **_EXTRAS,
+            FOREIGN: ("line that is not an event-stream field", "lines that are not event-stream fields")
+            if sse
+            else ("server-sent-event line", "server-sent-event lines"),
+        }
+        extras = [f"{n} {names[kind][n != 1]}" for kind, n in self.seen.items() if kind in names and kind != DONE]
+        if self.seen.get(DONE):
+            extras.append("[DONE]")
+        if extras:
+            text += ", " + ", ".join(extras)
+        if self.seen.get(FOREIGN) and not self.events:
+            other = "ndjson" if sse else "sse"
+            text += f" (is it {other}? provider.system.stream.format={other})"
+        return text
+
+
+DONE = "[DONE]"
+COMMENT = "comment"
+KEEPALIVE = "keep-alive"
+FOREIGN = "foreign"
+_EXTRAS = {
+    COMMENT: ("comment", "comments"),
+    KEEPALIVE: ("keep-alive", "keep-alives"),
+    DONE: ("[DONE]", "[DONE]"),
+    FOREIGN: ("foreign line", "foreign lines"),
+}
 
 
 class StreamReader:
@@ -360,8 +473,11 @@ class StreamReader:
     The answer is the events' text (``stream.delta``, else ``response.answer``) joined, or the
     last one when ``cumulative``; every other expression is read from each event and the last
     non-null value wins; the ``error`` expression is checked on every event. Comments, keep-alive
-    events without data and ``[DONE]`` are skipped. A reply that is one JSON body (an error
-    envelope sent without streaming) is read as a single event.
+    events without data and ``[DONE]`` are skipped; a UTF-8 byte-order mark before the first
+    event is not part of it. A reply that is one JSON body (a gateway that ignores ``stream``, an
+    error envelope sent without streaming) is read as that one reply, through the same mapping:
+    its answer is ``response.answer`` when that is set, else ``stream.delta`` read from the body.
+    A stream that ends with no answer text is an error for that case, saying what arrived.
     """
 
     def __init__(self, mapping: CompiledMapping, stream: StreamConfig) -> None:
@@ -374,37 +490,47 @@ class StreamReader:
         )
         self.text_key = "answer" if self.text is not None else None
         self.keys = [key for key in mapping.expressions if key not in ("error", "answer")]
+        answer = mapping.expressions.get("answer")
+        self.whole_expression = answer if answer is not None else self.text
+        self.whole_text = (
+            f"response.answer {mapping.mapping.answer!r}" if answer is not None else f"stream.delta {stream.delta!r}"
+        )
 
     def answer(self, pieces: list[str]) -> str:
         if self.stream.cumulative:
             return pieces[-1] if pieces else ""
         return "".join(pieces)
 
-    async def read(self, response: httpx.Response, cap: int, started: float) -> Streamed:
+    async def read(self, response: Body, cap: int, started: float) -> Streamed:
         state = Streamed(self, {}, [], None, 0)
         kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind in ("application/json", "text/json"):
-            self.event(parse_json(await read_capped(response, cap)), state, started)
+            state.whole = True
+            self.event(parse_json(await read_capped(response, cap)), state, started, self.whole_expression)
             return state
-        events = sse_events if self.stream.format == "sse" else ndjson_events
-        async for data in events(response, cap):
+        events = (sse_events if self.stream.format == "sse" else ndjson_events)(response, cap, state.seen)
+        async for name, data, ended in events:
             if data.strip() == b"[DONE]":
+                state.seen[DONE] += 1
                 continue
             try:
                 event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                preview = " ".join(data[:200].decode("utf-8", "replace").split())[:60]
+            except orjson.JSONDecodeError as exc:
+                if not ended:  # the last line was cut: the service or a proxy ended the stream early
+                    raise httpx.RemoteProtocolError("the stream ended in the middle of a line") from None
+                preview = unreadable(exc.doc or data[:200].decode("utf-8", "replace"), exc.pos if exc.doc else None)
                 raise BadReply(f"stream event {state.events + 1} is not JSON ({preview})") from None
-            self.event(event, state, started)
+            state.seen[name or _kind_of(event)] += 1
+            self.event(event, state, started, self.text)
         return state
 
-    def event(self, event: Any, state: Streamed, started: float) -> None:
+    def event(self, event: Any, state: Streamed, started: float, text: Any) -> None:
         state.events += 1
         message = self.mapping.reply_error(event)
         if message is not None:
             raise SystemReplyError(message)
-        if self.text is not None:
-            piece = _search(self.text, event, "stream.delta" if self.stream.delta else "answer")
+        if text is not None:
+            piece = _search(text, event, "stream.delta" if self.stream.delta and text is self.text else "answer")
             if isinstance(piece, str) and piece:
                 if state.ttft is None:
                     state.ttft = time.perf_counter() - started
@@ -415,6 +541,21 @@ class StreamReader:
             value = self.mapping.search(key, event)
             if value is not None:
                 state.found[key] = value
+                if key in self.mapping.levels:
+                    state.gaps[key] = self.mapping.gaps(key, event, value)
+        if state.whole:
+            state.seen[_kind_of(event)] += 1
+
+
+def _kind_of(event: Any) -> str:
+    """An event's type as services write it inside the event (Dify's ``event``, an NDJSON
+    ``type``, OpenAI's ``object``), else ``data``."""
+    if type(event) is dict:
+        for key in ("event", "type", "object"):
+            value = event.get(key)
+            if isinstance(value, str) and value:
+                return value[:40]
+    return "data"
 
 
 def _search(expression: Any, data: Any, key: str) -> Any:
@@ -424,15 +565,20 @@ def _search(expression: Any, data: Any, key: str) -> Any:
         raise MappingError(f"{key}: {' '.join(str(exc).split())}") from None
 
 
-async def _lines(response: httpx.Response, cap: int) -> AsyncIterator[tuple[bytes, bool]]:
+async def _lines(response: Body, cap: int) -> AsyncIterator[tuple[bytes, bool]]:
     """The reply's lines (without their ending) and whether each was ended; ``\r\n``, ``\n``
-    and ``\r`` all end a line, as the event-stream format says."""
-    size, pending = 0, b""
+    and ``\r`` all end a line, as the event-stream format says. A UTF-8 byte-order mark at the
+    very start is dropped."""
+    size, pending, started = 0, b"", False
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > cap:
             raise BadReply(f"stream is larger than max_response_bytes ({cap:,} bytes)")
         pending += chunk
+        if not started:
+            if len(pending) < len(BOM) and BOM.startswith(pending):
+                continue  # the mark may be split across chunks
+            pending, started = pending.removeprefix(BOM), True
         if b"\r" in pending:
             if pending.endswith(b"\r"):
                 continue  # a \r\n may be split across chunks
@@ -440,36 +586,72 @@ async def _lines(response: httpx.Response, cap: int) -> AsyncIterator[tuple[byte
         *lines, pending = pending.split(b"\n")
         for line in lines:
             yield line, True
+    if not started:
+        pending = pending.removeprefix(BOM)
     if pending:
         yield pending.replace(b"\r", b""), False
 
 
-async def sse_events(response: httpx.Response, cap: int) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event; events without data (keep-alives) are skipped."""
+async def sse_events(
+    response: Body, cap: int, seen: Counter[str] | None = None
+) -> AsyncIterator[tuple[str, bytes, bool]]:
+    """(event type, data, True) of each server-sent event with data; events without data
+    (keep-alives), comments and lines that are no event-stream field are counted in ``seen``.
+    The type is the ``event:`` field, empty when none is given."""
+    seen = seen if seen is not None else Counter()
     data: list[bytes] = []
+    name = b""
     async for line, ended in _lines(response, cap):
         if not ended:
+            if _is_done(line):
+                data.append(b"[DONE]")
+                break  # the last event, sent without its line ending: the stream is complete
             # The stream ended inside an event: the service or a proxy cut it short.
             raise httpx.RemoteProtocolError("the event stream ended in the middle of an event")
         if not line:
             if data:
-                yield b"\n".join(data)
+                yield name.decode("utf-8", "replace")[:40], b"\n".join(data), True
                 data = []
+            elif name:
+                seen[KEEPALIVE] += 1
+            name = b""
             continue
         if line.startswith(b":"):
-            continue  # a comment
-        name, _, value = line.partition(b":")
-        if name == b"data":
-            data.append(value[1:] if value.startswith(b" ") else value)
+            seen[COMMENT] += 1
+            continue
+        field, colon, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value
+        elif field not in (b"id", b"retry") or not colon:
+            seen[FOREIGN] += 1
     if data:
+        if b"\n".join(data).strip() == b"[DONE]":
+            yield "", b"[DONE]", True  # ``data: [DONE]`` without the closing blank line: complete
+            return
         raise httpx.RemoteProtocolError("the event stream ended in the middle of an event")
 
 
-async def ndjson_events(response: httpx.Response, cap: int) -> AsyncIterator[bytes]:
-    """Each non-empty line: one JSON value."""
-    async for line, _ended in _lines(response, cap):
-        if line.strip():
-            yield line
+def _is_done(line: bytes) -> bool:
+    field, _, value = line.partition(b":")
+    return field == b"data" and value.strip() == b"[DONE]"
+
+
+async def ndjson_events(
+    response: Body, cap: int, seen: Counter[str] | None = None
+) -> AsyncIterator[tuple[str, bytes, bool]]:
+    """Each non-empty line: one JSON value, and whether its line was ended (a last line without
+    its ending that does not parse was cut short). Server-sent-event lines are counted in
+    ``seen`` as foreign (a service streaming SSE where NDJSON is configured)."""
+    async for line, ended in _lines(response, cap):
+        if not line.strip():
+            continue
+        if seen is not None and line.startswith((b"data:", b"event:", b":")):
+            seen[FOREIGN] += 1
+            continue
+        yield "", line, ended
 
 
 def _scrubbed(output: SystemOutput) -> SystemOutput:
@@ -483,9 +665,12 @@ def _scrubbed(output: SystemOutput) -> SystemOutput:
     return output
 
 
-def _parse(data: Any, latency: float) -> SystemOutput:
+def _parse(data: Any, latency: float, needed: frozenset[str] | None = None) -> SystemOutput:
     if not isinstance(data, dict):
         raise ContractError("response is not a JSON object")
+    for key in ("contexts", "citations"):
+        if key not in data and (needed is None or OUTPUT_OF[key] in needed):
+            raise ContractError(f"'{key}' is missing from the reply ({preview(data)})")
     ranked = data.get("ranked_ids")
     contexts = data.get("contexts", [])
     answer = data.get("answer")
@@ -517,4 +702,9 @@ def _parse(data: Any, latency: float) -> SystemOutput:
     if doc_ids and len(doc_ids) != len(ranked):
         raise ContractError(f"'doc_ids' has {len(doc_ids)} items but 'ranked_ids' has {len(ranked)}")
     output.doc_ids = doc_ids
+    if data.get("stages") is not None:
+        try:
+            output.stages = check_stages(data["stages"])
+        except ValueError as exc:
+            raise ContractError(f"'stages' {exc}") from None
     return output

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import json
 import math
+import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 import jmespath
 import jmespath.exceptions
+import jmespath.parser
 from pydantic import BaseModel
 
 from ragexp.config.models import ResponseMapping
@@ -51,6 +53,7 @@ CONTRACT = ResponseMapping(
     citations="citations",
     timings="timings",
     doc_ids="doc_ids",
+    stages="stages",
 )
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
 
@@ -64,7 +67,8 @@ class SystemReplyError(ReplyError):
 
 
 class MappingError(ReplyError):
-    """A mapped value has the wrong type; the message names the output field and expression."""
+    """A mapped value has the wrong type, or an output the run needs was not found; the message
+    names the output as the mapping names it, the expression and what the reply held."""
 
 
 # -- request templates ----------------------------------------------------------------------
@@ -161,7 +165,31 @@ def _text_of(value: Any) -> str:
 
 # -- response mappings ----------------------------------------------------------------------
 
-_EXPRESSION_KEYS = ("error", "answer", "ranked_ids", "contexts", "citations", "timings", "doc_ids")
+_EXPRESSION_KEYS = (
+    "error",
+    "answer",
+    "ranked_ids",
+    "contexts",
+    "citations",
+    "timings",
+    "doc_ids",
+    "scores",
+    "stages",
+)
+
+LIST_KEYS = ("ranked_ids", "contexts", "citations")
+"""Outputs whose expression must find a list: one that finds nothing (a missing key, a null, a
+projection whose items lack the field) is an error for the case when the run's metrics read it."""
+
+Gaps = tuple[int, int]
+"""(items the projection found nothing in, items it read): ``(0, n)`` when nothing is missing."""
+
+STAGE_KEYS = frozenset({"ids", "scores", "ids_in"})
+"""What a stage's detail may hold: the ids it produced (best first), their scores, and the ids
+it was given (a reranker's order in)."""
+
+RETRIEVE_STAGE = "retrieve"
+"""The stage detail that ``response.scores`` fills: the retrieval that produced ``ranked_ids``."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +200,9 @@ class CompiledMapping:
     expressions: dict[str, Expression]
     """Mapping key -> parsed JMESPath, for the keys that are set."""
     pattern: re.Pattern[str] | None
+    levels: dict[str, list[_Level]] = dataclasses.field(default_factory=dict)
+    """List key -> the projections its expression reads items through (to count items that
+    had nothing where the expression looks: JMESPath drops them silently)."""
 
     def fields(self) -> frozenset[str]:
         """The output fields (metric names: ``response``, ``retrieved_ids``, ...) this mapping
@@ -191,6 +222,28 @@ class CompiledMapping:
         except jmespath.exceptions.JMESPathError as exc:  # e.g. sort_by over values of mixed types
             raise MappingError(f"{key}: {self._expr(key)} failed on the reply: {' '.join(str(exc).split())}") from None
 
+    def gaps(self, key: str, data: Any, value: Any) -> Gaps | None:
+        """For a list ``value`` that ``key``'s expression found in ``data`` through projections:
+        how many of the items read had nothing where the expression looks, and how many items
+        were read. None when the expression reads no projection."""
+        levels = self.levels.get(key)
+        if not levels or type(value) is not list:
+            return None
+        missing, items = 0, 0
+        try:
+            for depth, level in enumerate(levels):
+                base = level.base.search(data)
+                result = value if level.result is None else level.result.search(data)
+                count = len(base) if type(base) in (list, dict) else None
+                if count is None or type(result) is not list:
+                    continue
+                missing += max(0, count - len(result))
+                # Items an inner projection dropped never reach the outer one: count them in.
+                items += count if depth == 0 else max(0, count - len(result))
+        except jmespath.exceptions.JMESPathError:
+            return None  # the expression itself ran: what it found stands
+        return missing, items
+
     def reply_error(self, data: Any) -> str | None:
         """The error message when ``data`` is an error envelope, else None."""
         found = self.search("error", data)
@@ -198,19 +251,33 @@ class CompiledMapping:
             return None
         return found if isinstance(found, str) else _text_of(to_plain(found))
 
-    def extract(self, data: Any, latency: float | None) -> SystemOutput:
+    def extract(self, data: Any, latency: float | None, needed: frozenset[str] | None = None) -> SystemOutput:
         """The output fields of one decoded reply. Raises :class:`SystemReplyError` on an error
-        envelope and :class:`MappingError` when a field has the wrong type."""
+        envelope and :class:`MappingError` when a field has the wrong type, or when an output
+        in ``needed`` (output field names, as metrics name them; None: every output) was not
+        found."""
         message = self.reply_error(data)
         if message is not None:
             raise SystemReplyError(message)
         found = {key: self.search(key, data) for key in self.expressions if key != "error"}
-        return self.build(found, latency)
+        gaps = {key: self.gaps(key, data, found[key]) for key in self.levels if key in found}
+        return self.build(found, latency, needed=needed, gaps=gaps, where=Where.reply(data))
 
-    def build(self, found: Mapping[str, Any], latency: float | None) -> SystemOutput:
+    def build(
+        self,
+        found: Mapping[str, Any],
+        latency: float | None,
+        *,
+        needed: frozenset[str] | None = None,
+        gaps: Mapping[str, Gaps | None] | None = None,
+        where: Where | None = None,
+    ) -> SystemOutput:
         """A :class:`SystemOutput` from the raw values the expressions found (a streamed reply
-        gathers them over its events), checked and converted."""
-        answer = self._answer(found)
+        gathers them over its events), checked and converted. ``gaps``: what :meth:`gaps` said
+        of each list; ``where``: what the values were read from, for the messages."""
+        where = where or Where(lambda: "the reply")
+        self._check_found(found, gaps or {}, needed, where)
+        answer = self._answer(found, where)
         ranked = self._strings("ranked_ids", found.get("ranked_ids"))
         contexts = self._strings("contexts", found.get("contexts"))
         if ranked and contexts and len(ranked) != len(contexts):
@@ -230,17 +297,36 @@ class CompiledMapping:
                     f"but the reply retrieved {chunks} chunks"
                 )
             output.doc_ids = doc_ids
+        output.stages = self._stages(found.get("stages"), found.get("scores"), ranked)
         return output
+
+    def _check_found(
+        self, found: Mapping[str, Any], gaps: Mapping[str, Gaps | None], needed: frozenset[str] | None, where: Where
+    ) -> None:
+        """An output the run reads that the expression did not find is an error, never an empty
+        list scored as if the system had retrieved nothing. A present empty list is an empty
+        ranking."""
+        for key in LIST_KEYS:
+            if key not in self.expressions or (needed is not None and OUTPUT_OF[key] not in needed):
+                continue
+            if found.get(key) is None:
+                raise MappingError(f"{key}: {self._expr(key)} found nothing in {where.text}{where.preview}")
+            gap = gaps.get(key)
+            if gap is not None and gap[0]:
+                raise MappingError(
+                    f"{key}: {self._expr(key)} found nothing in {gap[0]} of the {gap[1]} items it read "
+                    f"in {where.text}{where.preview}"
+                )
 
     def _expr(self, key: str) -> str:
         return repr(getattr(self.mapping, key))
 
-    def _answer(self, found: Mapping[str, Any]) -> str:
+    def _answer(self, found: Mapping[str, Any], where: Where) -> str:
         if "answer" not in found:
             return ""
         value = found.get("answer")
         if value is None:
-            raise MappingError(f"answer: {self._expr('answer')} found nothing in the reply")
+            raise MappingError(f"answer: {self._expr('answer')} found nothing in {where.text}{where.preview}")
         if not isinstance(value, str):
             raise MappingError(f"answer: {self._expr('answer')} gave {_kind(value)}, not a string")
         return value
@@ -299,22 +385,187 @@ class CompiledMapping:
     def _timings(self, value: Any) -> dict[str, float] | None:
         if value is None:
             return None
-        if not isinstance(value, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            for v in value.values()
-        ):
+        if not isinstance(value, dict) or not all(_seconds(v) for v in value.values()):
             raise MappingError(f"timings: {self._expr('timings')} must give an object of finite, non-negative seconds")
         return {str(name): float(seconds) for name, seconds in value.items()}
+
+    def _stages(self, value: Any, scores: Any, ranked: list[str]) -> dict[str, dict[str, list[Any]]] | None:
+        stages: dict[str, dict[str, list[Any]]] = {}
+        if value is not None:
+            try:
+                stages = check_stages(value)
+            except ValueError as exc:
+                raise MappingError(f"stages: {self._expr('stages')} {exc}") from None
+        if scores is not None:
+            if not isinstance(scores, list) or not all(item is None or _score(item) for item in scores):
+                raise MappingError(f"scores: {self._expr('scores')} must give a list of finite numbers (or nulls)")
+            if len(scores) != len(ranked):
+                raise MappingError(
+                    f"scores ({self._expr('scores')}) has {len(scores)} items but ranked_ids "
+                    f"({self._expr('ranked_ids')}) has {len(ranked)} (map(&score, items) keeps an item's null score)"
+                )
+            stages[RETRIEVE_STAGE] = {"ids": list(ranked), "scores": _floats(scores)}
+        return stages or None
+
+
+NEEDED = "needed by the chosen metrics"
+UNUSED = "no chosen metric reads it"
+
+
+def mark_missing(
+    missing: dict[str, str], label: str, key: str, value: Any, gaps: Gaps | None, needed: frozenset[str] | None
+) -> None:
+    """Note under ``label`` (``validate --probe``'s) an output whose expression found nothing,
+    or nothing in some of the items it read, and whether the chosen metrics read it."""
+    if key != "answer" and key not in LIST_KEYS:
+        return
+    reads = key == "answer" or needed is None or OUTPUT_OF[key] in needed
+    what = NEEDED if reads else UNUSED
+    if value is None:
+        missing[label] = what
+    elif gaps is not None and gaps[0]:
+        missing[label] = f"nothing in {gaps[0]} of {gaps[1]} items; {what}"
+
+
+class Where:
+    """What mapped values were read from, as a message says it: "the reply" with a preview of
+    it, or "5 events (message 4, message_end 1)". Worked out only when a message needs it (most
+    replies need none)."""
+
+    def __init__(self, describe: Callable[[], str], show: Callable[[], str] = lambda: "") -> None:
+        self._describe = describe
+        self._show = show
+
+    @property
+    def text(self) -> str:
+        return self._describe()
+
+    @property
+    def preview(self) -> str:
+        return self._show()
+
+    @classmethod
+    def reply(cls, data: Any) -> Where:
+        return cls(lambda: "the reply", lambda: f" ({preview(data)})")
+
+
+PREVIEW_CHARS = 120
+"""Characters of a reply shown beside an output that was not found in it."""
+
+
+def preview(data: Any) -> str:
+    """A short, one-line preview of a decoded reply (JSON text), its invisible characters shown
+    as escapes."""
+    from ragexp.escape import terminal
+
+    try:
+        text = json.dumps(data, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # pragma: no cover - plain data dumps
+        text = str(data)
+    text = " ".join(text[: PREVIEW_CHARS * 2].split())
+    return terminal(text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else ""))
+
+
+def _seconds(value: Any) -> bool:
+    return _score(value) and value >= 0
+
+
+def _floats(values: list[Any]) -> list[Any]:
+    return [None if item is None else float(item) for item in values]
+
+
+def _score(value: Any) -> bool:
+    # numbers.Real takes numpy's scalars too (np.float32 is not a float).
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_stages(value: Any) -> dict[str, dict[str, list[Any]]]:
+    """Stage detail as a system reports it, checked: ``{stage: {"ids": [...], "scores": [...],
+    "ids_in": [...]}}`` (each key optional; ``scores`` aligned with ``ids``). Raises ValueError
+    saying what is wrong."""
+    if not isinstance(value, dict):
+        raise ValueError(f"must give an object of stages, not {_kind(value)}")
+    out: dict[str, dict[str, list[Any]]] = {}
+    for stage, detail in value.items():
+        if not isinstance(detail, dict) or not set(detail) <= STAGE_KEYS:
+            raise ValueError(f"stage {str(stage)!r} must be an object with {', '.join(sorted(STAGE_KEYS))}")
+        checked: dict[str, list[Any]] = {}
+        for key in ("ids", "ids_in"):
+            items = detail.get(key)
+            if items is None:
+                continue
+            if not isinstance(items, list) or not all(
+                isinstance(item, str | int) and not isinstance(item, bool) for item in items
+            ):
+                raise ValueError(f"stage {str(stage)!r}: {key} must be a list of ids")
+            checked[key] = [str(item) for item in items]
+        scores = detail.get("scores")
+        if scores is not None:
+            if not isinstance(scores, list) or not all(item is None or _score(item) for item in scores):
+                raise ValueError(f"stage {str(stage)!r}: scores must be a list of finite numbers (or nulls)")
+            if len(scores) != len(checked.get("ids", [])):
+                raise ValueError(f"stage {str(stage)!r}: scores must be as many as ids")
+            checked["scores"] = _floats(scores)
+        out[str(stage)] = checked
+    return out
+
+
+_PROJECTIONS = ("projection", "filter_projection", "value_projection")
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One projection an expression reads items through: ``base`` finds the items it reads,
+    ``result`` what it gives for them (None: the whole expression's value)."""
+
+    base: Expression
+    result: Expression | None
+
+
+def _levels(node: dict[str, Any]) -> list[_Level]:
+    """The projections of an expression, outermost first, along the chain a value comes through
+    (``a.b[].c``, ``a[].b[].c``, ``a[?x].c``, ``*.c``); [] for an expression without one."""
+    prefix: list[dict[str, Any]] = []
+    if node["type"] == "subexpression" and node["children"][-1]["type"] in _PROJECTIONS:
+        prefix, node = node["children"][:-1], node["children"][-1]
+    levels: list[_Level] = []
+    while node["type"] in _PROJECTIONS:
+        left = node["children"][0]
+        if node["type"] == "filter_projection":
+            identity = {"type": "identity", "children": []}
+            base = {"type": "filter_projection", "children": [left, identity, node["children"][2]]}
+        else:
+            base = left
+        result = None if not levels else _node_expression(_within(prefix, node))
+        levels.append(_Level(_node_expression(_within(prefix, base)), result))
+        if left["type"] == "flatten" and left["children"][0]["type"] in _PROJECTIONS:
+            node = left["children"][0]
+        else:
+            break
+    return levels
+
+
+def _within(prefix: list[dict[str, Any]], node: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "subexpression", "children": [*prefix, node]} if prefix else node
+
+
+def _node_expression(node: dict[str, Any]) -> Expression:
+    step = _path(node)
+    return _Path(step) if step is not None else jmespath.parser.ParsedResult("", node)
 
 
 def compile_mapping(mapping: ResponseMapping, where: str) -> CompiledMapping:
     """Parse every expression of ``mapping`` (and its citation pattern) up front; ``where`` is
     the config path of the mapping (``provider.system.response``)."""
     expressions: dict[str, Expression] = {}
+    levels: dict[str, list[_Level]] = {}
     for key in _EXPRESSION_KEYS:
         text = getattr(mapping, key)
         if text is not None:
             expressions[key] = compile_expression(text, f"{where}.{key}")
+            found = _levels(jmespath.compile(text).parsed) if key in LIST_KEYS else []
+            if found:
+                levels[key] = found
     pattern = None
     if mapping.citation_pattern is not None:
         try:
@@ -325,7 +576,7 @@ def compile_mapping(mapping: ResponseMapping, where: str) -> CompiledMapping:
             raise ConfigError(
                 f"{where}.citation_pattern: needs exactly one group (the cited number or id), has {pattern.groups}"
             )
-    return CompiledMapping(mapping, expressions, pattern)
+    return CompiledMapping(mapping, expressions, pattern, levels)
 
 
 class Expression(Protocol):
@@ -479,6 +730,8 @@ def _is_json(value: Any, depth: int) -> bool:
 def _plain(value: Any, depth: int, active: set[int]) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if _numpy_scalar(value):
+        return _plain(value.item(), depth + 1, active)
     if depth > _MAX_DEPTH or id(value) in active:
         return repr(value)  # a cycle or a runaway structure: its text, not a hang
     if isinstance(value, enum.Enum):
@@ -490,6 +743,16 @@ def _plain(value: Any, depth: int, active: set[int]) -> Any:
         return _container(value, depth + 1, active)
     finally:
         active.discard(id(value))
+
+
+def _numpy_scalar(value: Any) -> bool:
+    """A numpy scalar (``np.float32(0.5)``, ``np.int64(3)``, ``np.bool_(True)``) or 0-d array:
+    its ``item()`` is the Python number (numpy is not imported to ask)."""
+    return (
+        type(value).__module__ == "numpy"
+        and getattr(value, "ndim", None) == 0
+        and callable(getattr(value, "item", None))
+    )
 
 
 def _key(key: Any) -> str:

@@ -28,7 +28,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic, perf_counter
@@ -46,9 +46,11 @@ from ragexp.providers.mapping import (
     ReplyError,
     check_template,
     compile_mapping,
+    mark_missing,
     render,
     to_plain,
 )
+from ragexp.providers.user_output import guard_stdout
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.transport import collecting_garbage
 
@@ -82,12 +84,13 @@ class Target:
     """The module named before the colon (its version or file identifies the system)."""
 
 
-def load_target(spec: str, path: str | None = None, *, has_input: bool = False) -> Target:
+def load_target(
+    spec: str, path: str | None = None, *, has_input: bool = False, timeout_s: float | None = None
+) -> Target:
     """Import ``package.module:attr`` and work out how to call it; a ProviderError naming the key
-    otherwise. The working directory and ``path`` go first on the import path."""
-    if spec == MISSING:
-        raise ProviderError(f"{WHERE}.target: required: the function or object to call, as package.module:attr")
-    obj, module = import_target(spec, path)
+    otherwise. The working directory and ``path`` go first on the import path; an import still
+    running after ``timeout_s`` is refused (None: no bound)."""
+    obj, module = import_target(spec, path, timeout_s=timeout_s)
     if not inspect.isroutine(obj) and not inspect.isclass(obj):
         for method, is_async in (("ainvoke", True), ("invoke", False)):
             function = getattr(obj, method, None)
@@ -103,16 +106,28 @@ def load_target(spec: str, path: str | None = None, *, has_input: bool = False) 
     return Target(obj, _is_coroutine_function(obj), keywords, positional, module)
 
 
-def import_target(spec: str, path: str | None = None, where: str = WHERE) -> tuple[Any, ModuleType]:
-    """The object ``package.module:attr`` names (``attr`` may be dotted) and the module it is in;
-    a ProviderError naming ``where.target`` (or ``where.path``) otherwise. The working directory
-    and ``path`` go first on the import path."""
+def check_target(spec: str, where: str = WHERE) -> tuple[str, str]:
+    """``package.module:attr`` split into the module and the attribute path; a ProviderError
+    naming ``where.target`` when it is not that."""
+    if spec == MISSING:
+        raise ProviderError(f"{where}.target: required: the function or object to call, as package.module:attr")
     module_name, colon, attr = spec.partition(":")
     names = [*module_name.split("."), *attr.split(".")]
     if not colon or not all(name.isidentifier() for name in names):
         raise ProviderError(f"{where}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
+    return module_name, attr
+
+
+def import_target(
+    spec: str, path: str | None = None, where: str = WHERE, *, timeout_s: float | None = None
+) -> tuple[Any, ModuleType]:
+    """The object ``package.module:attr`` names (``attr`` may be dotted) and the module it is in;
+    a ProviderError naming ``where.target`` (or ``where.path``) otherwise. The working directory
+    and ``path`` go first on the import path; an import still running after ``timeout_s`` is
+    refused (None: no bound)."""
+    module_name, attr = check_target(spec, where)
     _on_import_path(path, where)
-    module = _import(module_name, where)
+    module = _import(module_name, where, timeout_s)
     obj: Any = module
     for depth, name in enumerate(attr.split(".")):
         try:
@@ -137,7 +152,35 @@ def _on_import_path(path: str | None, where: str = WHERE) -> None:
             sys.path.insert(0, folder)
 
 
-def _import(name: str, where: str = WHERE) -> ModuleType:
+def _import(name: str, where: str = WHERE, timeout_s: float | None = None) -> ModuleType:
+    """The module, imported in a daemon thread: an import that hangs (a model download, a
+    service that does not answer) is given up after ``timeout_s``, and whatever the module raises,
+    ``KeyboardInterrupt`` and ``SystemExit`` included, is its own failure; a Ctrl-C of the user's
+    reaches this thread, which only waits."""
+    if name in sys.modules:
+        return _imported(name, where)
+    box: list[ModuleType | BaseException] = []
+
+    def work() -> None:
+        try:
+            box.append(_imported(name, where))
+        except BaseException as exc:  # the module's own failure, reported as the target's
+            box.append(exc)
+
+    thread = threading.Thread(target=work, name="ragexp-python-import", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not box:
+        raise ProviderError(
+            f"{where}.target: importing '{name}' did not finish within {timeout_s:g} s ({where}.timeout_s): "
+            "raise the timeout, or build what is slow on the first call instead of at import"
+        )
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _imported(name: str, where: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -147,7 +190,7 @@ def _import(name: str, where: str = WHERE) -> ModuleType:
                 f"{where}.path or the installed packages"
             ) from None
         raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by the module itself
         raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
 
 
@@ -196,8 +239,21 @@ def _is_coroutine_function(function: Any) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """``Type: message``, or the type alone when the message is empty or cannot be printed
+    (its ``__str__`` raises)."""
+    name = _type_name(exc)
+    try:
+        text = str(exc)
+    except BaseException:  # the target's exception must not fail ragexp's report of it
+        return f"{name} (its message could not be printed)"
+    return f"{name}: {text}" if text else name
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        return str(type(exc).__name__)
+    except BaseException:  # pragma: no cover - a metaclass whose __name__ raises
+        return "an exception"
 
 
 def source_identity(module: ModuleType) -> str:
@@ -234,11 +290,18 @@ class PythonProvider(Provider):
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
         return self.mapping.fields()
 
-    def preflight(self, dataset: Dataset) -> None:
+    def check(self, dataset: Dataset) -> None:
         system = self.system
+        check_target(system.target)
         if system.input is not None:
             check_template(system.input, f"{WHERE}.input", dataset.cases, str(dataset.path))
-        self._target = load_target(system.target, system.path, has_input=system.input is not None)
+
+    def preflight(self, dataset: Dataset) -> None:
+        system = self.system
+        guard_stdout()  # before the import: what the module prints there is not ragexp's output either
+        self._target = load_target(
+            system.target, system.path, has_input=system.input is not None, timeout_s=system.timeout_s
+        )
 
     def identity(self) -> str | None:
         if self._target is None:
@@ -249,7 +312,7 @@ class PythonProvider(Provider):
         target = self._target
         if target is None:
             raise RuntimeError("PythonProvider.probe called before preflight")
-        calls = _Calls(target, self.system, self.mapping, [case], self.settings.k)
+        calls = _Calls(target, self.system, self.mapping, [case], self.settings.k, self.settings.outputs)
         args, kwargs = calls.arguments(case)
         report: dict[str, Any] = {
             "case_id": case.id,
@@ -271,12 +334,17 @@ class PythonProvider(Provider):
         report["raw"] = secrets.scrub(text[:PROBE_TEXT]) + ("..." if len(text) > PROBE_TEXT else "")
         mapping = self.mapping
         extracted: dict[str, Any] = {}
+        missing: dict[str, str] = {}
         for key in mapping.expressions:
+            label = f"{key} ({getattr(mapping.mapping, key)!r})"
             try:
-                extracted[f"{key} ({getattr(mapping.mapping, key)!r})"] = mapping.search(key, plain)
+                extracted[label] = found = mapping.search(key, plain)
             except ReplyError as exc:
-                extracted[f"{key} ({getattr(mapping.mapping, key)!r})"] = f"failed: {exc}"
+                extracted[label] = f"failed: {exc}"
+                continue
+            mark_missing(missing, label, key, found, mapping.gaps(key, plain, found), self.settings.outputs)
         report["extracted"] = extracted
+        report["missing"] = missing
         result = calls.finish(case, value, latency)
         report["output"] = result.output.to_json() if result.output is not None else None
         report["error"] = result.error
@@ -289,7 +357,7 @@ class PythonProvider(Provider):
         if not cases:
             return
         workers = min(self.settings.concurrency, len(cases))
-        calls = _Calls(target, self.system, self.mapping, cases, self.settings.k)
+        calls = _Calls(target, self.system, self.mapping, cases, self.settings.k, self.settings.outputs)
         driver: _Driver = (_Loop if target.is_async else _Threads)(calls, workers, self.system.timeout_s, on_result)
         with collecting_garbage():  # a pipeline's own cycles (callbacks, futures) must not pile up
             driver.start()
@@ -336,12 +404,19 @@ class _Calls:
     """One case -> one call -> one CaseResult; never raises for what the target does."""
 
     def __init__(
-        self, target: Target, system: PythonSystemConfig, mapping: CompiledMapping, cases: Sequence[Case], k: int
+        self,
+        target: Target,
+        system: PythonSystemConfig,
+        mapping: CompiledMapping,
+        cases: Sequence[Case],
+        k: int,
+        needed: frozenset[str] | None = None,
     ) -> None:
         self.target = target
         self.mapping = mapping
         self.cases = cases
         self.k = k
+        self.needed = needed
         self.input = system.input
         self.timeout_s = system.timeout_s
 
@@ -363,7 +438,7 @@ class _Calls:
         started = perf_counter()
         try:
             value = self.target.function(*args, **kwargs)
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # in a worker thread: a KeyboardInterrupt here is the target's own
             return self.failed(case, exc)
         return self.finish(case, value, perf_counter() - started)
 
@@ -376,7 +451,12 @@ class _Calls:
         started = perf_counter()
         try:
             value = await cast(Awaitable[Any], self.target.function(*args, **kwargs))
-        except (Exception, SystemExit) as exc:
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # ragexp cancelled this call (past its deadline): not the target's failure
+            return self.failed(case, exc)
+        except BaseException as exc:  # on the loop's thread: a KeyboardInterrupt here is the target's own
             return self.failed(case, exc)
         return self.finish(case, value, perf_counter() - started)
 
@@ -388,8 +468,10 @@ class _Calls:
             if inspect.iscoroutine(value):
                 value.close()  # never awaited: close it, or Python warns at exit
             return CaseResult(case.id, None, "the target returned an awaitable from a sync call: make it async def")
+        if isinstance(value, Iterator | AsyncIterator):
+            return CaseResult(case.id, None, _iterator_error(value))
         try:
-            output = self.mapping.extract(to_plain(value), latency)
+            output = self.mapping.extract(to_plain(value), latency, self.needed)
         except ReplyError as exc:
             return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.response: {exc}"))
         except Exception as exc:  # an attribute that raises while the value is taken apart
@@ -400,6 +482,19 @@ class _Calls:
         # Retryable: a stalled call says nothing about the case, and --resume asks it again.
         reason = f"timed out after {self.timeout_s:g} s ({WHERE}.timeout_s)"
         return CaseResult(self.cases[index].id, None, reason, retryable=True)
+
+
+def _iterator_error(value: Any) -> str:
+    """Why a generator or iterator is not an answer; the generator is closed (never run on)."""
+    kind = "an async generator" if inspect.isasyncgen(value) else "a generator" if inspect.isgenerator(value) else None
+    kind = kind or f"an iterator ({type(value).__name__})"
+    if inspect.isgenerator(value):
+        value.close()
+    return (
+        f"the target returned {kind}, not its answer: ragexp reads one return value per case. "
+        "Return the whole result (a dict, an object, a list): for a LangChain Runnable call invoke, not stream; "
+        "for a generator, collect what it yields"
+    )
 
 
 def _scrubbed(output: SystemOutput) -> SystemOutput:

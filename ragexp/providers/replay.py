@@ -14,7 +14,7 @@ class ReplayProvider(Provider):
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
         return dataset.output_fields
 
-    def preflight(self, dataset: Dataset) -> None:
+    def check(self, dataset: Dataset) -> None:
         for case in dataset.cases:
             if case.recorded is None:
                 raise ProviderError(

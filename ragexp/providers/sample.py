@@ -30,7 +30,7 @@ class SampleProvider(Provider):
         self._system: SampleSystem | None = None
         self._docs_sha256: str | None = None
 
-    def preflight(self, dataset: Dataset) -> None:
+    def check(self, dataset: Dataset) -> None:
         path = resolve_path(self.knobs.docs, data_roots())
         try:
             docs = load_docs(path)
@@ -79,4 +79,5 @@ class SampleProvider(Provider):
                 reply["ranked_ids"], reply["contexts"], reply["answer"], reply["citations"], latency, reply["timings"]
             )
             output.doc_ids = reply["doc_ids"]
+            output.stages = reply["stages"]
             on_result(index, CaseResult(case.id, output))

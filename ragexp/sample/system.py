@@ -12,7 +12,8 @@ into windows of ``chunk_chars`` characters, each sharing ``overlap`` with the on
 returns the windows themselves, with ids ``<doc>#<n>`` (n counting from 1).
 
 :meth:`SampleSystem.answer` returns ragexp's HTTP service contract as a dict
-(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``, ``doc_ids``), so the
+(``ranked_ids``, ``contexts``, ``answer``, ``citations``, ``timings``, ``doc_ids``, and
+``stages``: what BM25 and the reranker each produced, shown on the case's stage spans), so the
 in-process provider and the HTTP wrapper hand out exactly the same thing.
 """
 
@@ -235,11 +236,25 @@ class SampleSystem:
         hits = self.index.search(question)
         timings["keyword"] = time.perf_counter() - started
         candidates = hits[: max(wanted * 3, RERANK_POOL)]
+        chunks = self.index.chunks
+        # The ids the system returns: documents, or the windows themselves.
+        window = settings.chunking == "window"
+        named = [self.index.chunk_ids[i] if window else chunks[i][0] for _, i in candidates]
+        bm25_order = list(named)
+        name_of = {i: named[n] for n, (_, i) in enumerate(candidates)}
+        stages: dict[str, dict[str, list[Any]]] = {
+            "keyword": {"ids": bm25_order, "scores": [round(score, 6) for score, _ in candidates]}
+        }
         if settings.rerank:
             started = time.perf_counter()
-            chunks = self.index.chunks
-            candidates.sort(key=lambda hit: (coverage(question, chunks[hit[1]][1]), hit[0]), reverse=True)
+            covered = {i: coverage(question, chunks[i][1]) for _, i in candidates}
+            candidates.sort(key=lambda hit: (covered[hit[1]], hit[0]), reverse=True)
             timings["rerank"] = time.perf_counter() - started
+            stages["rerank"] = {
+                "ids_in": bm25_order,
+                "ids": [name_of[i] for _, i in candidates],
+                "scores": [round(covered[i], 6) for _, i in candidates],
+            }
         started = time.perf_counter()
         ranked_ids: list[str] = []
         contexts: list[str] = []
@@ -279,4 +294,5 @@ class SampleSystem:
             "citations": citations,
             "timings": timings,
             "doc_ids": doc_ids,
+            "stages": stages,
         }

@@ -10,8 +10,9 @@ POST /v1/chat-messages  {"query", "inputs", "response_mode": "streaming" | "bloc
   between them, and ``message_end`` carries ``metadata.retriever_resources`` (position,
   dataset_id, dataset_name, document_id, document_name, segment_id, score, content) and usage.
   blocking: one JSON object with ``answer`` and ``metadata.retriever_resources``.
-Questions containing "quota" stream an ``error`` event after the first piece; "cut" ones are cut
-short mid-event while $STANDIN_CUT_FILE exists; "stall" ones stop after the first piece.
+Questions containing "quota" stream an ``error`` event after the first piece ("quotacut": and
+then drop the connection without ending the body); "cut" ones are cut short mid-event while
+$STANDIN_CUT_FILE exists; "stall" ones stop after the first piece.
 GET /stats  the attempts seen per query.
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, cut_enabled, indexed, knowledge, main, pieces
+from tests.servers.streaming import StreamingHandler, cut_enabled, indexed, key_ok, knowledge, main, pieces
 
 
 def resources(chunks: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ class Handler(StreamingHandler):
 
     def do_POST(self) -> None:
         key = os.environ.get("DIFY_STANDIN_KEY", "app-standin")
-        if self.headers.get("Authorization") != f"Bearer {key}":
+        if not key_ok(self.headers.get("Authorization"), f"Bearer {key}"):
             return self.reply(401, {"code": "unauthorized", "message": "Access token is invalid", "status": 401})
         if self.path.split("?")[0] != "/v1/chat-messages":
             return self.reply(404, {"code": "not_found", "message": "Not Found", "status": 404})
@@ -101,6 +102,8 @@ class Handler(StreamingHandler):
                             "message": "Your quota of provider has been exceeded.",
                         }
                     )
+                    if "quotacut" in query:
+                        return self.drop()
                     return self.end_stream()
                 if "cut" in query and cut_enabled():
                     return self.cut()

@@ -25,6 +25,8 @@ bigint-*    200 with a citation beyond 64 bits
 deep-*      200 with JSON nested 100,000 deep
 notimpl-*   501 on every attempt
 gated-*     503 while the file given by --gate-file exists, then answers
+badgzip-*   200 marked Content-Encoding: gzip whose body is not gzip
+deny-*      403 whose JSON reason echoes the request's Authorization header
 GET /stats  the attempts seen per case id, with their times
 
 Set FAULTY_TOKEN to require "Authorization: Bearer $FAULTY_TOKEN" (401 otherwise).
@@ -121,6 +123,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, text.encode())
         if kind == "bad400":
             return self.reply(400, b'{"error": "bad request"}')
+        if kind == "badgzip":
+            return self.reply(200, b'{"answer": "not gzip"}', {"Content-Encoding": "gzip"})
+        if kind == "deny":
+            reason = f"key {self.headers.get('Authorization')} may not read this index"
+            return self.reply(403, json.dumps({"error": {"message": reason}}).encode())
         if kind == "badjson":
             return self.reply(200, b"<html>not json</html>")
         if kind == "hostile":

@@ -7,10 +7,11 @@ GET /search?q=...&top=N&lang=...  (X-Api-Key: $INHOUSE_STANDIN_KEY, default inho
   ["doc id", ...]}, "took": {"search": s, "llm": s}}, at most ``top`` hits; lang must be given.
   Business errors are HTTP 200 {"status": "error", "reason": ...}: a question containing
   "broken". A question containing "badtype" gets "text" as a list of words; "echo" gets the
-  request's key back in "text".
+  request's key back in "text"; "bom" gets its JSON after a UTF-8 byte-order mark.
 POST /ask/stream  {"q", "top"}: NDJSON, {"type": "token", "text"} lines, ": " comment-free,
   then {"type": "done", "hits": [...]}; "cut" questions are cut short while $STANDIN_CUT_FILE
-  exists.
+  exists; "halfline" ones, while it exists, end the body cleanly after half a line (a proxy that
+  closed the stream in the middle of a line).
 GET /stats  the attempts seen per question.
 """
 
@@ -56,7 +57,15 @@ class Handler(StreamingHandler):
             result["text"] = answer.split()
         if "echo" in question:
             result["text"] = f"invalid key {self.headers.get('X-Api-Key')}"
-        return self.reply(200, {"status": "ok", "result": result, "took": {"search": 0.01, "llm": 0.02}})
+        payload = {"status": "ok", "result": result, "took": {"search": 0.01, "llm": 0.02}}
+        if "bom" in question:
+            data = b"\xef\xbb\xbf" + json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            return self.wfile.write(data) and None
+        return self.reply(200, payload)
 
     def do_POST(self) -> None:
         if not self.authorized():
@@ -70,6 +79,9 @@ class Handler(StreamingHandler):
             self.line({"type": "token", "text": piece})
             if index == 0 and "cut" in question and cut_enabled():
                 return self.cut(b'{"type": "tok')
+            if index == 0 and "halfline" in question and cut_enabled():
+                self.chunk(b'{"type": "tok')
+                return self.end_stream()
         self.line({"type": "done", "hits": [{"doc": chunk_id, "body": text} for chunk_id, text in chunks]})
         self.end_stream()
 

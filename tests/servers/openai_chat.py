@@ -11,7 +11,10 @@ POST /v1/chat/completions  {"model", "messages", "stream"?}; Authorization: Bear
   stream true: ``data: {...}`` chat.completion.chunk events (the first delta holds the role and
   empty content, the last one an empty delta and finish_reason "stop"), then ``data: [DONE]``.
 The answer is the knowledge's answer to the last user message; a question containing "long" is
-400 context_length_exceeded.
+400 context_length_exceeded. Streams that end the ways real servers and gateways end them:
+"silent" streams the role delta and finish_reason but no text, "doneonly" only ``data: [DONE]``;
+"blocking" ignores ``stream`` and answers with one chat.completion; "lastdone" ends with
+``data: [DONE]`` and no blank line after it; "bom" starts the stream with a UTF-8 byte-order mark.
 GET /stats  the attempts seen per question.
 """
 
@@ -27,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, knowledge, main, pieces
+from tests.servers.streaming import StreamingHandler, key_ok, knowledge, main, pieces
 
 MODEL = "standin-model"
 
@@ -42,7 +45,7 @@ class Handler(StreamingHandler):
 
     def do_POST(self) -> None:
         key = os.environ.get("OPENAI_STANDIN_KEY", "sk-standin")
-        if self.headers.get("Authorization") != f"Bearer {key}":
+        if not key_ok(self.headers.get("Authorization"), f"Bearer {key}"):
             return self.reply(401, error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"))
         if self.path.split("?")[0] != "/v1/chat/completions":
             return self.reply(404, error("Not found", "invalid_request_error", "unknown_url"))
@@ -61,7 +64,7 @@ class Handler(StreamingHandler):
             return self.reply(400, error(message, "invalid_request_error", "context_length_exceeded"))
         answer, _ = knowledge(question)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
-        if not body.get("stream"):
+        if not body.get("stream") or "blocking" in question:
             choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
             usage = {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26}
             return self.reply(
@@ -76,12 +79,18 @@ class Handler(StreamingHandler):
                 },
             )
         self.start_stream()
+        if "bom" in question:
+            self.raw(b"\xef\xbb\xbf")
+        if "doneonly" in question:
+            self.chunk(b"data: [DONE]\n\n")
+            return self.end_stream()
         base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": MODEL}
-        deltas = [{"role": "assistant", "content": ""}, *({"content": piece} for piece in pieces(answer))]
+        said = [] if "silent" in question else pieces(answer)
+        deltas = [{"role": "assistant", "content": ""}, *({"content": piece} for piece in said)]
         for delta in deltas:
             self.event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         self.event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        self.chunk(b"data: [DONE]\n\n")
+        self.chunk(b"data: [DONE]\n" if "lastdone" in question else b"data: [DONE]\n\n")
         self.end_stream()
 
     def event(self, data: dict[str, Any]) -> None:

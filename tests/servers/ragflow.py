@@ -28,7 +28,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import REFUSAL, StreamingHandler, cut_enabled, indexed, knowledge, main, pieces
+from tests.servers.streaming import (
+    REFUSAL,
+    StreamingHandler,
+    cut_enabled,
+    indexed,
+    key_ok,
+    knowledge,
+    main,
+    pieces,
+)
 
 
 def reference(chunks: list[tuple[str, str]]) -> dict[str, Any]:
@@ -61,7 +70,7 @@ class Handler(StreamingHandler):
 
     def do_POST(self) -> None:
         key = os.environ.get("RAGFLOW_STANDIN_KEY", "ragflow-standin")
-        if self.headers.get("Authorization") != f"Bearer {key}":
+        if not key_ok(self.headers.get("Authorization"), f"Bearer {key}"):
             return self.reply(200, {"code": 109, "message": "Authentication error: API key is invalid!"})
         parts = self.path.split("?")[0].strip("/").split("/")
         if len(parts) != 5 or parts[:3] != ["api", "v1", "chats"] or parts[4] != "completions":

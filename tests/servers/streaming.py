@@ -2,6 +2,8 @@
 HTTP/1.1 handler that streams chunked bodies (and can cut one short or stall), the attempts seen
 per question, and the knowledge every stand-in answers from.
 
+$STANDIN_NO_AUTH: the stand-ins take only requests without an Authorization header.
+
 Knowledge: a question ending in a number n ("what about 7?") retrieves chunk ``seg-n`` (text
 "fact n lives here.", of document ``doc-n``) then ``seg-n-x`` (unrelated, of ``doc-n-x``), and is
 answered "fact n is documented.". A question without a number retrieves nothing and is answered
@@ -57,6 +59,15 @@ def pieces(text: str) -> list[str]:
     return re.findall(r"\S+\s*", text)
 
 
+def key_ok(sent: str | None, expected: str) -> bool:
+    """Whether a request's Authorization header is what the stand-in takes: ``expected``; with
+    $STANDIN_NO_AUTH set, none at all (a service without authentication, which must not be sent
+    a key)."""
+    if os.environ.get("STANDIN_NO_AUTH"):
+        return sent is None
+    return sent == expected
+
+
 def cut_enabled() -> bool:
     """``cut`` questions are cut short while the file named by STANDIN_CUT_FILE exists."""
     path = os.environ.get("STANDIN_CUT_FILE")
@@ -94,9 +105,17 @@ class StreamingHandler(JsonHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+    def raw(self, data: bytes) -> None:
+        """Bytes as they are, outside the chunked framing's bookkeeping of :meth:`event`."""
+        self.chunk(data)
+
     def cut(self, data: bytes = b'data: {"par') -> None:
         """Send part of an event, then drop the connection without ending the body."""
         self.chunk(data)
+        self.drop()
+
+    def drop(self) -> None:
+        """Drop the connection without ending the body (no closing chunk)."""
         self.close_connection = True
         self.connection.shutdown(2)
         self.connection.close()
