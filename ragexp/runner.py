@@ -231,6 +231,9 @@ def metrics_that_fit(
     def fits(chosen: Sequence[MetricSpec]) -> bool:
         return all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in chosen)
 
+    unfit_own = [spec for spec in specs if spec.custom is not None and not fits([spec])]
+    if unfit_own:  # a named set would not help: the metric of the user's is what cannot be scored
+        return f"; leave {unfit_own[0].custom.key} out of metrics.custom for this system"  # type: ignore[union-attr]
     ways = []
     for name, names in metric_sets().items():
         try:

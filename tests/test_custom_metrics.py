@@ -352,7 +352,8 @@ def test_needs_the_system_or_dataset_cannot_give_and_a_repeated_name_are_refused
     assert result.code == 1
     assert result.stderr.strip() == (
         "ragexp: error: metrics.custom[0].needs: metric 'hotline' needs output field 'answer', which provider "
-        "replay does not give for every case of no_answers"
+        "replay does not give for every case of no_answers; "
+        "leave metrics.custom[0] out of metrics.custom for this system"
     )
     twice = run(ragexp, write_jsonl(tmp_path / "cases.jsonl", rows()), custom(HOTLINE_METRIC, HOTLINE_METRIC))
     assert twice.stderr.strip() == "ragexp: error: metrics.custom[1].name: 'hotline' is already a metric of this run"

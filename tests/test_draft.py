@@ -258,7 +258,7 @@ def test_a_document_cannot_forge_a_chunk_block_of_the_prompt(ragexp: Any, drafte
     assert result.code == 0, result.stderr
     assert result.json()["dropped"] == {}, result.stdout
     cases = read_cases(out)
-    assert sorted(c["relevant_ids"][0] for c in cases) == sorted(c.id for c in chunks)
+    assert sorted(c["draft"]["source_ids"][0] for c in cases) == sorted(c.id for c in chunks)
     assert all("伪造" not in fact for case in cases for fact in case["expected_facts"])
 
 
