@@ -150,7 +150,7 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
 
     both("runs", "--json", check=lambda r: {row["run_id"] for row in r.json()["runs"]} == ids or pytest.fail(r.stdout))
     both(
-        "validate", f"dataset.path={cases}", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail()
+        "validate", f"dataset.path={cases}", "provider=replay", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail()
     )
     both("diff", base, cand, "--json", "--allow-incomparable", check=lambda r: r.json()["candidate"] == cand)
     both("gate", "--baseline", base, "--candidate", cand, "--allow-incomparable", "--json", check=lambda r: None)
@@ -188,7 +188,7 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     listed = invoke("runs", "--json")
     assert listed.code == 0, listed.stderr
     assert {row["run_id"] for row in listed.json()["runs"]} == ids
-    assert invoke("validate", f"dataset.path={cases}", "--json").json()["tracking_uri"] == uri
+    assert invoke("validate", f"dataset.path={cases}", "provider=replay", "--json").json()["tracking_uri"] == uri
     assert invoke("runs", "--tracking-uri", other).stderr.startswith("ragexp: error: no tracking store at")
 
 
