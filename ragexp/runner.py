@@ -29,7 +29,7 @@ from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
-from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.calibration import Trust, assess
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
@@ -682,13 +682,19 @@ def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np
 def _human_scores(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
 ) -> dict[str, np.ndarray]:
-    """People's scores of this run's cases: the dataset's ``human`` field, then the review
-    queues' labels of this run (as ``ragexp calibrate`` reads them)."""
+    """People's scores of this run's cases: the dataset's ``human`` field where it graded this
+    run's output (:mod:`ragexp.labels.graded`), then the review queues' labels of this run (as
+    ``ragexp calibrate`` reads them)."""
     from ragexp.labels.collect import run_labels, with_run_labels
+    from ragexp.labels.graded import dataset_labels
 
     cases = plan.dataset.cases
     names = list(scored.scores)
-    human = human_columns([case.human for case in cases], names)
+    graded = dataset_labels(cases, results, names)
+    line = graded.unmatched_line()
+    if line is not None:
+        info(line)
+    human = graded.human
     custom = {spec.name: spec for spec in plan.custom.specs}
     labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
     return with_run_labels(human, labels)

@@ -260,7 +260,10 @@ def _paired_ppi(name: str, base: RunData, cand: RunData, mask: np.ndarray, confi
         return None
     judged = cand.scores[name][mask] - base.scores[name][mask]
     human = cand.human[name][mask] - base.human[name][mask]
-    return ppi_mean(judged, human, confidence=confidence)
+    spec = cand.spec(name)
+    # A difference of two values in [low, high] lies in [low - high, high - low].
+    bounds = (spec.low - spec.high, spec.high - spec.low) if spec is not None and spec.high is not None else None
+    return ppi_mean(judged, human, confidence=confidence, bounds=bounds)
 
 
 def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> list[dict[str, Any]]:
