@@ -31,6 +31,7 @@ def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Tab
         Column(t("ci", language, level=diff.confidence), kind="figure"),
         Column(t("p", language), "right", "figure"),
         Column(t("updown", language), kind="figure"),
+        Column(t("compared", language)),
         Column(t("moved", language)),
         Column(t("detectable", language), "right", "figure"),
     ]
@@ -49,6 +50,7 @@ def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
         ci,
         fmt(m.p_value),
         f"{m.improved}/{m.regressed}/{m.unchanged}",
+        m.population.words() if m.population is not None else t("run_figure", language),
         (_MARKS.get(verdict, "") if marks else "") + t(f"moved_{verdict}", language),
         fmt(m.detectable_effect),
     ]

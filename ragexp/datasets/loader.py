@@ -310,7 +310,10 @@ def _graded(value: Any) -> Reason | None:
     if type(value) is str:
         if _HEX64.fullmatch(value):
             return None
-        return at, f"expected the sha256 (64 lowercase hex digits) of the graded answer and contexts, got {value[:70]!r}"
+        return (
+            at,
+            f"expected the sha256 (64 lowercase hex digits) of the graded answer and contexts, got {value[:70]!r}",
+        )
     if type(value) is not dict:
         return at, f"expected a sha256 or an object {{answer, contexts}}, got {_type_name(value)}"
     for key in value:

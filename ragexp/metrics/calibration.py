@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec, lookup
 
 if TYPE_CHECKING:
@@ -249,9 +250,8 @@ def assess(
     for spec in specs:
         if spec.name not in human or spec.name not in scores:
             continue
-        judge, labels = scores[spec.name], human[spec.name]
-        if spec.population == "answerable" and (~unanswerable).any():
-            judge, labels = judge[~unanswerable], labels[~unanswerable]
+        mask = covered(spec, unanswerable)
+        judge, labels = scores[spec.name][mask], human[spec.name][mask]
         figures = calibrate(
             judge,
             labels,
