@@ -20,7 +20,8 @@ have no emoji."""
 
 def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Table:
     """One row per metric: direction, both values, delta, interval, p-value, how many cases went
-    up/down/stayed, the verdict and the smallest change the comparison could detect. ``marks``
+    up/down/stayed, the verdict, the smallest change the comparison could detect and the cases
+    compared (the metric's population). ``marks``
     puts a coloured dot before a verdict that moved (for pages, not terminals)."""
     columns = [
         Column(t("metric", language), kind="code"),
@@ -31,9 +32,9 @@ def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Tab
         Column(t("ci", language, level=diff.confidence), kind="figure"),
         Column(t("p", language), "right", "figure"),
         Column(t("updown", language), kind="figure"),
-        Column(t("compared", language)),
         Column(t("moved", language)),
         Column(t("detectable", language), "right", "figure"),
+        Column(t("compared", language)),
     ]
     return Table(columns, [_metric_row(m, language, marks) for m in diff.metrics])
 
@@ -50,9 +51,9 @@ def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
         ci,
         fmt(m.p_value),
         f"{m.improved}/{m.regressed}/{m.unchanged}",
-        m.population.words() if m.population is not None else t("run_figure", language),
         (_MARKS.get(verdict, "") if marks else "") + t(f"moved_{verdict}", language),
         fmt(m.detectable_effect),
+        m.population.words() if m.population is not None else t("run_figure", language),
     ]
 
 
