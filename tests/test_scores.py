@@ -163,6 +163,15 @@ def test_one_population_for_answerable_metrics_in_table_json_mlflow_traces_diff_
         )
         == 1
     )
+    gate = ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], "--json")
+    assert gate.code == 2, gate.stdout + gate.stderr  # recall dropped: the release rules fail it
+    rules = {(r["metric"], r["rule"]): r for r in gate.json()["rules"]}
+    assert rules[("recall_at_k", "max_drop")]["population"] == "30 of 35 (answerable)"
+    assert rules[("answer_accuracy", "max_drop")]["population"] == "35 of 35"
+    assert rules[("p95_seconds", "max_increase_ratio")]["population"] is None
+    shown_gate = ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"])
+    recall_rule = next(line for line in shown_gate.stdout.splitlines() if line.startswith("recall_at_k"))
+    assert recall_rule.endswith("30 of 35 (answerable)")
     out = tmp_path / "report"
     report = ragexp("report", cand["run_id"], "--baseline", base["run_id"], "--out", str(out))
     assert report.code == 0, report.stderr

@@ -45,6 +45,9 @@ class RuleResult:
     power: Power | None = None
     allowed: float | None = None
     """The change in the metric's own unit that a change rule allows (None for other rules)."""
+    population: str | None = None
+    """The cases the metric was compared on, in words (``30 of 35 (answerable)``); None for a
+    run-level figure or a rule on no comparison."""
 
     @property
     def passed(self) -> bool:
@@ -75,6 +78,7 @@ class RuleResult:
             "method": self.method,
             "detectable_effect": self.detectable_effect,
             "underpowered": self.underpowered,
+            "population": self.population,
         }
 
 
@@ -123,6 +127,7 @@ class GateResult:
                 r.get("method"),
                 r.get("detectable_effect"),
                 bool(r.get("underpowered", False)),
+                population=r.get("population"),
             )
             for r in payload.get("rules", [])
         ]
@@ -229,7 +234,14 @@ def rule_results(
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
-        _add_power(result, metrics.get(result.metric))
+        compared = metrics.get(result.metric)
+        _add_power(result, compared)
+        if (
+            compared is not None
+            and compared.population is not None
+            and result.rule not in ("max_error_rate", *CALIBRATION_RULES)
+        ):
+            result.population = compared.population.words()
     return results
 
 

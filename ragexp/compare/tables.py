@@ -64,7 +64,7 @@ def failure_table(result: GateResult, language: str) -> Table:
 
 def rule_table(result: GateResult, language: str, *, everything: bool = True) -> Table:
     """Every rule checked (``everything``; else those that did not pass): metric, rule, outcome,
-    both values, threshold, why."""
+    both values, threshold, why, and the cases compared."""
     columns = [
         Column(t("metric", language), kind="code"),
         Column(t("rule", language), kind="code"),
@@ -73,9 +73,19 @@ def rule_table(result: GateResult, language: str, *, everything: bool = True) ->
         Column(t("candidate", language), "right", "figure"),
         Column(t("threshold", language), "right", "figure"),
         Column(t("why", language)),
+        Column(t("compared", language)),
     ]
     rows = [
-        [r.metric, r.rule, t(r.outcome, language), fmt(r.baseline), fmt(r.candidate), threshold(r.threshold), r.message]
+        [
+            r.metric,
+            r.rule,
+            t(r.outcome, language),
+            fmt(r.baseline),
+            fmt(r.candidate),
+            threshold(r.threshold),
+            r.message,
+            r.population or t("run_figure", language),
+        ]
         for r in (result.rules if everything else result.failures)
     ]
     return Table(columns, rows)
