@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ragexp import limits
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult
 
@@ -262,8 +263,9 @@ def build_traces(
     cases (as ``cases.jsonl`` does), its rationale saying the run's mean leaves it out
     (:mod:`ragexp.metrics.population`).
     """
-    answerable_exists = any(not case.unanswerable for case in cases)
+    unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
     per_case = [spec for spec in specs if spec.per_case and spec.name in scores]
+    outside = {spec.name: ~covered(spec, unanswerable) for spec in per_case}
     chosen, capped = select_cases(specs, scores, errored, cap)
     traces: list[CaseTrace] = []
     for index in chosen.tolist():
@@ -275,7 +277,7 @@ def build_traces(
             source = judge if spec.judge else None
             if value == value:
                 said = result.rationale.get(spec.name)
-                if spec.population == "answerable" and case.unanswerable and answerable_exists:
+                if outside[spec.name][index]:
                     said = outside_mean(said, language)
                 feedback.append(FeedbackRecord(spec.name, value, judge=source, rationale=said))
                 continue
