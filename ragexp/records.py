@@ -31,6 +31,9 @@ class SystemOutput:
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
     reranker). Shown on the case's stage spans; None: the system reports none."""
+    tokens: dict[str, int] | None = None
+    """The tokens the system's model used for this reply, as it reported them (``prompt``,
+    ``completion``); None: the reply reported no usage."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -47,6 +50,8 @@ class SystemOutput:
             data["doc_ids"] = self.doc_ids
         if self.stages is not None:
             data["stages"] = self.stages
+        if self.tokens is not None:
+            data["tokens"] = self.tokens
         return data
 
     @classmethod
@@ -62,6 +67,7 @@ class SystemOutput:
             ttft_seconds=data.get("ttft_seconds"),
             doc_ids=list(data.get("doc_ids", [])),
             stages=data.get("stages"),
+            tokens=data.get("tokens"),
         )
 
 

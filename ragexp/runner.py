@@ -42,6 +42,7 @@ from ragexp.metrics.registry import (
     needed_outputs,
     parse_metric_names,
 )
+from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
@@ -153,7 +154,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
     custom = load_custom(config.metrics.custom)
-    specs = parse_metric_names(config.metrics.names, custom.specs)
+    specs = with_cost(parse_metric_names(config.metrics.names, custom.specs), config.cost)
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
@@ -217,6 +218,12 @@ def check_config(
         )
     except MetricError as exc:
         raise MetricError(f"{exc}{metrics_that_fit(config, specs, dataset.label_fields, outputs)}") from None
+    check_prices(
+        config.cost,
+        reports_usage=provider.reports_usage(),
+        judged=bool(judge_specs),
+        provider=config.provider.name,
+    )
     provider.check(dataset)
     return provider
 
@@ -580,6 +587,8 @@ class Scored:
     """Judge metric -> per-case spread over repeats."""
     judge_metrics: dict[str, float] = field(default_factory=dict)
     """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
+    system_tokens: dict[str, float] = field(default_factory=dict)
+    """The tokens the system's replies reported (none when no reply reported usage)."""
 
     @property
     def error_count(self) -> int:
@@ -654,7 +663,12 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
-    return Scored(inputs, scores, errored, summary, spread, judge_metrics)
+    tokens = system_tokens(results)
+    if cfg.cost.prices is not None:
+        summary[COST], why_not = run_cost(cfg.cost, tokens, judge_metrics)
+        if why_not is not None:
+            info(f"warning: {why_not}")
+    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics())
 
 
 def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
@@ -702,6 +716,7 @@ def run_metrics(
     metrics["case_count"] = float(len(plan.dataset.cases))
     metrics["error_count"] = float(scored.error_count)
     metrics.update(scored.judge_metrics)
+    metrics.update(scored.system_tokens)
     metrics.update(trust.as_metrics())
     for stage in stage_rows(timings):
         for figure in TIMING_FIGURES:

@@ -233,7 +233,7 @@ def rule_results(
     return results
 
 
-CHANGE_RULES = ("max_drop", "max_increase_ratio")
+CHANGE_RULES = ("max_drop", "max_increase", "max_increase_ratio")
 """Rules that bound a change between the runs, which a comparison may be too small to see."""
 
 
@@ -246,7 +246,7 @@ def _add_power(result: RuleResult, metric: MetricDiff | None) -> None:
     result.power, result.detectable_effect = power, power.detectable
     if result.rule not in CHANGE_RULES or result.threshold is None:
         return
-    if result.rule == "max_drop":
+    if result.rule in ("max_drop", "max_increase"):
         allowed: float = result.threshold
     elif result.baseline is not None:
         allowed = result.threshold * abs(result.baseline)
@@ -304,6 +304,7 @@ def _check_calibration(
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:
     pairs = [
         ("max_drop", rule.max_drop),
+        ("max_increase", rule.max_increase),
         ("max_increase_ratio", rule.max_increase_ratio),
         ("min", rule.min),
         ("max", rule.max),
@@ -344,6 +345,12 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
         if worse_by > threshold + EPSILON:
             return result("failed", f"{move}, worse by {fmt(worse_by)} (allowed drop {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
+    if kind == "max_increase":
+        if direction == "higher":
+            return result("undecided", f"{name}: higher is better, so a rise is no regression; bound it with max_drop")
+        if worse_by > threshold + EPSILON:
+            return result("failed", f"{move}, up by {fmt(worse_by)} (allowed increase {threshold:g})")
+        return result("passed", f"{move}, {_moved(worse_by)} (allowed increase {threshold:g})")
     return _ratio(move, base, cand, worse_by, threshold, result)
 
 

@@ -776,6 +776,24 @@ def _register_offline_metrics() -> None:
         )
     )
 
+    register(
+        MetricSpec(
+            name="cost",
+            definition_zh="本次运行所用 token 按 cost.prices 计算的费用：系统回复报告的 token 加上评审模型的 token（每百万 token 的价格）。",
+            direction="lower",
+            low=0.0,
+            high=None,
+            needs_labels=frozenset(),
+            needs_output=frozenset(),
+            source=PROJECT,
+            per_case=False,
+            definition=(
+                "What the run's tokens cost at cost.prices (per million tokens, in cost.currency): the tokens "
+                "the system's replies reported plus the judge's."
+            ),
+        )
+    )
+
 
 _register_offline_metrics()
 _register_judge_metrics()
