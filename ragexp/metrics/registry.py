@@ -779,7 +779,10 @@ def _register_offline_metrics() -> None:
     register(
         MetricSpec(
             name="cost",
-            definition_zh="本次运行所用 token 按 cost.prices 计算的费用：系统回复报告的 token 加上评审模型的 token（每百万 token 的价格）。",
+            definition_zh=(
+                "本次运行所用 token 按 cost.prices 计算的费用：系统回复报告的 token 加上评审模型的 token"
+                "（每百万 token 的价格）。"
+            ),
             direction="lower",
             low=0.0,
             high=None,
