@@ -366,7 +366,7 @@ class ProviderConfig(Model):
 class GateRule(Model):
     max_drop: float | None = Field(None, ge=0)
     """Largest allowed regression in the metric's bad direction (0: no regression)."""
-    max_increase: float | None = Field(None, ge=0)
+    max_increase: float | None = Field(None, ge=0, json_schema_extra={"identity_omit_null": True})
     """Largest allowed rise of a metric where lower is better (``cost``, ``p95_seconds``), in the
     metric's own unit; on a metric where higher is better the rule cannot be checked."""
     max_increase_ratio: float | None = Field(None, ge=0)
@@ -490,7 +490,7 @@ class RagexpConfig(Model):
     """How ``ragexp report`` presents the run."""
     calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
     """How judge scores are compared with the dataset's human scores."""
-    cost: CostConfig = Field(default_factory=lambda: CostConfig())
+    cost: CostConfig = Field(default_factory=lambda: CostConfig(), json_schema_extra=dict(RUNTIME_ONLY))
     """Token prices, for the run's ``cost`` metric."""
 
     @field_validator("experiment")
