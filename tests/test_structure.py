@@ -140,6 +140,7 @@ ENTRY_POINTS = {
     "runs": {"ragexp.compare.listing.list_runs"},
     "gate": {"ragexp.compare.release.run_gate"},
     "diff": {"ragexp.compare.release.compare_runs"},
+    "sweep": {"ragexp.report.sweep.sweep_analysis"},
     "report": {"ragexp.report.publish.publish_report"},
     "demo": {"ragexp.cli.demo.run_demo"},
     "power": {"ragexp.compare.release.baseline_power"},

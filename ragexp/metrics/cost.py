@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from ragexp.config.models import CostConfig, TokenPrices
 from ragexp.errors import MetricError
-from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.metrics.registry import MetricSpec, cost_metric
 from ragexp.records import CaseResult
 
-COST = "cost"
+COST = cost_metric().name
 """The registry metric a price table gives."""
 PER_TOKENS = 1_000_000
 """Prices are per this many tokens."""
@@ -37,7 +37,7 @@ def with_cost(specs: Sequence[MetricSpec], cost: CostConfig) -> list[MetricSpec]
                 "million tokens); without one a run logs its tokens only"
             )
         return list(specs)
-    return list(specs) if named else [*specs, METRICS[COST]]
+    return list(specs) if named else [*specs, cost_metric()]
 
 
 def check_prices(cost: CostConfig, *, reports_usage: bool, judged: bool, provider: str) -> None:
