@@ -158,6 +158,10 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
     both("calibrate", cand, "--json", check=lambda r: None)
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    swept = invoke(*run[:-1], "-m", "k=2,3", "--json", "--tracking-uri", uri)
+    assert swept.code == 0, swept.stderr
+    parent = swept.json()["sweep"]
+    both("sweep", parent, "--json", check=lambda r: r.json()["parent"] == parent or pytest.fail(r.stderr))
     checked["run"] = {"--tracking-uri", "tracking.uri"}
     assert not (tmp_path / "mlruns").exists()
     draft_store = invoke(

@@ -31,7 +31,7 @@ def sweep_analysis(
     say: Callable[[str], None] = lambda _: None,
 ) -> SweepAnalysis:
     """Compare the points of the sweep ``parent`` and log the result to it."""
-    store = Store(tracking_uri)
+    store = Store(tracking_uri, read_only=True)  # read, and the analysis logged to the parent (no new store)
     record = store.get_run(parent)
     if record.tag("sweep.role") != "parent":
         raise TrackingError(
@@ -43,8 +43,9 @@ def sweep_analysis(
     skipped = {r.run_id: f"point {r.tag('sweep.num')} is {r.status.lower()}" for r in records if r.status != FINISHED}
     for run_id, why in skipped.items():
         say(f"left out: run {run_id}: {why}")
-    points = [_point(load_run(store, r), int(r.tag("sweep.num", "0") or 0), r.tag("sweep.point")) for r in records]
-    points = [p for p in points if p.run_id not in skipped]
+    finished = [r for r in records if r.run_id not in skipped]
+    swept = _swept([r.tag("sweep.point") for r in finished])
+    points = [_point(load_run(store, r), int(r.tag("sweep.num", "0") or 0), label) for r, label in zip(finished, swept)]
     if baseline is None:
         if not points:
             raise TrackingError(f"sweep {parent}: no finished point")
@@ -68,6 +69,13 @@ def sweep_analysis(
         front_plot(analysis, folder / "front.png")
         store.log_dir(parent, Path(tmp))
     return analysis
+
+
+def _swept(labels: list[str]) -> list[str]:
+    """Each point's overrides without those every point shares (the sweep's fixed overrides)."""
+    items = [label.split() for label in labels]
+    shared = set.intersection(*(set(i) for i in items)) if len(items) > 1 else set()
+    return [" ".join(item for item in i if item not in shared) for i in items]
 
 
 def _point(run: RunData, number: int, overrides: str) -> Point:
