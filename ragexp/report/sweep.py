@@ -45,7 +45,10 @@ def sweep_analysis(
         say(f"left out: run {run_id}: {why}")
     finished = [r for r in records if r.run_id not in skipped]
     swept = _swept([r.tag("sweep.point") for r in finished])
-    points = [_point(load_run(store, r), int(r.tag("sweep.num", "0") or 0), label) for r, label in zip(finished, swept)]
+    points = [
+        _point(load_run(store, r), int(r.tag("sweep.num", "0") or 0), label)
+        for r, label in zip(finished, swept, strict=True)
+    ]
     if baseline is None:
         if not points:
             raise TrackingError(f"sweep {parent}: no finished point")
