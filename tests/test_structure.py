@@ -141,7 +141,7 @@ ENTRY_POINTS = {
     "gate": {"ragexp.compare.release.run_gate"},
     "diff": {"ragexp.compare.release.compare_runs"},
     "sweep": {"ragexp.report.sweep.sweep_analysis"},
-    "report": {"ragexp.report.publish.publish_report"},
+    "report": {"ragexp.report.publish.publish_report", "ragexp.report.publish.publish_sweep_report"},
     "demo": {"ragexp.cli.demo.run_demo"},
     "power": {"ragexp.compare.release.baseline_power"},
     "label": {"ragexp.labels.workflow.label_run", "ragexp.labels.workflow.export_labels"},

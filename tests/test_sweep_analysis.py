@@ -142,6 +142,39 @@ def test_another_baseline_a_quality_axis_and_bad_input(
     assert "--metric p95_seconds: not a per-case quality metric every point has" in unknown.stderr
 
 
+def test_the_sweep_report(
+    ragexp: Any, store_uri: str, tmp_path: Path, three_points: tuple[str, list[dict[str, Any]]]
+) -> None:
+    parent, runs = three_points
+    doc, sentence, window = (run["run_id"] for run in runs)
+    done = ragexp("report", "--sweep", parent, "--out", str(tmp_path / "en"), "--language", "en")
+    assert done.code == 0, done.stderr
+    assert f"logged to run {parent} under report/" in done.stdout
+    text = (tmp_path / "en/report.md").read_text(encoding="utf-8")
+    rows = {
+        line.split("|")[3].strip(): line
+        for line in text.splitlines()
+        if line.startswith("| ") and "run" not in line[:40]
+    }
+    assert "on the front" in rows[doc] and "dominated (with confidence)" in rows[window]
+    assert "not distinguishable from the front" in rows[sentence]
+    assert "## Recommendation" in text and "is not significant" in text
+    svg = (tmp_path / "en/plots/front.svg").read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and "chunking=window" in svg
+    assert "<svg" in (tmp_path / "en/report.html").read_text(encoding="utf-8")
+    logged = {a.path for a in MlflowClient(store_uri).list_artifacts(parent, "report")}
+    assert {"report/report.md", "report/report.html", "report/plots"} <= logged
+    # Chinese by default (the baseline's report.language).
+    zh = ragexp("report", "--sweep", parent, "--out", str(tmp_path / "zh"))
+    assert zh.code == 0, zh.stderr
+    assert "## 帕累托前沿" in (tmp_path / "zh/report.md").read_text(encoding="utf-8")
+    for args in ([], [doc, "--sweep", parent]):
+        refused = ragexp("report", *args)
+        assert refused.code == 1 and refused.stderr.splitlines() == [
+            "ragexp: error: ragexp report: give a run id, or --sweep PARENT_RUN (one of them)"
+        ]
+
+
 def test_a_significant_winner_is_said_to_be_one(ragexp: Any) -> None:
     parent, runs = sweep_of(ragexp, QUALITY, f"{CHUNKING}=window,doc")
     window, doc = (run["run_id"] for run in runs)

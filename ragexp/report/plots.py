@@ -32,6 +32,11 @@ def _svg(fig) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.DOTALL)
 
 
+def figure_svg(fig) -> str:  # type: ignore[no-untyped-def]
+    """A figure drawn elsewhere, as inline SVG (closed afterwards)."""
+    return _svg(fig)
+
+
 def histogram(values: np.ndarray, name: str, low: float, high: float | None) -> str:
     fig, ax = _figure()
     finite = values[np.isfinite(values)]

@@ -7,11 +7,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ragexp import strict_json
+import yaml
+
+from ragexp import artifacts, strict_json
 from ragexp.compare.data import RunData, load_run
+from ragexp.compare.figures import fmt, signed
 from ragexp.compare.sweeps import COST, LATENCY, Point, SweepAnalysis, analyse
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import case_values_metric
+from ragexp.phrases import t
+from ragexp.report.build import Doc, Report, page
+from ragexp.report.plots import figure_svg
 from ragexp.tracking.store import FINISHED, TAG_PREFIX, Store
 
 SWEEP_JSON = "sweep/sweep.json"
@@ -87,6 +93,15 @@ def _point(run: RunData, number: int, overrides: str) -> Point:
 
 
 def front_plot(analysis: SweepAnalysis, path: Path) -> None:
+    """:func:`front_figure` as a PNG file (what the parent run shows in MLflow's UI)."""
+    import matplotlib.pyplot as plt
+
+    fig = front_figure(analysis)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def front_figure(analysis: SweepAnalysis):  # type: ignore[no-untyped-def]  # a matplotlib Figure
     """The points on the quality axis against p95 latency (or cost, or the point number), the
     front joined, each point's status in its colour and its overrides beside it."""
     import matplotlib
@@ -126,8 +141,7 @@ def front_plot(analysis: SweepAnalysis, path: Path) -> None:
     ax.set_title(f"sweep {analysis.parent[:8]}: {axis} vs {x_name or 'point'}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    return fig
 
 
 def _short_label(point: Point) -> str:
@@ -143,3 +157,60 @@ def _x(point: Point, name: str | None) -> float:
         return float(point.number)
     value = point.metrics.get(name)
     return float(value) if value is not None else 0.0
+
+
+def sweep_report(analysis: SweepAnalysis, language: str) -> Report:
+    """The sweep's report: its points against the baseline, the front and its plot, the recommendation."""
+    doc = Doc()
+    doc.heading(f"{t('sweep_title', language)} · {analysis.parent}", 1)
+    doc.heading(t("sweep_points", language))
+    shown = analysis.objectives[1:]
+    rows = []
+    for point in analysis.points:
+        deltas = []
+        for name in analysis.quality:
+            delta = point.deltas.get(name)
+            if point.run_id == analysis.baseline.run_id or delta is None or delta.delta is None:
+                deltas.append("-")
+            else:
+                mark = "*" if delta.significant else ""
+                deltas.append(f"{signed(delta.delta)}{mark} [{signed(delta.ci_low)}, {signed(delta.ci_high)}]")
+        rows.append(
+            [
+                str(point.number) if point.number >= 0 else "-",
+                point.overrides or point.run_id,
+                point.run_id,
+                *deltas,
+                *(fmt(point.metrics.get(name)) for name in shown),
+                f"{int(point.run.errored.sum())}/{len(point.run.case_ids)}",
+                t(f"sweep_status_{point.status}", language),
+            ]
+        )
+    headers = [t("sweep_point", language), t("sweep_overrides", language), "run"]
+    headers += [f"Δ {name}" for name in analysis.quality] + shown
+    doc.table([*headers, t("sweep_errored", language), t("sweep_pareto", language)], rows)
+    family = {
+        "baseline": analysis.baseline.label,
+        "tests": analysis.tests,
+        "confidence": f"{analysis.confidence:.0%}",
+        "level": f"{analysis.level:.2%}",
+    }
+    doc.para(t("sweep_family", language, **family))
+    doc.heading(t("sweep_front", language))
+    front = ", ".join(point.label for point in analysis.front)
+    doc.para(t("sweep_front_over", language, axes=" x ".join(analysis.objectives), front=front))
+    for name, why in analysis.left_out.items():
+        doc.para(f"{name}: {why}")
+    doc.figure("front.svg", figure_svg(front_figure(analysis)), " x ".join(analysis.objectives))
+    doc.heading(t("sweep_recommendation", language))
+    doc.para(analysis.recommendation.text())
+    title = f"{t('sweep_title', language)} · {analysis.parent}"
+    return Report("\n".join(doc.md).strip() + "\n", page(doc, language, title), doc.svgs)
+
+
+def sweep_language(store: Store, analysis: SweepAnalysis, language: str | None) -> str:
+    """``--language``, else the baseline's ``report.language``, else Chinese."""
+    if language:
+        return language
+    config = yaml.safe_load(store.read_artifact(analysis.baseline.run_id, artifacts.CONFIG)) or {}
+    return str(config.get("report", {}).get("language") or "zh")
