@@ -27,9 +27,9 @@ PHRASES: dict[str, dict[str, str]] = {
     "sweep_title": {"zh": "参数扫描报告", "en": "Sweep report"},
     "sweep_points": {"zh": "各扫描点与基线的比较", "en": "The points against the baseline"},
     "sweep_family": {
-        "zh": "Δ 为相对基线 {baseline} 的配对差值；{tests} 个比较（扫描点 × 指标）的区间按 Bonferroni 同时成立于 "
+        "zh": "差值为相对基线 {baseline} 的配对差值；{tests} 个比较（扫描点 × 指标）的区间按 Bonferroni 同时成立于 "
         "{confidence}（每个 {level}）；* 表示经 Holm 校正后显著。",
-        "en": "Δ: the paired difference from the baseline {baseline}; the intervals of the {tests} comparisons "
+        "en": "Differences are paired, from the baseline {baseline}; the intervals of the {tests} comparisons "
         "(points x metrics) hold together at {confidence} (Bonferroni, each at {level}); * significant after "
         "Holm's adjustment.",
     },

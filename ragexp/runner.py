@@ -25,7 +25,7 @@ from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
-from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
+from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
@@ -158,6 +158,8 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
+    if config.dataset.case_ids is not None:
+        dataset = only_cases(dataset, config.dataset.case_ids)
     corpus = None
     if config.dataset.corpus is not None:
         corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))

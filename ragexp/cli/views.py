@@ -548,3 +548,15 @@ def show_sweep_points(analysis: SweepAnalysis) -> None:
     front = ", ".join(point.label for point in analysis.front)
     print(terminal(f"front over {' x '.join(analysis.objectives)}: {front}"))
     print(terminal(f"recommendation: {analysis.recommendation.text()}"))
+    confirm = analysis.confirm
+    if confirm is None:
+        return
+    held = len(confirm.held_out)
+    print(terminal(f"chosen on {confirm.chosen_on} cases; {held} held out (--confirm {confirm.fraction:g})"))
+    if confirm.gate is None:
+        print(terminal(f"confirm: {confirm.skipped}"))
+        return
+    verdict = "passed" if confirm.gate.passed else "FAILED"
+    print(terminal(f"confirm run {confirm.run_id} on the {held} held-out cases: gate {confirm.gate.gates} {verdict}"))
+    for failure in confirm.gate.failures:
+        print(terminal(f"  {failure.message}"))

@@ -19,11 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, signed
+from ragexp.compare.gate import GateResult
 from ragexp.compare.multiple import holm, simultaneous_level
-from ragexp.errors import IncomparableRunsError, TrackingError
+from ragexp.errors import ConfigError, IncomparableRunsError, TrackingError
+from ragexp.metrics.offline import nearest_rank
 from ragexp.metrics.registry import MetricSpec, case_values_metric, cost_metric
 
 LATENCY, COST = case_values_metric("latency").name, cost_metric().name
@@ -184,6 +188,33 @@ def _cheaper(point: Point, winner: Point) -> str:
 
 
 @dataclass
+class Confirmation:
+    """``--confirm``: the winner chosen on part of the cases, run again on the others and gated."""
+
+    fraction: float
+    chosen_on: int
+    """Cases the points were compared on."""
+    held_out: list[str]
+    """The cases held out, in the baseline's order."""
+    run_id: str | None = None
+    """The confirm run (None: nothing was confirmed, see ``skipped``)."""
+    gate: GateResult | None = None
+    """The confirm run gated against the baseline on the held-out cases."""
+    skipped: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fraction": self.fraction,
+            "chosen_on": self.chosen_on,
+            "held_out": len(self.held_out),
+            "run_id": self.run_id,
+            "passed": self.gate.passed if self.gate is not None else None,
+            "gate": self.gate.to_json() if self.gate is not None else None,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass
 class SweepAnalysis:
     parent: str
     baseline: Point
@@ -206,6 +237,7 @@ class SweepAnalysis:
     recommendation: Recommendation
     skipped: dict[str, str] = field(default_factory=dict)
     """Run id -> why a point of the sweep is not compared (not finished)."""
+    confirm: Confirmation | None = None
 
     @property
     def front(self) -> list[Point]:
@@ -230,7 +262,45 @@ class SweepAnalysis:
             "front": [point.run_id for point in self.front],
             "recommendation": self.recommendation.to_json(),
             "skipped": self.skipped,
+            "confirm": self.confirm.to_json() if self.confirm is not None else None,
         }
+
+
+def hold_out(case_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(the cases a winner is chosen on, the held-out cases it is confirmed on): a seeded random
+    ``fraction`` of ``case_ids`` held out, each part in the given order."""
+    if not 0 < fraction < 1:
+        raise ConfigError(f"--confirm: expected a share of the cases between 0 and 1, got {fraction:g}")
+    held_count = round(len(case_ids) * fraction)
+    if not 2 <= held_count <= len(case_ids) - 2:
+        raise ConfigError(
+            f"--confirm {fraction:g}: holds out {held_count} of {len(case_ids)} cases; both parts need at least 2"
+        )
+    order = np.random.default_rng(seed).permutation(sorted(case_ids))
+    held = set(order[:held_count].tolist())
+    return [c for c in case_ids if c not in held], [c for c in case_ids if c in held]
+
+
+def subset_metrics(run: RunData, names: Sequence[str], whole: dict[str, float | None]) -> dict[str, float | None]:
+    """A run's figures over the cases of ``run`` (a :meth:`RunData.select` of it): each per-case
+    metric's mean over its population, the error rate, p95 over the answered cases' latency;
+    ``cost`` (a run total) is taken from ``whole``, the run's logged figures."""
+    answerable = ~run.unanswerable if (~run.unanswerable).any() else np.ones_like(run.unanswerable)
+    found: dict[str, float | None] = {}
+    for name in names:
+        spec = run.spec(name)
+        values = run.per_case(name)
+        if spec is not None and spec.case_values == "latency":
+            found[name] = nearest_rank(run.latency, 95) if name in whole and whole[name] is not None else None
+        elif spec is not None and spec.case_values == "errored":
+            found[name] = float(run.errored.mean()) if run.errored.size else None
+        elif values is not None and spec is not None and spec.mean_of_cases:
+            chosen = values[answerable] if spec.population == "answerable" else values
+            finite = chosen[np.isfinite(chosen)]
+            found[name] = float(finite.mean()) if finite.size else None
+        else:
+            found[name] = whole.get(name)
+    return found
 
 
 def quality_metrics(runs: Sequence[RunData]) -> list[str]:
@@ -292,8 +362,9 @@ def analyse(
         moved = diff(baseline.run, point.run, level)
         for name in quality:
             m = moved.get(name)
+            here, there = point.metrics.get(name), baseline.metrics.get(name)
             point.deltas[name] = Delta(
-                m.delta if m else None,
+                here - there if here is not None and there is not None else None,
                 m.ci_low if m else None,
                 m.ci_high if m else None,
                 m.p_value if m else None,
@@ -314,11 +385,12 @@ def analyse(
         key = (a.run_id, b.run_id)
         if key not in cache:
             m = diff(b.run, a.run, pair_level).get(axis)
-            if m is None or m.delta is None or m.ci_low is None or m.ci_high is None:
+            here, there = a.metrics.get(axis), b.metrics.get(axis)
+            if m is None or here is None or there is None or m.ci_low is None or m.ci_high is None:
                 cache[key] = None
             else:
                 low, high = sorted((sign * m.ci_low, sign * m.ci_high))
-                cache[key] = (sign * m.delta, low, high)
+                cache[key] = (sign * (here - there), low, high)
         return cache[key]
 
     _mark_front(points, objectives, sign, better_by)

@@ -66,6 +66,9 @@ class DatasetConfig(Model):
     document's text or offsets past its end stop the run."""
     match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
     """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
+    case_ids: list[str] | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Evaluate only these cases of the file, by id (null: every case); ``ragexp sweep
+    --confirm`` sets it for its confirm run (the held-out cases)."""
 
 
 def _unit_range() -> list[float | None]:

@@ -12,7 +12,17 @@ import yaml
 from ragexp import artifacts, strict_json
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.figures import fmt, signed
-from ragexp.compare.sweeps import COST, LATENCY, Point, SweepAnalysis, analyse
+from ragexp.compare.sweeps import (
+    COST,
+    LATENCY,
+    Confirmation,
+    Point,
+    SweepAnalysis,
+    analyse,
+    check_same_cases,
+    hold_out,
+    subset_metrics,
+)
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import case_values_metric
 from ragexp.phrases import t
@@ -34,9 +44,12 @@ def sweep_analysis(
     confidence: float = 0.95,
     resamples: int = 10_000,
     seed: int = 0,
+    confirm: float | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> SweepAnalysis:
-    """Compare the points of the sweep ``parent`` and log the result to it."""
+    """Compare the points of the sweep ``parent`` and log the result to it. ``confirm``: hold
+    out that share of the cases, choose on the rest, and confirm the winner on the held-out
+    cases with a run of its own, gated against the baseline (:mod:`ragexp.sweep_confirm`)."""
     store = Store(tracking_uri, read_only=True)  # read, and the analysis logged to the parent (no new store)
     record = store.get_run(parent)
     if record.tag("sweep.role") != "parent":
@@ -61,6 +74,13 @@ def sweep_analysis(
         base = points[0]
     else:
         base = next((p for p in points if p.run_id == baseline), None) or _point(load_run(store, baseline), -1, "")
+    confirmation = None
+    if confirm is not None:
+        check_same_cases(base.run, [point.run for point in points])
+        chosen, held = hold_out(base.run.case_ids, confirm, seed)
+        confirmation = Confirmation(confirm, len(chosen), held)
+        points = [_subset(point, chosen) for point in points]
+        base = next((p for p in points if p.run_id == base.run_id), None) or _subset(base, chosen)
     analysis = analyse(
         parent,
         points,
@@ -71,6 +91,10 @@ def sweep_analysis(
         seed=seed,
         skipped=skipped,
     )
+    if confirmation is not None:
+        from ragexp.sweep_confirm import confirm_winner
+
+        analysis.confirm = confirm_winner(analysis, confirmation, store, say=say)
     with tempfile.TemporaryDirectory(prefix="ragexp-sweep-") as tmp:
         folder = Path(tmp) / "sweep"
         folder.mkdir()
@@ -85,6 +109,12 @@ def _swept(labels: list[str]) -> list[str]:
     items = [label.split() for label in labels]
     shared = set.intersection(*(set(i) for i in items)) if len(items) > 1 else set()
     return [" ".join(item for item in i if item not in shared) for i in items]
+
+
+def _subset(point: Point, case_ids: list[str]) -> Point:
+    """The point as seen on ``case_ids`` alone: its figures computed over those cases."""
+    run = point.run.select(case_ids)
+    return Point(run, point.number, point.overrides, subset_metrics(run, list(point.metrics), point.metrics))
 
 
 def _point(run: RunData, number: int, overrides: str) -> Point:
@@ -187,7 +217,7 @@ def sweep_report(analysis: SweepAnalysis, language: str) -> Report:
             ]
         )
     headers = [t("sweep_point", language), t("sweep_overrides", language), "run"]
-    headers += [f"Δ {name}" for name in analysis.quality] + shown
+    headers += [f"{t('delta', language)} {name}" for name in analysis.quality] + shown
     doc.table([*headers, t("sweep_errored", language), t("sweep_pareto", language)], rows)
     family = {
         "baseline": analysis.baseline.label,

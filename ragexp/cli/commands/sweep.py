@@ -25,6 +25,13 @@ def sweep(
         int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-values and intervals).")
     ] = 10_000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same figures.")] = 0,
+    confirm: Annotated[
+        float | None,
+        typer.Option(
+            "--confirm",
+            help="Hold out this share of the cases: choose on the rest, run the winner on them, gate it (2: failed).",
+        ),
+    ] = None,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -41,9 +48,13 @@ def sweep(
         confidence=confidence,
         resamples=resamples,
         seed=seed,
+        confirm=confirm,
         say=info,
     )
     if as_json:
         emit_json(analysis.to_json())
     else:
         show_sweep_points(analysis)
+    gate = analysis.confirm.gate if analysis.confirm is not None else None
+    if gate is not None and not gate.passed:
+        raise typer.Exit(2)

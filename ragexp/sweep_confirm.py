@@ -1,0 +1,77 @@
+"""``ragexp sweep --confirm``: the point chosen on part of the cases is run again, as it was
+configured, on the cases held out of the choice, and that confirm run is gated against the
+baseline like any candidate (:func:`ragexp.compare.release.run_gate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import yaml
+
+from ragexp import artifacts
+from ragexp.compare.release import run_gate
+from ragexp.compare.sweeps import Confirmation, SweepAnalysis
+from ragexp.config.models import RagexpConfig
+from ragexp.errors import ConfigError
+from ragexp.tracking.store import TAG_PREFIX, Store
+
+CONFIRM_TAG = TAG_PREFIX + "sweep.confirm"
+"""On a confirm run: the sweep (its parent run) whose winner it confirms."""
+CONFIRM_OF_TAG = TAG_PREFIX + "sweep.confirm_of"
+"""On a confirm run: the point it runs again."""
+
+
+def confirm_winner(
+    analysis: SweepAnalysis,
+    confirmation: Confirmation,
+    store: Store,
+    *,
+    say: Callable[[str], None] = lambda _: None,
+) -> Confirmation:
+    """Run the recommended point's config on ``confirmation.held_out`` and gate it against the
+    baseline on those cases (the rules of the point's own ``gates``)."""
+    from ragexp.runner import execute, plan_run
+
+    winner, baseline = analysis.recommendation.winner, analysis.baseline
+    if winner.run_id == baseline.run_id:
+        confirmation.skipped = "the winner is the baseline: there is nothing to confirm against it"
+        return confirmation
+    data = yaml.safe_load(store.read_artifact(winner.run_id, artifacts.CONFIG)) or {}
+    try:
+        config = RagexpConfig.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"--confirm: the config of run {winner.run_id} cannot be run again: {exc}") from None
+    dataset = config.dataset.model_copy(update={"case_ids": list(confirmation.held_out)})
+    config = config.model_copy(update={"dataset": dataset, "run_name": None, "tracking": config.tracking})
+    say(f"confirming {winner.label} on the {len(confirmation.held_out)} held-out cases")
+    outcome = execute(
+        plan_run(config, store.state_dir()),
+        Store(store.uri, timeout_s=config.tracking.timeout_s),
+        parent=analysis.parent,
+        tags={CONFIRM_TAG: analysis.parent, CONFIRM_OF_TAG: winner.run_id},
+    )
+    gated = run_gate(
+        baseline.run_id,
+        overrides=_gate_overrides(config),
+        candidate=outcome.run_id,
+        tracking_uri=store.uri,
+        allow_incomparable=True,  # the two differ in what the sweep varied; the cases are the held-out ones
+    )
+    confirmation.run_id, confirmation.gate = outcome.run_id, gated.result
+    return confirmation
+
+
+def _gate_overrides(config: RagexpConfig) -> list[str]:
+    """The point's gate, as overrides of the composed config ``run_gate`` reads it from."""
+    gates = config.gates
+    overrides = [f"gates.name={gates.name}", "gates.rules={}"]
+    for metric, rule in gates.rules.items():
+        for key, value in rule.model_dump(exclude_none=True).items():
+            overrides.append(f"+gates.rules.{metric}.{key}={value}")
+    overrides.append(f"gates.max_error_rate={'null' if gates.max_error_rate is None else gates.max_error_rate}")
+    overrides += [
+        f"gates.confidence={gates.confidence}",
+        f"gates.resamples={gates.resamples}",
+        f"gates.seed={gates.seed}",
+    ]
+    return overrides
