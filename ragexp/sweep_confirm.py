@@ -52,7 +52,7 @@ def confirm_winner(
     )
     gated = run_gate(
         baseline.run_id,
-        overrides=_gate_overrides(config),
+        overrides=_gate_overrides(store.get_run(winner.run_id).tag("sweep.point")),
         candidate=outcome.run_id,
         tracking_uri=store.uri,
         allow_incomparable=True,  # the two differ in what the sweep varied; the cases are the held-out ones
@@ -61,17 +61,7 @@ def confirm_winner(
     return confirmation
 
 
-def _gate_overrides(config: RagexpConfig) -> list[str]:
-    """The point's gate, as overrides of the composed config ``run_gate`` reads it from."""
-    gates = config.gates
-    overrides = [f"gates.name={gates.name}", "gates.rules={}"]
-    for metric, rule in gates.rules.items():
-        for key, value in rule.model_dump(exclude_none=True).items():
-            overrides.append(f"+gates.rules.{metric}.{key}={value}")
-    overrides.append(f"gates.max_error_rate={'null' if gates.max_error_rate is None else gates.max_error_rate}")
-    overrides += [
-        f"gates.confidence={gates.confidence}",
-        f"gates.resamples={gates.resamples}",
-        f"gates.seed={gates.seed}",
-    ]
-    return overrides
+def _gate_overrides(label: str) -> list[str]:
+    """The overrides of the point's gates, from its ``ragexp.sweep.point`` (the point's overrides
+    as given): ``run_gate`` composes the same gates from them."""
+    return [item for item in label.split() if item.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "gates"]

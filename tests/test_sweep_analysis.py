@@ -242,3 +242,63 @@ def test_p95_is_an_objective_of_a_replayed_sweep(ragexp: Any, tmp_path: Path) ->
     by_id = {p["run_id"]: p for p in found["points"]}
     assert by_id[k1]["metrics"]["p95_seconds"] == by_id[k2]["metrics"]["p95_seconds"] == pytest.approx(0.8)
     assert found["front"] == [k2] and by_id[k1]["status"] == "dominated"
+
+
+def test_confirm_chooses_on_the_rest_and_gates_a_run_on_the_held_out_cases(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    # The release gate without its latency and citation rules (the sample's p95 is timer noise,
+    # and its citations sit below the .97 floor): the rules left bound recall, MRR and accuracy.
+    parent, runs = sweep_of(
+        ragexp, QUALITY, "~gates.rules.p95_seconds", "~gates.rules.citation_precision", f"{CHUNKING}=sentence,doc"
+    )
+    sentence, doc = (run["run_id"] for run in runs)
+    done = ragexp("sweep", parent, "--confirm", "0.4", "--json")
+    assert done.code in (0, 2), done.stderr
+    found = done.json()
+    confirm = found["confirm"]
+    assert found["recommendation"]["run_id"] == doc and found["baseline"] == sentence
+    assert (confirm["fraction"], confirm["chosen_on"], confirm["held_out"]) == (0.4, 21, 14)
+    client = MlflowClient(store_uri)
+    run = client.get_run(confirm["run_id"])
+    assert run.data.tags["ragexp.sweep.confirm"] == parent and run.data.tags["ragexp.sweep.confirm_of"] == doc
+    assert run.data.tags["mlflow.parentRunId"] == parent and "ragexp.sweep" not in run.data.tags
+    held = set(rows_of(client, confirm["run_id"], tmp_path / "held"))
+    assert len(held) == 14 and run.data.metrics["case_count"] == 14
+    # The choice saw only the other 21 cases: each point's figures are theirs.
+    doc_rows = rows_of(client, doc, tmp_path / "doc")
+    chosen = [row for case_id, row in doc_rows.items() if case_id not in held]
+    recall = [row["metrics"]["recall_at_k"] for row in chosen if not row["unanswerable"]]
+    by_id = {p["run_id"]: p for p in found["points"]}
+    assert by_id[doc]["metrics"]["recall_at_k"] == pytest.approx(sum(recall) / len(recall))
+    assert by_id[doc]["cases"] == 21
+    # Gated like any candidate: what `ragexp gate` says of the pair, recorded on the confirm run.
+    gate = ragexp(
+        "gate",
+        "--baseline",
+        sentence,
+        "--candidate",
+        confirm["run_id"],
+        "--allow-incomparable",
+        "~gates.rules.p95_seconds",
+        "~gates.rules.citation_precision",
+        "--json",
+    )
+    assert gate.json()["passed"] == confirm["passed"] and done.code == (0 if confirm["passed"] else 2)
+    assert [r["outcome"] for r in gate.json()["rules"]] == [r["outcome"] for r in confirm["gate"]["rules"]]
+    assert {r["metric"] for r in confirm["gate"]["rules"]} == {"error_rate", "recall_at_k", "mrr", "answer_accuracy"}
+    assert client.get_run(confirm["run_id"]).data.tags["ragexp.gate.baseline"] == sentence
+    # The confirm run is no point of the sweep.
+    again = json.loads(shown_json(ragexp, parent))
+    assert [p["run_id"] for p in again["points"]] == [sentence, doc] and again["confirm"] is None
+    # A winner that is the baseline has nothing to be confirmed against.
+    same = json.loads(shown_json(ragexp, parent, "--baseline", doc, "--confirm", "0.4"))
+    assert same["confirm"]["run_id"] is None and "the winner is the baseline" in same["confirm"]["skipped"]
+    for bad, said in (("1.5", "between 0 and 1"), ("0.01", "both parts need at least 2")):
+        refused = ragexp("sweep", parent, "--confirm", bad)
+        assert refused.code == 1 and said in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def rows_of(client: MlflowClient, run_id: str, folder: Path) -> dict[str, dict[str, Any]]:
+    path = Path(client.download_artifacts(run_id, "cases.jsonl", str(folder)))
+    return {row["id"]: row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
