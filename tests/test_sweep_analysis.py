@@ -302,3 +302,20 @@ def test_confirm_chooses_on_the_rest_and_gates_a_run_on_the_held_out_cases(
 def rows_of(client: MlflowClient, run_id: str, folder: Path) -> dict[str, dict[str, Any]]:
     path = Path(client.download_artifacts(run_id, "cases.jsonl", str(folder)))
     return {row["id"]: row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def test_dataset_case_ids_runs_only_those_cases(ragexp: Any, store_uri: str) -> None:
+    done = ragexp("run", "dataset.case_ids=[refund-deadline,refund-bankcard]", "--json")
+    assert done.code == 0, done.stderr
+    run = MlflowClient(store_uri).get_run(done.json()["run_id"])
+    assert run.data.metrics["case_count"] == 2
+    whole = ragexp("run", "--json")
+    assert whole.json()["config_hash"] != done.json()["config_hash"]
+    assert (
+        run.data.tags["ragexp.dataset_hash"]
+        != MlflowClient(store_uri).get_run(whole.json()["run_id"]).data.tags["ragexp.dataset_hash"]
+    )
+    refused = ragexp("run", "dataset.case_ids=[refund-deadline,nope]")
+    assert refused.code == 1 and refused.stderr.splitlines() == [
+        f"ragexp: error: config: dataset.case_ids: no case 'nope' in {ROOT / 'ragexp/data/kb_zh/cases.jsonl'}"
+    ]
