@@ -47,7 +47,7 @@ def test_init_inside_a_checkout_of_ragexp_refuses_in_one_line_and_writes_where_n
     ]
     assert tree(clone) == before  # neither conf/ nor the tracked .gitignore changed
     # Into the packaged tree of this very installation, or the package: refused the same way.
-    from ragexp.cli.init import plan_init
+    from ragexp.init import plan_init
 
     for inside, what in [(ROOT / "conf" / "mine", "is ragexp's packaged config tree"), (ROOT / "ragexp", "package")]:
         with pytest.raises(ConfigError, match=what):
@@ -150,7 +150,11 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
 
     both("runs", "--json", check=lambda r: {row["run_id"] for row in r.json()["runs"]} == ids or pytest.fail(r.stdout))
     both(
-        "validate", f"dataset.path={cases}", "provider=replay", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail()
+        "validate",
+        f"dataset.path={cases}",
+        "provider=replay",
+        "--json",
+        check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail(),
     )
     both("diff", base, cand, "--json", "--allow-incomparable", check=lambda r: r.json()["candidate"] == cand)
     both("gate", "--baseline", base, "--candidate", cand, "--allow-incomparable", "--json", check=lambda r: None)

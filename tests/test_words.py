@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.cli import demo
+from ragexp import demo
 from ragexp.compare.diff import MetricDiff
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.release import compare_runs, run_gate
