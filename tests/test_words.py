@@ -299,5 +299,5 @@ def _rows(uri: str, run_id: str) -> list[dict[str, Any]]:
     from ragexp.compare.data import load_run
     from ragexp.tracking.store import Store
 
-    run = load_run(Store(uri, read_only=True), run_id)
+    run = load_run(Store(uri, must_exist=True), run_id)
     return [run.row(i) for i in range(len(run.case_ids))]
