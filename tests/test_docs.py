@@ -87,6 +87,7 @@ def _readme_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.system
 def test_readme_commands_run_as_shown(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     commands = _readme_commands()
@@ -136,6 +137,7 @@ def test_every_option_and_override_in_the_docs_is_exercised_by_a_test() -> None:
     assert missing == []
 
 
+@pytest.mark.system
 def test_gate_and_sample_pages_commands_run_as_shown(
     ragexp: Any, tmp_path: Path, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

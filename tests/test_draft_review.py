@@ -161,6 +161,7 @@ def test_review_queue_round_trip_keeps_exactly_the_accepted_cases(
     review_and_accept(ragexp, store_uri, draft_file(ragexp, drafter, tmp_path), tmp_path)
 
 
+@pytest.mark.system
 @pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 def test_review_queue_round_trip_on_the_tracking_server(
     ragexp: Any,
@@ -174,6 +175,7 @@ def test_review_queue_round_trip_on_the_tracking_server(
     review_and_accept(ragexp, server, draft, tmp_path)
 
 
+@pytest.mark.system
 def test_review_and_accept_refuse_bad_input_in_one_line(
     ragexp: Any,
     drafter: str,  # noqa: F811
@@ -212,6 +214,7 @@ def test_review_and_accept_refuse_bad_input_in_one_line(
     assert again.code == 1 and "exists" in again.stderr
 
 
+@pytest.mark.system
 def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
     corpus = write_jsonl(
         tmp_path / "chunks.jsonl",

@@ -125,6 +125,7 @@ def store_commands() -> set[str]:
     return found
 
 
+@pytest.mark.system
 def test_every_store_command_takes_both_spellings_with_one_precedence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

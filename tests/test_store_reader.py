@@ -151,6 +151,7 @@ def test_an_unknown_schema_or_workspaces_leave_reading_to_mlflow(
         reader.get_run(history["fake"])
 
 
+@pytest.mark.system
 def test_diff_and_gate_read_without_mlflow_and_record_where_mlflow_sees_it(
     history: dict[str, Any], store_uri: str
 ) -> None:

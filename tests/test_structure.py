@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,48 @@ def test_loading_a_dataset_imports_nothing_of_the_store() -> None:
     assert "ragexp.limits" in reached  # the loader checks MLflow's limits, from outside the store
     assert sorted(m for m in reached if m.startswith("ragexp.tracking")) == []
     assert sorted(m for m in _reachable(graph, "ragexp.datasets.screening") if m.startswith("ragexp.draft")) == []
+
+
+# --- the test loop: one marker scheme, every marker selected, no whole run in a fast test -------
+
+BUILTIN_MARKS = {"parametrize", "skipif", "skip", "xfail", "usefixtures", "filterwarnings", "timeout"}
+
+
+def test_every_marker_is_declared_and_selected_by_a_target() -> None:
+    from tests.conftest import MARKERS
+
+    root = PACKAGE.parent
+    used = {
+        node.attr
+        for path in (root / "tests").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "pytest"
+    }
+    assert used - BUILTIN_MARKS == set(MARKERS)
+    targets = (root / "Makefile").read_text(encoding="utf-8") + (root / "scripts/mlflow-next.sh").read_text(
+        encoding="utf-8"
+    )
+    selected = set(re.findall(r"pytest[^\n]* -m \"?(?:not )?(\w+)", targets))
+    assert selected == set(MARKERS)
+    assert "\nmarkers =" not in (root / "pyproject.toml").read_text(encoding="utf-8")  # declared in one place
+
+
+def test_a_fast_test_cannot_start_a_whole_run_in_a_process() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import _starts_a_whole_run
+
+    assert _starts_a_whole_run(["/x/.venv/bin/ragexp", "run", "provider=fake"])
+    assert _starts_a_whole_run([sys.executable, "-c", "from ragexp.cli.app import main\nmain()", "demo"])
+    assert _starts_a_whole_run([sys.executable, "-m", "ragexp", "run"])
+    assert not _starts_a_whole_run(["/x/.venv/bin/ragexp", "--help"])
+    assert not _starts_a_whole_run([sys.executable, "-c", "from ragexp.cli.app import main", "validate"])
+    assert not _starts_a_whole_run(["git", "run"])
+    # This test is not marked system: the guard stops the process before it starts.
+    with pytest.raises(RuntimeError, match="starts a whole `ragexp run` in a process of its own"):
+        subprocess.run([sys.executable, "-c", "import ragexp.cli.app", "run"], check=False)

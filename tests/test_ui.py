@@ -28,6 +28,8 @@ import pytest
 
 from tests.test_traces import case_id, traces_of
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 MLFLOW = [sys.executable, "-m", "mlflow"]
 SERVE = ["--host", "127.0.0.1", "--workers", "1"]

@@ -217,6 +217,7 @@ def test_default_run_names_differ_in_their_first_characters(ragexp: Any, store_u
     assert demo.BASELINE_NAME[:6] != demo.CANDIDATE_NAME[:6]
 
 
+@pytest.mark.system
 def test_demo_pair_diff_words_what_changed_and_the_gate_that_ran(ragexp: Any, tmp_path: Path) -> None:
     """The demo's pair end to end: the words of diff, the report's "what changed" (every case
     that moved, with both runs' outputs), and a gate section equal to the gate that ran."""
