@@ -165,9 +165,7 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
     checked["run"] = {"--tracking-uri", "tracking.uri"}
     assert not (tmp_path / "mlruns").exists()
-    draft_store = invoke(
-        "draft", "--accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}"
-    )
+    draft_store = invoke("draft", "accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}")
     assert draft_store.code == 1 and "no-such-queue" in draft_store.stderr and not (tmp_path / "mlruns").exists()
     checked["draft"] = {"tracking.uri"}
     assert set(checked) == store_commands() and all(len(v) >= 1 for v in checked.values())

@@ -304,7 +304,7 @@ def test_every_command_module_is_thin() -> None:
                 top.add(node.module)
         assert top - COMMAND_TOP_IMPORTS - {"json", "os", "sys", "pathlib"} == set(), path.name
         public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
-        assert public == [path.stem], path.name
+        assert public == [path.stem], path.name  # other modes: private functions in MODES
         assert _library_calls(tree) == ENTRY_POINTS[path.stem], path.name
         # No command module reaches into another (shared rendering is in cli/views.py).
         assert not any(target.startswith("ragexp.cli.commands.") for target in _imports(tree, _command_modules()))
@@ -428,3 +428,57 @@ def test_a_fast_test_cannot_start_a_whole_run_in_a_process() -> None:
     # This test is not marked system: the guard stops the process before it starts.
     with pytest.raises(RuntimeError, match="starts a whole `ragexp run` in a process of its own"):
         subprocess.run([sys.executable, "-c", "import ragexp.cli.app", "run"], check=False)
+
+
+# --- the CLI: short functions, modes as commands, typer's private API pinned ---------------------
+
+CLI_FUNCTION_MAX_LINES = 60
+TYPER_CHECKED = "0.29.2"
+"""The typer whose vendored click (``typer._click``, private) ``LazyCommands`` in
+``ragexp/cli/app.py`` was checked against: its methods are declared with those types, and typer
+offers no public ones."""
+
+
+def test_no_cli_function_is_over_60_lines() -> None:
+    long = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted((PACKAGE / "cli").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > CLI_FUNCTION_MAX_LINES
+    ]
+    assert long == []
+
+
+def test_typers_private_api_is_pinned_and_used_in_one_place() -> None:
+    from importlib.metadata import version
+
+    lock = (PACKAGE.parent / "requirements.lock").read_text(encoding="utf-8")
+    locked = re.search(r"^typer==(\S+)", lock, re.MULTILINE)
+    assert locked is not None and locked.group(1) == version("typer")
+    assert version("typer") == TYPER_CHECKED, (
+        f"typer {version('typer')} is not the {TYPER_CHECKED} that ragexp/cli/app.py's LazyCommands was checked "
+        "against (it subclasses TyperGroup with typer._click types): check it, then update TYPER_CHECKED"
+    )
+    users = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "typer"
+        if any(part.startswith("_") for part in [*(node.module or "").split("."), *(a.name for a in node.names)])
+    )
+    assert users == ["ragexp.cli.app"]
+
+
+def test_a_commands_modes_are_commands_of_their_own(ragexp: Any) -> None:
+    from ragexp.cli.commands import draft
+
+    assert set(draft.MODES) == {"review", "accept"}
+    shown = ragexp("draft", "review", "--help")
+    assert shown.code == 0 and "draft review [OPTIONS] {file}" in shown.stdout
+    assert "--queue" in shown.stdout and "--n " not in shown.stdout
+    drafting = ragexp("draft", "--help")
+    assert "ragexp draft review FILE" in drafting.stdout and "--queue" not in drafting.stdout
+    # The loader still suggests a command when one is misspelt.
+    wrong = ragexp("gaet")
+    assert wrong.code == 1 and "Did you mean 'gate'?" in wrong.stderr
