@@ -482,3 +482,45 @@ def test_a_commands_modes_are_commands_of_their_own(ragexp: Any) -> None:
     # The loader still suggests a command when one is misspelt.
     wrong = ragexp("gaet")
     assert wrong.code == 1 and "Did you mean 'gate'?" in wrong.stderr
+
+
+# --- layering: the import graph reads top-down, as docs/development.md says ----------------------
+
+
+def documented_layers() -> dict[str, int]:
+    """docs/development.md's layering table: each package or module under ``ragexp/`` -> its layer
+    (1 is the top)."""
+    text = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    section = text[text.index("## Layering") :]
+    section = section[: section.index("\n## ", 4)] if "\n## " in section[4:] else section
+    layers: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d+)\. [^|]+\| (.+) \|$", section, re.MULTILINE):
+        for name in re.findall(r"`([^`]+)`", row[1]):
+            assert name not in layers, f"{name} is in two layers"
+            layers[name] = int(row[0])
+    return layers
+
+
+def _unit(module: str) -> str:
+    """``ragexp.compare.diff`` -> ``compare``; the package's own ``__init__`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    return sorted(
+        f"{name} (layer {layers[_unit(name)]}) imports {target} (layer {layers[_unit(target)]})"
+        for name, targets in graph.items()
+        for target in targets
+        if layers[_unit(target)] < layers[_unit(name)]
+    )
+
+
+def test_the_import_graph_reads_top_down_as_the_layering_says() -> None:
+    graph, layers = import_graph(), documented_layers()
+    units = {_unit(name) for name in graph}
+    assert set(layers) == units, "every package and module of ragexp/ is in one layer, and nothing else"
+    assert upward_imports(graph, layers) == []
+    # The check sees an upward import: a dataset rule importing the store would be one.
+    wrong = {**graph, "ragexp.datasets.loader": graph["ragexp.datasets.loader"] | {"ragexp.tracking.store"}}
+    assert upward_imports(wrong, layers) == ["ragexp.datasets.loader (layer 4) imports ragexp.tracking.store (layer 3)"]
