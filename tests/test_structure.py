@@ -267,6 +267,15 @@ def test_the_library_does_not_import_the_cli() -> None:
     assert leaks == []
 
 
+def imported_modules(node: ast.AST) -> list[str]:
+    """The modules an ``import`` or absolute ``from ... import`` statement names (none for other nodes)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0:
+        return [node.module or ""]
+    return []
+
+
 def test_only_the_tracking_package_imports_mlflow() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -274,13 +283,7 @@ def test_only_the_tracking_package_imports_mlflow() -> None:
         if name.startswith("ragexp.tracking"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and node.level == 0
-                else []
-            )
+            targets = imported_modules(node)
             found += [f"{name} imports {target}" for target in targets if target.split(".")[0] == "mlflow"]
     assert found == []
     tracking = [_module_name(p) for p in (PACKAGE / "tracking").rglob("*.py")]

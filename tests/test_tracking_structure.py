@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.test_structure import imported_modules
 
 PACKAGE = ROOT / "ragexp"
 DOOR = PACKAGE / "tracking" / "mlflow_sql"
@@ -96,14 +97,7 @@ def private_mlflow_symbols(path: Path, own: set[str]) -> list[str]:
     imports no other library's privates); MLflow's session maker and ORM models."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        modules = (
-            [alias.name for alias in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom) and node.level == 0
-            else []
-        )
-        for module in modules:
+        for module in imported_modules(node):
             parts = module.split(".")
             names = [alias.name for alias in node.names] if isinstance(node, ast.ImportFrom) else []
             if parts[0] == "mlflow" and (
