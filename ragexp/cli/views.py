@@ -484,7 +484,7 @@ def show_draft_review(queued: InReview) -> None:
         + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
     )
     print_queue_link(made.url, queued.base, queued.store_uri)
-    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+    print(f"then: ragexp draft accept '{made.queue}' --out screened.jsonl")
 
 
 def show_accepted(out: Path, result: Accepted) -> None:

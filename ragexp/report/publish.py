@@ -32,7 +32,7 @@ def publish_report(
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
     check_language(language)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
