@@ -74,16 +74,16 @@ def bets(x: np.ndarray, alpha: float, horizon: int | None = None) -> np.ndarray:
     return np.asarray(raw)
 
 
-def _log_capital(x: np.ndarray, lam: np.ndarray, m: np.ndarray, upto: np.ndarray) -> np.ndarray:
-    """log of the hedged capital ``(K⁺ + K⁻)/2`` at mean ``m[j]`` after the first ``upto[j]`` cases."""
+def _log_capital(x: np.ndarray, lam: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """log of the hedged capital ``(K⁺ + K⁻)/2`` after the cases ``x`` (with their bets ``lam``),
+    at each mean of ``m``."""
     with np.errstate(divide="ignore"):
         cap_up = np.where(m > 0, MAX_BET / np.maximum(m, 1e-300), np.inf)
         cap_down = np.where(m < 1, MAX_BET / np.maximum(1 - m, 1e-300), np.inf)
     diff = x[:, None] - m[None, :]
-    counted = np.arange(x.size)[:, None] < upto[None, :]
     # Each factor stays positive at every m: λ⁺ ≤ c/m, λ⁻ ≤ c/(1 - m).
-    up = np.where(counted, np.log1p(np.minimum(lam[:, None], cap_up[None, :]) * diff), 0.0).sum(axis=0)
-    down = np.where(counted, np.log1p(-np.minimum(lam[:, None], cap_down[None, :]) * diff), 0.0).sum(axis=0)
+    up = np.log1p(np.minimum(lam[:, None], cap_up[None, :]) * diff).sum(axis=0)
+    down = np.log1p(-np.minimum(lam[:, None], cap_down[None, :]) * diff).sum(axis=0)
     return np.asarray(np.logaddexp(up, down) - math.log(2))
 
 
@@ -102,21 +102,24 @@ def confidence_sequence(
         return ConfidenceSequence(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
     lam = bets(values, alpha, horizon)
     threshold = math.log(1 / alpha)
-    centre = np.clip(np.cumsum(values)[at - 1] / at, 0.0, 1.0)
-    inside = _log_capital(values, lam, centre, at) < threshold
-    ends = []
-    for outer in (np.zeros(at.size), np.ones(at.size)):
-        near, far = centre.copy(), outer.copy()
-        reaches = _log_capital(values, lam, far, at) < threshold  # the range's end itself is kept
+    low, high = np.empty(at.size), np.empty(at.size)
+    for j, look in enumerate(at):
+        seen, bet = values[:look], lam[:look]
+        centre = float(seen.mean())
+        if _log_capital(seen, bet, np.array([centre]))[0] >= threshold:
+            # The running mean rejected too (probability at most α): the look says nothing.
+            low[j], high[j] = 0.0, 1.0
+            continue
+        outer = np.array([0.0, 1.0])
+        kept_outer = _log_capital(seen, bet, outer) < threshold  # the range's end itself is kept
+        near, far = np.full(2, centre), outer.copy()
         for _ in range(BISECTIONS):
             middle = (near + far) / 2
-            kept = _log_capital(values, lam, middle, at) < threshold
+            kept = _log_capital(seen, bet, middle) < threshold
             near, far = np.where(kept, middle, near), np.where(kept, far, middle)
         # The rejected side of the last step: conservative by at most 2^-BISECTIONS.
-        ends.append(np.where(reaches, outer, far))
-    low, high = ends
-    # A look whose running mean is rejected too (probability at most α) keeps the whole range.
-    low, high = np.where(inside, low, 0.0), np.where(inside, high, 1.0)
+        ends = np.where(kept_outer, outer, far)
+        low[j], high[j] = ends
     low, high = np.maximum.accumulate(low), np.minimum.accumulate(high)
     crossed = low > high  # the intersection emptied (probability at most α): its middle
     if crossed.any():
