@@ -228,6 +228,8 @@ def test_bad_sequential_input_is_one_line_and_no_run(ragexp: Any, store_uri: str
     assert alone.code == 1 and alone.stderr.strip().splitlines() == [
         "ragexp: error: --baseline goes with --until-decided (ragexp gate --baseline compares finished runs)"
     ]
+    swept = replay(ragexp, path, "k=3,5", "-m", "--baseline", baseline, "--until-decided")
+    assert swept.code == 1 and "cannot be combined with -m" in swept.stderr
     missing = replay(ragexp, path, "--until-decided")
     assert missing.code == 1 and "--until-decided needs --baseline RUN" in missing.stderr
     other = write_jsonl(tmp_path / "other.jsonl", replay_rows([{"rank": 1}] * 21))

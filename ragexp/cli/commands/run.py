@@ -43,6 +43,8 @@ def run(
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
     use_config_dir(config_dir)
     if multirun:
+        if until_decided:
+            raise ConfigError("--until-decided decides one run against its baseline; it cannot be combined with -m")
         _sweep(overrides or [], resume, as_json, tracking_uri)
         return
     import shlex
