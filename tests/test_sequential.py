@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.compare.sequential import confidence_sequence, difference_sequence, drop_decision
+from ragexp.compare.sequential import bets, confidence_sequence, difference_sequence, drop_decision, log_capital
 from tests.conftest import write_jsonl
 from tests.servers.procs import FAULTY, serve, stats
 from tests.test_compare import replay_rows
@@ -89,6 +89,24 @@ def test_the_sequence_narrows_around_the_mean_and_maps_differences_back() -> Non
     assert sequence.low[2] < 0.5 < sequence.high[2] and widths[2] < 0.1
     diffs = difference_sequence(np.full(50, -0.4), 1.0, ALPHA)
     assert diffs.low[-1] <= -0.4 <= diffs.high[-1] < -0.2  # all pairs -0.4: well below 0, and holding it
+
+
+@pytest.mark.parametrize("seed", [41, 42, 43])
+def test_the_ends_found_by_bisection_hold_every_mean_a_fine_grid_keeps(seed: int) -> None:
+    # The bisection assumes the kept means form one interval around the running mean; a grid of
+    # 2,001 means checked one by one finds none kept outside the ends it returns.
+    rng = np.random.default_rng(seed)
+    values = np.where(rng.random(200) < 0.3, rng.random(200), rng.integers(0, 2, 200).astype(float))
+    looks = np.array([5, 20, 60, 200])
+    sequence = confidence_sequence(values, ALPHA, looks)
+    grid = np.linspace(0.0, 1.0, 2001)
+    lam = bets(values, ALPHA)
+    low, high = 0.0, 1.0
+    for j, look in enumerate(looks):
+        kept = grid[log_capital(values[:look], lam[:look], grid) < np.log(1 / ALPHA)]
+        low, high = max(low, float(kept.min())), min(high, float(kept.max()))
+        assert sequence.low[j] <= low + 1e-9 and sequence.high[j] >= high - 1e-9
+        assert sequence.low[j] >= low - 0.0005 and sequence.high[j] <= high + 0.0005  # and no wider
 
 
 # --- whole runs ------------------------------------------------------------------------------

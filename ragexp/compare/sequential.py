@@ -74,7 +74,7 @@ def bets(x: np.ndarray, alpha: float, horizon: int | None = None) -> np.ndarray:
     return np.asarray(raw)
 
 
-def _log_capital(x: np.ndarray, lam: np.ndarray, m: np.ndarray) -> np.ndarray:
+def log_capital(x: np.ndarray, lam: np.ndarray, m: np.ndarray) -> np.ndarray:
     """log of the hedged capital ``(K⁺ + K⁻)/2`` after the cases ``x`` (with their bets ``lam``),
     at each mean of ``m``."""
     with np.errstate(divide="ignore"):
@@ -106,16 +106,16 @@ def confidence_sequence(
     for j, look in enumerate(at):
         seen, bet = values[:look], lam[:look]
         centre = float(seen.mean())
-        if _log_capital(seen, bet, np.array([centre]))[0] >= threshold:
+        if log_capital(seen, bet, np.array([centre]))[0] >= threshold:
             # The running mean rejected too (probability at most α): the look says nothing.
             low[j], high[j] = 0.0, 1.0
             continue
         outer = np.array([0.0, 1.0])
-        kept_outer = _log_capital(seen, bet, outer) < threshold  # the range's end itself is kept
+        kept_outer = log_capital(seen, bet, outer) < threshold  # the range's end itself is kept
         near, far = np.full(2, centre), outer.copy()
         for _ in range(BISECTIONS):
             middle = (near + far) / 2
-            kept = _log_capital(seen, bet, middle) < threshold
+            kept = log_capital(seen, bet, middle) < threshold
             near, far = np.where(kept, middle, near), np.where(kept, far, middle)
         # The rejected side of the last step: conservative by at most 2^-BISECTIONS.
         ends = np.where(kept_outer, outer, far)
