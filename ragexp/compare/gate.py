@@ -20,6 +20,7 @@ from ragexp.compare.sequential import (
 )
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.errors import ConfigError
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
 
 EPSILON = 1e-9
@@ -82,6 +83,9 @@ class RuleResult:
     power: Power | None = None
     allowed: float | None = None
     """The change in the metric's own unit that a change rule allows (None for other rules)."""
+    population: str | None = None
+    """The cases the metric was compared on, in words (``30 of 35 (answerable)``); None for a
+    run-level figure or a rule on no comparison."""
     sequential: SequentialBound | None = None
     """The anytime-valid bound a sequential run's rule was decided on (None: a fixed-n rule)."""
 
@@ -122,6 +126,7 @@ class RuleResult:
             "detectable_effect": self.detectable_effect,
             "underpowered": self.underpowered,
             **({"sequential": self.sequential.to_json()} if self.sequential is not None else {}),
+            "population": self.population,
         }
 
 
@@ -170,6 +175,7 @@ class GateResult:
                 r.get("method"),
                 r.get("detectable_effect"),
                 bool(r.get("underpowered", False)),
+                population=r.get("population"),
             )
             for r in payload.get("rules", [])
         ]
@@ -278,11 +284,18 @@ def rule_results(
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
-        _add_power(result, metrics.get(result.metric))
+        compared = metrics.get(result.metric)
+        _add_power(result, compared)
+        if (
+            compared is not None
+            and compared.population is not None
+            and result.rule not in ("max_error_rate", *CALIBRATION_RULES)
+        ):
+            result.population = compared.population.words()
     return results
 
 
-CHANGE_RULES = ("max_drop", "max_increase_ratio")
+CHANGE_RULES = ("max_drop", "max_increase", "max_increase_ratio")
 """Rules that bound a change between the runs, which a comparison may be too small to see."""
 
 
@@ -295,7 +308,7 @@ def _add_power(result: RuleResult, metric: MetricDiff | None) -> None:
     result.power, result.detectable_effect = power, power.detectable
     if result.rule not in CHANGE_RULES or result.threshold is None:
         return
-    if result.rule == "max_drop":
+    if result.rule in ("max_drop", "max_increase"):
         allowed: float = result.threshold
     elif result.baseline is not None:
         allowed = result.threshold * abs(result.baseline)
@@ -353,6 +366,7 @@ def _check_calibration(
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:
     pairs = [
         ("max_drop", rule.max_drop),
+        ("max_increase", rule.max_increase),
         ("max_increase_ratio", rule.max_increase_ratio),
         ("min", rule.min),
         ("max", rule.max),
@@ -393,6 +407,12 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
         if worse_by > threshold + EPSILON:
             return result("failed", f"{move}, worse by {fmt(worse_by)} (allowed drop {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
+    if kind == "max_increase":
+        if direction != "lower":
+            return result("undecided", f"{name}: higher is better, so 'max_increase' bounds nothing bad (use max_drop)")
+        if worse_by > threshold + EPSILON:
+            return result("failed", f"{move}, up by {fmt(worse_by)} (allowed increase {threshold:g})")
+        return result("passed", f"{move}, {_moved(worse_by)} (allowed increase {threshold:g})")
     return _ratio(move, base, cand, worse_by, threshold, result)
 
 
@@ -539,9 +559,7 @@ def _sequential_rule(result: RuleResult, values: SequentialValues, confidence: f
         return None
     width = float(spec.high) - spec.low  # type: ignore[arg-type]  # bounded: high is set
     alpha = 1.0 - confidence
-    mask = np.isfinite(cand) & (np.isfinite(base) if kind == "max_drop" else True)
-    if spec.population == "answerable" and (~values.unanswerable).any():
-        mask &= ~values.unanswerable
+    mask = np.isfinite(cand) & (np.isfinite(base) if kind == "max_drop" else True) & covered(spec, values.unanswerable)
     counted = np.cumsum(mask)
     looks = np.unique(counted[values.looks - 1]) if values.looks.size else np.empty(0, dtype=np.int64)
     looks = looks[looks > 0]
@@ -590,6 +608,7 @@ def _sequential_rule(result: RuleResult, values: SequentialValues, confidence: f
         decision == "inconclusive",
     )
     checked.sequential = found
+    checked.population = f"{pairs} of {evaluated} evaluated ({values.total} in the dataset)"
     return checked
 
 
