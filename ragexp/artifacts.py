@@ -69,7 +69,8 @@ def write_cases(
     latency: list[float | None],
     spread: Mapping[str, list[float | None]],
 ) -> None:
-    """``cases.jsonl``: per case its id, question, scores, error, system output and latency."""
+    """``cases.jsonl``: per case its id, question, scores, error, system output and latency; a
+    turn of a conversation also its ``conversation`` id and 1-based ``turn``."""
     names = list(columns)
     # One pass over the rows of a transposed table instead of a dict lookup per metric and case,
     # and one write per chunk instead of one per case: this file is written for every case.
@@ -93,6 +94,9 @@ def write_cases(
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors
+            if case.conversation is not None:
+                row["conversation"] = case.conversation
+                row["turn"] = case.turn
             if result.rationale:
                 row["rationale"] = result.rationale
             if spread:
