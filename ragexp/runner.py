@@ -23,6 +23,7 @@ from ragexp.config.compose import compose, metric_sets
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
+from ragexp.conversations import ask_in_turns, check_history, complete
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
@@ -165,6 +166,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
         documents = None
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
+    check_history(dataset.cases, config.conversation.history, str(dataset.path))
     provider = check_config(config, dataset, specs)
     provider.preflight(dataset)
     scorer, judge = None, "none"
@@ -514,11 +516,12 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         saved = read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
     else:
         saved = {}
-    return {
+    kept = {
         case_id: result
         for case_id, result in saved.items()
         if result.error is None or not (result.retryable or retry_errors)
     }
+    return complete(plan.dataset.cases, kept) if plan.dataset.has_conversations else kept
 
 
 def _evaluate(
@@ -552,7 +555,11 @@ def _evaluate(
 
     try:
         if todo:
-            plan.provider.run([cases[i] for i in todo] if done else cases, callback)
+            asked = [cases[i] for i in todo] if done else cases
+            if plan.dataset.has_conversations:
+                ask_in_turns(asked, plan.provider.run, callback, plan.config.conversation.history)
+            else:
+                plan.provider.run(asked, callback)
     finally:
         progress.close()
     missing = [cases[i].id for i, result in enumerate(results) if result is None]

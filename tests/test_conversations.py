@@ -46,18 +46,30 @@ def test_dataset_hash_covers_the_turns(tmp_path: Path) -> None:
     shorter = {**CONV, "turns": CONV["turns"][:1]}
     assert load_dataset(write_jsonl(tmp_path / "c.jsonl", [shorter])).dataset_hash != base
     # The same question asked alone is not the same case as that turn of a conversation.
-    alone = {"id": "conv-7#1", "question": "退货怎么办？", "relevant_ids": ["return-policy"], "reference": "七天内可退货。"}
-    assert load_dataset(write_jsonl(tmp_path / "d.jsonl", [alone])).dataset_hash != load_dataset(
-        write_jsonl(tmp_path / "e.jsonl", [shorter])
-    ).dataset_hash
+    alone = {
+        "id": "conv-7#1",
+        "question": "退货怎么办？",
+        "relevant_ids": ["return-policy"],
+        "reference": "七天内可退货。",
+    }
+    assert (
+        load_dataset(write_jsonl(tmp_path / "d.jsonl", [alone])).dataset_hash
+        != load_dataset(write_jsonl(tmp_path / "e.jsonl", [shorter])).dataset_hash
+    )
 
 
 @pytest.mark.parametrize(
     ("row", "expected"),
     [
         ({"id": "c", "turns": []}, "d.jsonl:2: field 'turns': required: a non-empty list of turns"),
-        ({"id": "c", "turns": "hi"}, "d.jsonl:2: field 'turns': required: a non-empty list of turns ({question, ...}), got a string"),
-        ({"id": "c", "turns": [{"relevant_ids": ["x"]}]}, "d.jsonl:2: field 'turns[0].question': required: every turn asks a question"),
+        (
+            {"id": "c", "turns": "hi"},
+            "d.jsonl:2: field 'turns': required: a non-empty list of turns ({question, ...}), got a string",
+        ),
+        (
+            {"id": "c", "turns": [{"relevant_ids": ["x"]}]},
+            "d.jsonl:2: field 'turns[0].question': required: every turn asks a question",
+        ),
         (
             {"id": "c", "turns": [{"question": "q", "relevant_ids": ["x"]}, {"question": "q2", "relevant_id": ["x"]}]},
             "d.jsonl:2: field 'turns[1].relevant_id': not a field of a turn (did you mean 'relevant_ids'?)",
@@ -66,7 +78,10 @@ def test_dataset_hash_covers_the_turns(tmp_path: Path) -> None:
             {"id": "c", "turns": [{"question": "q", "relevant_ids": ["x"], "response": "r"}]},
             "d.jsonl:2: field 'turns[0].response': not a field of a turn",
         ),
-        ({"id": "c", "turns": [{"question": "q"}]}, "d.jsonl:2: field 'turns[0].relevant_ids': an answerable case needs"),
+        (
+            {"id": "c", "turns": [{"question": "q"}]},
+            "d.jsonl:2: field 'turns[0].relevant_ids': an answerable case needs",
+        ),
         ({"id": "c", "turns": [{"question": 3, "unanswerable": True}]}, "field 'turns[0].question': expected a string"),
         ({"id": "c", "turns": ["q"]}, "d.jsonl:2: field 'turns[0]': expected an object {question, ...}, got a string"),
         ({"turns": [{"question": "q", "unanswerable": True}]}, "d.jsonl:2: field 'id': required: a non-empty string"),
@@ -86,3 +101,167 @@ def test_refusals_name_file_line_and_field(tmp_path: Path, row: dict[str, object
 def test_a_single_case_cannot_take_a_turn_id(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "d.jsonl", [CONV, {**SINGLE, "id": "conv-7#2"}])
     assert "d.jsonl:2: field 'id': duplicate id 'conv-7#2' (first on line 1)" in first_error(path)
+
+
+# --- asked turn by turn, end to end ----------------------------------------------------------------
+
+from typing import Any  # noqa: E402
+
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from tests.pipelines import chat  # noqa: E402
+
+CHATS = [
+    {"id": "alone", "question": "满多少包邮？", "relevant_ids": ["shipping-fee"]},
+    {
+        "id": "conv-ret",
+        "turns": [
+            {"question": "退货怎么办？", "relevant_ids": ["return-policy"], "reference": "签收后七天内可退货。"},
+            {"question": "那运费呢？", "relevant_ids": ["return-fee"], "reference": "退货运费由买家承担。"},
+        ],
+    },
+    {
+        "id": "conv-inv",
+        "turns": [
+            {"question": "怎么开发票？", "relevant_ids": ["invoice-types"], "reference": "可开电子普通发票。"},
+            {"question": "多久能收到？", "relevant_ids": ["invoice-time"]},
+        ],
+    },
+]
+TURN_IDS = ["alone", "conv-ret#1", "conv-ret#2", "conv-inv#1", "conv-inv#2"]
+
+
+@pytest.fixture
+def chats(tmp_path: Path) -> Path:
+    chat.HISTORIES.clear()
+    chat.FAIL.clear()
+    chat.INTERRUPT.clear()
+    chat.CALLS.clear()
+    return write_jsonl(tmp_path / "chats.jsonl", CHATS)
+
+
+def run_chat(ragexp: Any, data: Path, target: str, *overrides: str) -> Any:
+    return ragexp(
+        "run",
+        f"dataset.path={data}",
+        "system=python",
+        f"provider.system.target=tests.pipelines.chat:{target}",
+        "metrics.names=[recall_at_k,mrr]",
+        "k=1",
+        *overrides,
+        "--json",
+    )
+
+
+def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    path = MlflowClient(store_uri).download_artifacts(run_id, "cases.jsonl", str(tmp_path / run_id))
+    return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
+
+
+def test_a_target_that_needs_the_history_gets_it_and_is_scored_per_turn(
+    ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
+) -> None:
+    result = run_chat(ragexp, chats, "remembers")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["case_count"] == 5 and payload["error_count"] == 0
+    assert payload["summary"]["recall_at_k"] == 1.0
+    rows = rows_of(store_uri, payload["run_id"], tmp_path)
+    assert list(rows) == TURN_IDS
+    assert {key: (rows[key].get("conversation"), rows[key].get("turn")) for key in rows} == {
+        "alone": (None, None),
+        "conv-ret#1": ("conv-ret", 1),
+        "conv-ret#2": ("conv-ret", 2),
+        "conv-inv#1": ("conv-inv", 1),
+        "conv-inv#2": ("conv-inv", 2),
+    }
+    assert all(row["metrics"]["recall_at_k"] == 1.0 for row in rows.values())
+    # What the target received: nothing before a first turn, then the question and its own answer.
+    assert chat.HISTORIES["alone"] == [] and chat.HISTORIES["conv-ret#1"] == [] and chat.HISTORIES["conv-inv#1"] == []
+    assert chat.HISTORIES["conv-ret#2"] == [
+        {"role": "user", "content": "退货怎么办？"},
+        {"role": "assistant", "content": chat.DOCS["return-policy"]},
+    ]
+    assert chat.HISTORIES["conv-inv#2"] == [
+        {"role": "user", "content": "怎么开发票？"},
+        {"role": "assistant", "content": chat.DOCS["invoice-types"]},
+    ]
+
+
+def test_the_same_target_ignoring_the_history_misses_the_follow_ups(
+    ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
+) -> None:
+    result = run_chat(ragexp, chats, "forgets")
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert {key: row["metrics"]["recall_at_k"] for key, row in rows.items()} == {
+        "alone": 1.0,
+        "conv-ret#1": 1.0,
+        "conv-ret#2": 0.0,
+        "conv-inv#1": 1.0,
+        "conv-inv#2": 0.0,
+    }
+    assert result.json()["summary"]["recall_at_k"] == pytest.approx(3 / 5)
+
+
+def test_history_reference_carries_the_reference_answers(ragexp: Any, chats: Path) -> None:
+    result = run_chat(ragexp, chats, "remembers", "conversation.history=reference")
+    assert result.code == 0, result.stderr
+    assert chat.HISTORIES["conv-ret#2"] == [
+        {"role": "user", "content": "退货怎么办？"},
+        {"role": "assistant", "content": "签收后七天内可退货。"},
+    ]
+
+
+def test_history_reference_refuses_a_turn_without_a_reference(ragexp: Any, chats: Path, tmp_path: Path) -> None:
+    rows = [
+        {**CHATS[2], "turns": [{"question": "怎么开发票？", "relevant_ids": ["invoice-types"]}, CHATS[2]["turns"][1]]}
+    ]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    result = run_chat(ragexp, data, "remembers", "conversation.history=reference")
+    assert result.code == 1
+    assert "conversation.history=reference: turn conv-inv#1 (" in result.stderr
+    assert "d.jsonl:1, field 'turns[0].reference') has no reference answer" in result.stderr
+    assert chat.CALLS == {}
+
+
+def test_a_failed_turn_is_an_error_for_it_and_the_later_turns(
+    ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
+) -> None:
+    chat.FAIL.add("conv-ret#1")
+    result = run_chat(ragexp, chats, "remembers")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 2
+    rows = rows_of(store_uri, payload["run_id"], tmp_path)
+    assert "model overloaded on conv-ret#1" in rows["conv-ret#1"]["error"]
+    assert rows["conv-ret#2"]["error"] == "not asked: turn conv-ret#1 of its conversation failed"
+    assert rows["conv-ret#2"]["metrics"]["recall_at_k"] is None
+    assert "conv-ret#2" not in chat.CALLS  # never asked without the turn it follows
+    assert payload["summary"]["recall_at_k"] == 1.0  # over the 3 scored turns, never a 0 for an error
+
+
+def test_resume_asks_a_conversation_cut_in_its_second_turn_again_from_its_first(
+    ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
+) -> None:
+    chat.INTERRUPT.add("conv-ret#2")
+    args = ["run", f"dataset.path={chats}", "system=python", "provider.system.target=tests.pipelines.chat:remembers"]
+    args += ["metrics.names=[recall_at_k,mrr]", "k=1", "concurrency=1"]
+    first = ragexp(*args, "--json")
+    assert first.code == 130, first.stderr
+    run_id = (
+        MlflowClient(store_uri)
+        .search_runs([MlflowClient(store_uri).get_experiment_by_name("ragexp").experiment_id])[0]
+        .info.run_id
+    )
+    before = dict(chat.CALLS)
+    assert before["conv-ret#2"] == 1
+    resumed = ragexp(*args, "--resume", run_id, "--json")
+    assert resumed.code == 0, resumed.stderr
+    again = {key: chat.CALLS[key] - before.get(key, 0) for key in chat.CALLS}
+    assert again["alone"] == 0  # answered before the cut: kept
+    assert again["conv-ret#1"] == 1 and again["conv-ret#2"] == 1  # the cut conversation, from its first turn
+    assert resumed.json()["case_count"] == 5 and resumed.json()["error_count"] == 0
+    assert chat.HISTORIES["conv-ret#2"][0] == {"role": "user", "content": "退货怎么办？"}
+    rows = rows_of(store_uri, run_id, tmp_path)
+    assert all(row["metrics"]["recall_at_k"] == 1.0 for row in rows.values())

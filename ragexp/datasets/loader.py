@@ -641,14 +641,14 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
             if turns is None:
                 continue
             conversation = turns[0].conversation
-            clash = next((case.id for case in turns if case.id in first_line), None)
+            clash = next((turn.id for turn in turns if turn.id in first_line), None)
             if conversation in first_line or clash is not None:
                 taken = clash if clash is not None else conversation
                 problems.add(number, "id", f"duplicate id {taken!r} (first on line {first_line[taken]})")  # type: ignore[index]
                 continue
             first_line[conversation] = number  # type: ignore[index]  # checked as a string
-            for case in turns:
-                first_line[case.id] = number
+            for turn in turns:
+                first_line[turn.id] = number
             cases.extend(turns)
             continue
         case = _case(row, number, problems)

@@ -28,8 +28,11 @@ from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
 from ragexp.records import Case, SystemOutput
 
-BUILTIN_PLACEHOLDERS = ("question", "k", "case_id")
-"""Placeholders every case fills; any other name is a field of the case's ``metadata``."""
+BUILTIN_PLACEHOLDERS = ("question", "k", "case_id", "history", "conversation_id")
+"""Placeholders every case fills; any other name is a field of the case's ``metadata``.
+``history`` is the earlier turns of a conversation (a JSON list of ``{"role", "content"}``, empty
+for a single question or a first turn); ``conversation_id`` is the id the service gave in the
+previous turn's reply (``response.conversation_id``), an empty string before it gave one."""
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """``{name}`` is a placeholder; ``{{`` and ``}}`` are literal braces (as in ``str.format``);
@@ -118,7 +121,13 @@ def render(template: Any, case: Case, k: int) -> Any:
     placeholder takes the value's own type (``"{k}"`` is the number k; a metadata field keeps its
     JSON type); placeholders inside longer text are replaced by the value's text."""
     values: dict[str, Any] = dict(case.metadata)
-    values.update(question=case.question, k=k, case_id=case.id)
+    values.update(
+        question=case.question,
+        k=k,
+        case_id=case.id,
+        history=case.history or [],
+        conversation_id=case.conversation_ref or "",
+    )
     return _fill(template, values)
 
 
@@ -167,6 +176,7 @@ def _text_of(value: Any) -> str:
 
 _EXPRESSION_KEYS = (
     "error",
+    "conversation_id",
     "answer",
     "ranked_ids",
     "contexts",
@@ -298,6 +308,14 @@ class CompiledMapping:
                 )
             output.doc_ids = doc_ids
         output.stages = self._stages(found.get("stages"), found.get("scores"), ranked)
+        conversation = found.get("conversation_id")
+        if conversation is not None and conversation != "":
+            if type(conversation) not in (str, int) or isinstance(conversation, bool):
+                raise MappingError(
+                    f"conversation_id ({self._expr('conversation_id')}) is {type(conversation).__name__}, "
+                    "expected a string"
+                )
+            output.conversation_id = str(conversation)
         return output
 
     def _check_found(

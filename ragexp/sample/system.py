@@ -218,6 +218,13 @@ class Index:
         return scored
 
 
+def in_context(question: str, history: Sequence[dict[str, str]] | None) -> str:
+    """What the system searches for: the question after the user's earlier questions of its
+    conversation, so a follow-up ("那运费呢？") is read about what was asked before."""
+    earlier = [message["content"] for message in history or () if message.get("role") == "user"]
+    return " ".join([*earlier, question]) if earlier else question
+
+
 class SampleSystem:
     """Retriever, reranker and extractive answerer over one knowledge base."""
 
