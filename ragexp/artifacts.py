@@ -46,6 +46,9 @@ CUSTOM_METRICS = "custom_metrics.json"
 """What each metric of the user's own config was in this run (``metrics.custom``): commands that
 read the run know its direction, range and definition without the user's config."""
 
+CONVERSATIONS = "conversations.jsonl"
+"""One row per conversation: its turns, whether all were correct, the first that was not."""
+
 
 def nullable(values: np.ndarray) -> list[float | None]:
     """A float column as JSON can hold it: NaN (no score) becomes null."""
@@ -175,6 +178,12 @@ def read_custom_metrics(data: bytes, run_id: str) -> dict[str, MetricSpec]:
 def write_audit(path: Path, findings: Sequence[Mapping[str, Any]]) -> None:
     """``audit.json``: the label audit's findings against the dataset's corpus."""
     path.write_bytes(orjson.dumps({"findings": list(findings)}, option=orjson.OPT_INDENT_2))
+
+
+def write_conversations(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``conversations.jsonl``: per conversation its id, turn count, ``all_correct``,
+    ``first_failed_turn`` and ``errored_turn`` (null where it has none)."""
+    path.write_bytes(b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows))
 
 
 def check_version(payload: Mapping[str, Any], artifact: str, run_id: str) -> int:

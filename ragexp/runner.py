@@ -31,6 +31,7 @@ from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
@@ -134,8 +135,11 @@ class RunOutcome:
     """Judge calibration and prediction-powered means from the dataset's human scores."""
     missed: Missed = field(default_factory=Missed)
     """The cases scored below full marks (the first few described)."""
+    conversations: ConversationFigures | None = None
+    """Per-conversation figures (None: the dataset has no conversation)."""
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.conversations is None else {"conversations": self.conversations.to_json()}
         return {
             "run_id": self.run_id,
             "experiment": self.experiment,
@@ -144,6 +148,7 @@ class RunOutcome:
             "case_count": self.case_count,
             "error_count": self.error_count,
             "summary": self.summary,
+            **extra,
             **self.trust.to_json(),
         }
 
@@ -602,12 +607,16 @@ def _score_and_log(
     """Score every case, weigh the scores against people's, log metrics, artifacts and traces."""
     shown = plan.config.progress
     scored = score_results(plan, results)
+    chats = score_conversations(plan.specs, scored.scores, plan.dataset.cases, scored.errored)
     with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
         human = _human_scores(plan, store, run_id, results, scored, resumed)
         trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
         timings = stage_timings(results)
-        store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
-        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
+        figures = run_metrics(plan, results, scored, trust, timings)
+        if chats is not None:
+            figures.update(chats.as_metrics())
+        store.log_metrics(run_id, figures)
+        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
     if plan.config.tracking.traces:
         with Phase("logging the cases' traces", enabled=shown):
             _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
@@ -625,6 +634,7 @@ def _score_and_log(
         timings,
         trust,
         missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
+        chats,
     )
 
 
@@ -731,6 +741,7 @@ def _log_artifacts(
     human: dict[str, np.ndarray],
     trust: Trust,
     timings: dict[str, dict[str, float]],
+    chats: ConversationFigures | None = None,
 ) -> None:
     cfg = plan.config
     cases = plan.dataset.cases
@@ -757,6 +768,8 @@ def _log_artifacts(
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         if plan.custom.specs:
             artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
+        if chats is not None:
+            artifacts.write_conversations(folder / artifacts.CONVERSATIONS, [row.to_json() for row in chats.rows])
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
 
 

@@ -265,3 +265,53 @@ def test_resume_asks_a_conversation_cut_in_its_second_turn_again_from_its_first(
     assert chat.HISTORIES["conv-ret#2"][0] == {"role": "user", "content": "退货怎么办？"}
     rows = rows_of(store_uri, run_id, tmp_path)
     assert all(row["metrics"]["recall_at_k"] == 1.0 for row in rows.values())
+
+
+def conversation_rows(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    path = MlflowClient(store_uri).download_artifacts(run_id, "conversations.jsonl", str(tmp_path / f"c-{run_id}"))
+    return {row["conversation"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
+
+
+def test_per_conversation_figures_all_turns_correct_and_the_first_failed_turn(
+    ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
+) -> None:
+    three = {
+        "id": "conv-three",
+        "turns": [
+            {"question": "怎么开发票？", "relevant_ids": ["invoice-types"]},
+            {"question": "满多少包邮？", "relevant_ids": ["shipping-fee"]},
+            {"question": "多久能收到？", "relevant_ids": ["arrival"]},
+        ],
+    }
+    data = write_jsonl(tmp_path / "d.jsonl", [*CHATS, three])
+    forgot = run_chat(ragexp, data, "forgets")
+    assert forgot.code == 0, forgot.stderr
+    payload = forgot.json()
+    assert payload["conversations"] == {"count": 3, "turns": 7, "errored": 0, "all_correct": pytest.approx(1 / 3)}
+    rows = conversation_rows(store_uri, payload["run_id"], tmp_path)
+    assert rows["conv-ret"] == {
+        "conversation": "conv-ret",
+        "turns": 2,
+        "all_correct": False,
+        "first_failed_turn": 2,
+        "errored_turn": None,
+    }
+    assert rows["conv-three"]["all_correct"] is True and rows["conv-three"]["first_failed_turn"] is None
+    metrics = MlflowClient(store_uri).get_run(payload["run_id"]).data.metrics
+    assert metrics["conversations.count"] == 3 and metrics["conversations.turns"] == 7
+    assert metrics["conversations.all_correct"] == pytest.approx(1 / 3)
+    chat.FAIL.add("conv-inv#1")
+    failed = run_chat(ragexp, data, "remembers")
+    rows = conversation_rows(store_uri, failed.json()["run_id"], tmp_path)
+    # An errored turn makes its conversation an error, never a failed conversation.
+    assert rows["conv-inv"] == {
+        "conversation": "conv-inv",
+        "turns": 2,
+        "all_correct": None,
+        "first_failed_turn": None,
+        "errored_turn": 1,
+    }
+    assert failed.json()["conversations"]["errored"] == 1
+    text = ragexp("run", f"dataset.path={data}", "system=python", "provider.system.target=tests.pipelines.chat:forgets",
+                  "metrics.names=[recall_at_k,mrr]", "k=1")
+    assert "3 conversations, 7 turns: every turn correct in 1 of 3" in text.stdout

@@ -49,6 +49,8 @@ def show_run(evaluation: Evaluation) -> None:
     unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
     if unscored:
         print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
+    if outcome.conversations is not None:
+        print(outcome.conversations.line())
     print()
     missed = missed_lines(evaluation)
     if missed:
