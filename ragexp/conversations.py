@@ -120,6 +120,32 @@ def ask_in_turns(cases: Sequence[Case], run: RunBatch, on_result: Callable[[int,
         open_chats = following
 
 
+def histories(cases: Sequence[Case], results: Sequence[CaseResult], mode: str) -> list[list[Message] | None]:
+    """What each case was asked after, rebuilt from the results (as :func:`ask_in_turns` built
+    it): the earlier turns' questions and answers; None for a single question."""
+    out: list[list[Message] | None] = [None] * len(cases)
+    for chat in conversations(cases):
+        history: list[Message] = []
+        for position in chat.positions:
+            case, result = cases[position], results[position]
+            out[position] = list(history)
+            answer = result.output.answer if result.output is not None else ""
+            history = [
+                *history,
+                {"role": "user", "content": case.question},
+                {"role": "assistant", "content": (case.reference or "") if mode == "reference" else answer},
+            ]
+    return out
+
+
+def transcript(question: str, history: Sequence[Message] | None) -> str:
+    """The question as a judge reads it: after the conversation so far, when there is one."""
+    if not history:
+        return question
+    said = "\n".join(f"{message['role']}: {message['content']}" for message in history)
+    return f"[conversation so far]\n{said}\n[question]\n{question}"
+
+
 def _with_history(case: Case, history: dict[str, list[Message]], service_id: dict[str, str | None]) -> Case:
     if case.conversation is None:
         return case

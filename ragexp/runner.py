@@ -23,7 +23,7 @@ from ragexp.config.compose import compose, metric_sets
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
-from ragexp.conversations import ask_in_turns, check_history, complete
+from ragexp.conversations import ask_in_turns, check_history, complete, histories
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
@@ -652,7 +652,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:
         started = time.perf_counter()
-        judged = plan.scorer.score(cases, results, progress=cfg.progress)
+        asked_after = histories(cases, results, cfg.conversation.history) if plan.dataset.has_conversations else None
+        judged = plan.scorer.score(cases, results, progress=cfg.progress, histories=asked_after)
         judge_seconds = time.perf_counter() - started
         scores.update(judged.scores)
         for index, reasons in judged.errors.items():

@@ -312,6 +312,47 @@ def test_per_conversation_figures_all_turns_correct_and_the_first_failed_turn(
         "errored_turn": 1,
     }
     assert failed.json()["conversations"]["errored"] == 1
-    text = ragexp("run", f"dataset.path={data}", "system=python", "provider.system.target=tests.pipelines.chat:forgets",
-                  "metrics.names=[recall_at_k,mrr]", "k=1")
+    text = ragexp(
+        "run",
+        f"dataset.path={data}",
+        "system=python",
+        "provider.system.target=tests.pipelines.chat:forgets",
+        "metrics.names=[recall_at_k,mrr]",
+        "k=1",
+    )
     assert "3 conversations, 7 turns: every turn correct in 1 of 3" in text.stdout
+
+
+def test_the_judge_reads_each_turn_after_the_conversation_so_far(ragexp: Any, chats: Path) -> None:
+    import urllib.request
+
+    from tests.conftest import ROOT
+    from tests.servers.procs import serve
+
+    rubric = (
+        "{name: on_topic, kind: judge, rubric: 'the answer is about what the user asks', needs: [question, answer]}"
+    )
+    with serve(ROOT / "tests/servers/judge.py") as url:
+        result = run_chat(
+            ragexp,
+            chats,
+            "remembers",
+            "judge=openai",
+            f"provider.judge.base_url={url}",
+            "provider.judge.api_key_env=null",
+            "provider.judge.max_retries=0",
+            f"metrics.custom=[{rubric}]",
+        )
+        with urllib.request.urlopen(f"{url}/prompts", timeout=5) as reply:
+            prompts = json.loads(reply.read())
+    assert result.code == 0, result.stderr
+    assert result.json()["error_count"] == 0 and len(prompts) == 5
+    follow_up = [prompt for prompt in prompts if "那运费呢？" in prompt]
+    assert len(follow_up) == 1
+    said = json.loads(follow_up[0].split("input: ", 1)[1])["question"]
+    assert (
+        said
+        == f"[conversation so far]\nuser: 退货怎么办？\nassistant: {chat.DOCS['return-policy']}\n[question]\n那运费呢？"
+    )
+    alone = [prompt for prompt in prompts if "满多少包邮？" in prompt]
+    assert json.loads(alone[0].split("input: ", 1)[1])["question"] == "满多少包邮？"

@@ -87,7 +87,9 @@ class ConversationFigures:
         scored = [row for row in self.rows if row.all_correct is not None]
         correct = sum(bool(row.all_correct) for row in scored)
         errored = f" ({self.errored} errored)" if self.errored else ""
-        return f"{self.count} conversations, {self.turns} turns: every turn correct in {correct} of {len(scored)}{errored}"
+        return (
+            f"{self.count} conversations, {self.turns} turns: every turn correct in {correct} of {len(scored)}{errored}"
+        )
 
 
 def score_conversations(
