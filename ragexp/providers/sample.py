@@ -19,7 +19,6 @@ from ragexp.paths import data_roots
 from ragexp.providers.base import OnResult, Provider
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
-from ragexp.sample.system import in_context
 
 
 class SampleProvider(Provider):
@@ -71,7 +70,7 @@ class SampleProvider(Provider):
         for index, case in enumerate(cases):
             started = perf_counter()
             try:
-                reply = system.answer(in_context(case.question, case.history), k)
+                reply = system.answer(system.in_context(case.question, case.history), k)
             except Exception as exc:  # a bug in the system under test fails its case, not the run
                 on_result(index, CaseResult(case.id, None, f"sample system: {type(exc).__name__}: {exc}"))
                 continue
