@@ -10,7 +10,7 @@ import pytest
 
 from ragexp.datasets.loader import load_dataset
 from ragexp.errors import DatasetErrors
-from tests.conftest import write_jsonl
+from tests.conftest import ROOT, write_jsonl
 
 CONV = {
     "id": "conv-7",
@@ -356,3 +356,59 @@ def test_the_judge_reads_each_turn_after_the_conversation_so_far(ragexp: Any, ch
     )
     alone = [prompt for prompt in prompts if "满多少包邮？" in prompt]
     assert json.loads(alone[0].split("input: ", 1)[1])["question"] == "满多少包邮？"
+
+
+# --- the bundled conversations ----------------------------------------------------------------------
+
+
+def test_bundled_kb_zh_chat_follow_ups_need_their_history(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    from ragexp.config.compose import compose
+    from ragexp.datasets.loader import resolve_path
+    from ragexp.paths import data_roots
+
+    config = compose(["dataset=kb_zh_chat"])
+    data = load_dataset(resolve_path(config.dataset.path, data_roots()))
+    docs = {row["id"]: row["text"] for row in map(json.loads, (ROOT / "ragexp/data/kb_zh/docs.jsonl").open())}
+    turns: dict[str, list[Any]] = {}
+    for case in data.cases:
+        assert case.conversation is not None and case.relevant_ids and case.expected_facts and case.reference
+        for doc in case.relevant_ids:
+            assert doc in docs and all(fact in docs[doc] for fact in case.expected_facts), case.id
+        turns.setdefault(case.conversation, []).append(case)
+    assert len(turns) >= 12 and all(2 <= len(chat) <= 4 for chat in turns.values())
+    assert any(case.question == "那运费呢？" for case in data.cases)
+    result = ragexp("run", "dataset=kb_zh_chat", "--json")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["conversations"]["count"] == len(turns) and payload["case_count"] == len(data.cases)
+    # The same questions asked one by one, without the turns before them.
+    alone = [
+        {
+            "id": case.id.replace("#", "-"),
+            "question": case.question,
+            "relevant_ids": case.relevant_ids,
+            "expected_facts": case.expected_facts,
+        }
+        for case in data.cases
+    ]
+    flat = ragexp("run", f"dataset.path={write_jsonl(tmp_path / 'alone.jsonl', alone)}", "--json")
+    assert flat.code == 0, flat.stderr
+    with_history = rows_of(store_uri, payload["run_id"], tmp_path)
+    without = rows_of(store_uri, flat.json()["run_id"], tmp_path)
+    follow_ups = [case.id for case in data.cases if case.turn > 1]
+    helped = [
+        key
+        for key in follow_ups
+        if with_history[key]["metrics"]["answer_accuracy"]
+        > without[key.replace("#", "-")]["metrics"]["answer_accuracy"]
+    ]
+    hurt = [
+        key
+        for key in follow_ups
+        if with_history[key]["metrics"]["answer_accuracy"]
+        < without[key.replace("#", "-")]["metrics"]["answer_accuracy"]
+    ]
+    assert len(helped) >= 8 and hurt == []
+    first_turns = [case.id for case in data.cases if case.turn == 1]
+    assert all(with_history[key]["metrics"] == without[key.replace("#", "-")]["metrics"] for key in first_turns)
+    assert payload["summary"]["answer_accuracy"] > flat.json()["summary"]["answer_accuracy"] + 0.15
