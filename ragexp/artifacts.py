@@ -123,20 +123,21 @@ def write_scores(
     columns: Mapping[str, list[float | None]],
     human: Mapping[str, np.ndarray],
 ) -> None:
-    """``scores.json``: the per-case columns comparisons read (null: no score)."""
-    path.write_bytes(
-        orjson.dumps(
-            {
-                "format_version": FORMAT_VERSION,
-                "case_ids": [case.id for case in cases],
-                "unanswerable": [case.unanswerable for case in cases],
-                "errored": errored.tolist(),
-                "latency_seconds": latency,
-                "metrics": dict(columns),
-                "human": {name: nullable(values) for name, values in human.items()},
-            }
-        )
-    )
+    """``scores.json``: the per-case columns comparisons read (null: no score); with
+    conversations, ``conversations``: each case's conversation id (null for a single question),
+    the unit comparisons pair and resample by."""
+    payload: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "case_ids": [case.id for case in cases],
+        "unanswerable": [case.unanswerable for case in cases],
+        "errored": errored.tolist(),
+        "latency_seconds": latency,
+        "metrics": dict(columns),
+        "human": {name: nullable(values) for name, values in human.items()},
+    }
+    if any(case.conversation is not None for case in cases):
+        payload["conversations"] = [case.conversation for case in cases]
+    path.write_bytes(orjson.dumps(payload))
 
 
 def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
@@ -220,6 +221,8 @@ class ScoreColumns:
     metrics: dict[str, np.ndarray]
     human: dict[str, np.ndarray]
     format_version: int
+    conversations: list[str | None] | None = None
+    """Each case's conversation id (None: a single question); None when the run has none."""
 
 
 def read_scores(data: bytes, run_id: str) -> ScoreColumns:
@@ -235,6 +238,7 @@ def read_scores(data: bytes, run_id: str) -> ScoreColumns:
             metrics={name: np.array(v, dtype=np.float64) for name, v in payload["metrics"].items()},
             human={name: np.array(v, dtype=np.float64) for name, v in payload.get("human", {}).items()},
             format_version=version,
+            conversations=payload.get("conversations"),
         )
     except KeyError as exc:
         raise TrackingError(f"run {run_id}: {SCORES} has no field {exc.args[0]!r}") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragexp.datasets.loader import load_dataset
@@ -412,3 +413,56 @@ def test_bundled_kb_zh_chat_follow_ups_need_their_history(ragexp: Any, store_uri
     first_turns = [case.id for case in data.cases if case.turn == 1]
     assert all(with_history[key]["metrics"] == without[key.replace("#", "-")]["metrics"] for key in first_turns)
     assert payload["summary"]["answer_accuracy"] > flat.json()["summary"]["answer_accuracy"] + 0.15
+
+
+# --- statistics by conversation -----------------------------------------------------------------------
+
+
+def test_diff_gate_and_power_count_and_resample_conversations(ragexp: Any, store_uri: str, chats: Path) -> None:
+    from ragexp.compare.stats import paired_differences
+
+    base = run_chat(ragexp, chats, "remembers", "+tags.role=baseline").json()["run_id"]
+    cand = run_chat(ragexp, chats, "forgets").json()["run_id"]
+    found = ragexp("diff", base, cand, "--seed", "3", "--json")
+    assert found.code == 0, found.stderr
+    recall = next(m for m in found.json()["metrics"] if m["name"] == "recall_at_k")
+    # Three units: the single question and the two conversations (whose 4 turns count as 2).
+    assert (recall["n"], recall["unit"]) == (3, "conversation")
+    assert recall["improved"] + recall["regressed"] + recall["unchanged"] == 5
+    # The test runs on each unit's mean difference: alone 0, conv-ret (0 - 1)/2, conv-inv (0 - 1)/2.
+    expected = paired_differences(np.array([0.0, -0.5, -0.5]), resamples=10000, confidence=0.95, seed=3)
+    assert expected is not None
+    assert recall["p_value"] == pytest.approx(expected[0])
+    assert (recall["ci_low"], recall["ci_high"]) == (None, None)  # 3 units: no finite 95% interval
+    assert recall["delta"] == pytest.approx(-2 / 5)  # the logged means stay the means over turns
+    text = ragexp("diff", base, cand)
+    assert "(2 conversations, 4 turns, 1 single question (paired by conversation))" in text.stdout
+    planned = ragexp("power", "--baseline", base, "--json")
+    assert planned.code == 0, planned.stderr
+    plan = next(p for p in planned.json()["metrics"] if p["name"] == "recall_at_k")
+    assert (plan["n"], plan["unit"]) == (3, "conversation")
+    gate = ragexp("gate", "--baseline", base, "--candidate", cand)
+    assert gate.code == 2
+    assert "with 3 conversations" in gate.stdout
+
+
+def test_the_bundled_conversations_are_paired_by_conversation(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    from ragexp.compare.stats import paired_differences
+
+    base = ragexp("run", "dataset=kb_zh_chat", "--json").json()["run_id"]
+    cand = ragexp("run", "dataset=kb_zh_chat", "provider.system.sample.chunking=sentence", "--json").json()["run_id"]
+    found = ragexp("diff", base, cand, "--json")
+    assert found.code == 0, found.stderr
+    b_rows, c_rows = rows_of(store_uri, base, tmp_path), rows_of(store_uri, cand, tmp_path)
+    by_chat: dict[str, list[float]] = {}
+    for key, row in b_rows.items():
+        change = c_rows[key]["metrics"]["mrr"] - row["metrics"]["mrr"]
+        by_chat.setdefault(row["conversation"], []).append(change)
+    means = np.array([np.mean(values) for values in by_chat.values()])
+    mrr = next(m for m in found.json()["metrics"] if m["name"] == "mrr")
+    assert (mrr["n"], mrr["unit"]) == (16, "conversation")
+    expected = paired_differences(means, resamples=10000, confidence=0.95, seed=0)
+    assert expected is not None and any(means != 0)
+    assert (mrr["p_value"], mrr["ci_low"], mrr["ci_high"]) == pytest.approx(expected)
+    text = ragexp("diff", base, cand).stdout
+    assert "(16 conversations, 43 turns (paired by conversation))" in text

@@ -36,6 +36,25 @@ class RunData:
     """Metric -> (n,) human scores from the dataset, NaN where unlabelled."""
     custom: dict[str, MetricSpec] = field(default_factory=dict)
     """The run's metrics of the user's own config, as the run recorded them."""
+    conversations: list[str | None] | None = None
+    """Each case's conversation id (None: a single question); None when the run has none."""
+
+    @property
+    def unit(self) -> str:
+        """What comparisons pair and resample: ``conversation`` when the run has any, else ``case``."""
+        return "case" if self.conversations is None else "conversation"
+
+    def units(self) -> np.ndarray | None:
+        """(n,) int: the unit each case belongs to (a conversation's turns share one, a single
+        question is one of its own); None when the run has no conversation."""
+        if self.conversations is None:
+            return None
+        labels: dict[str, int] = {}
+        out = np.empty(len(self.conversations), dtype=np.int64)
+        for position, conversation in enumerate(self.conversations):
+            key = conversation if conversation is not None else f"\0{position}"
+            out[position] = labels.setdefault(key, len(labels))
+        return out
 
     @property
     def run_id(self) -> str:
@@ -98,6 +117,7 @@ class RunData:
             self._lines,
             {name: values[order] for name, values in self.human.items()},
             self.custom,
+            [self.conversations[i] for i in order.tolist()] if self.conversations is not None else None,
         )
 
 
@@ -125,6 +145,7 @@ def load_run(store: Store, run: str | RunRecord) -> RunData:
         read_lines=read_lines,
         human=columns.human,
         custom=custom_specs(store, record),
+        conversations=columns.conversations,
     )
 
 

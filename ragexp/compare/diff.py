@@ -12,7 +12,7 @@ from ragexp.compare.figures import fmt, signed
 from ragexp.compare.missing import metric_why
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
-from ragexp.compare.stats import paired
+from ragexp.compare.stats import paired, paired_by_unit, unit_means
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
@@ -55,6 +55,11 @@ class MetricDiff:
     defined differently in each); None when they can."""
     spec: MetricSpec | None = field(default=None, repr=False, compare=False)
     """What the metric is in the candidate (None: neither run knows it)."""
+    n: int = 0
+    """Paired units the test ran on: conversations (a single question counting as one) when the
+    runs have conversations, else cases."""
+    unit: str = "case"
+    """``conversation`` or ``case``: what the paired test and its interval resample."""
 
     @property
     def detectable_effect(self) -> float | None:
@@ -117,6 +122,8 @@ class MetricDiff:
             "regressed": self.regressed,
             "unchanged": self.unchanged,
             "detectable_effect": self.detectable_effect,
+            "n": self.n,
+            "unit": self.unit,
             **extra,
         }
 
@@ -214,7 +221,7 @@ def _metric_diff(
         )
     delta = c_value - b_value if b_value is not None and c_value is not None else None
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
-    improved = regressed = unchanged = pairs = 0
+    improved = regressed = unchanged = pairs = n = 0
     ci_low = ci_high = p_value = None
     power = None
     if b_cases is not None and c_cases is not None:
@@ -228,11 +235,23 @@ def _metric_diff(
         regressed = int((change < -TOLERANCE).sum())
         unchanged = int(change.size - improved - regressed)
         pairs = int(change.size)
+        units = base.units()
+        n = pairs if units is None else int(np.unique(units[mask]).size)
         if spec is not None and spec.mean_of_cases:
-            stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
+            if units is None:
+                stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
+                power = paired_power(change, confidence=confidence)
+            else:
+                stats = paired_by_unit(
+                    b_cases[mask], c_cases[mask], units[mask], resamples=resamples, confidence=confidence, seed=seed
+                )
+                power = (
+                    paired_power(unit_means(change, units[mask]), confidence=confidence, unit="conversation")
+                    if pairs
+                    else None
+                )
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
-            power = paired_power(change, confidence=confidence)
     ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
     return MetricDiff(
         name,
@@ -250,6 +269,8 @@ def _metric_diff(
         ppi,
         power,
         spec=spec,
+        n=n,
+        unit=base.unit,
     )
 
 
