@@ -286,7 +286,8 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "p_value",
         "improved",
         "regressed",
-    } | {"unchanged", "detectable_effect", "why_missing"}
+    } | {"unchanged", "detectable_effect", "why_missing", "n", "unit"}
+    assert (mrr["n"], mrr["unit"]) == (40, "case")
     assert mrr["why_missing"] == {}
     assert data["diagnosis"] == [
         "recall flat but MRR down: fusion or rerank regressed "
