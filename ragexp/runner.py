@@ -789,6 +789,9 @@ def _log_case_traces(
         judge=plan.judge,
         cap=plan.config.tracking.traces_max_cases,
         language=plan.config.report.language,
+        histories=histories(plan.dataset.cases, results, plan.config.conversation.history)
+        if plan.dataset.has_conversations
+        else None,
     )
     _log_traces(store, run_id, plan.config.experiment, traced, resumed=resumed, info=info)
 

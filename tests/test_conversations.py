@@ -466,3 +466,32 @@ def test_the_bundled_conversations_are_paired_by_conversation(ragexp: Any, store
     assert (mrr["p_value"], mrr["ci_low"], mrr["ci_high"]) == pytest.approx(expected)
     text = ragexp("diff", base, cand).stdout
     assert "(16 conversations, 43 turns (paired by conversation))" in text
+
+
+# --- MLflow -------------------------------------------------------------------------------------------
+
+
+def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_uri: str, chats: Path) -> None:
+    from mlflow.tracing.constant import TraceMetadataKey
+
+    result = run_chat(ragexp, chats, "remembers")
+    assert result.code == 0, result.stderr
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp").experiment_id
+    session = client.search_traces(
+        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = 'conv-ret'"
+    )
+    cases = sorted(json.loads(trace.info.request_preview)["case_id"] for trace in session)
+    assert cases == ["conv-ret#1", "conv-ret#2"]
+    second = next(t for t in session if json.loads(t.info.request_preview)["case_id"] == "conv-ret#2")
+    full = client.get_trace(second.info.trace_id)
+    assert full.info.trace_metadata[TraceMetadataKey.TRACE_SESSION] == "conv-ret"
+    assert {a.name for a in full.info.assessments} >= {"recall_at_k", "mrr"}
+    root = next(span for span in full.data.spans if span.parent_id is None)
+    assert root.inputs["history"] == [
+        {"role": "user", "content": "退货怎么办？"},
+        {"role": "assistant", "content": chat.DOCS["return-policy"]},
+    ]
+    everything = client.search_traces(locations=[experiment], max_results=50)
+    alone = next(t for t in everything if json.loads(t.info.request_preview)["case_id"] == "alone")
+    assert TraceMetadataKey.TRACE_SESSION not in alone.info.trace_metadata
