@@ -495,3 +495,133 @@ def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_ur
     everything = client.search_traces(locations=[experiment], max_results=50)
     alone = next(t for t in everything if json.loads(t.info.request_preview)["case_id"] == "alone")
     assert TraceMetadataKey.TRACE_SESSION not in alone.info.trace_metadata
+
+
+# --- services that keep the conversation themselves ------------------------------------------------
+
+SERVICE_CHATS = [
+    {
+        "id": "chat-a",
+        "turns": [
+            {"question": "what about 3?", "relevant_ids": ["seg-3"], "expected_facts": ["fact 3"]},
+            {"question": "那它呢？", "relevant_ids": ["seg-3"], "expected_facts": ["fact 3"]},
+            {"question": "and then?", "relevant_ids": ["seg-3"], "expected_facts": ["fact 3"]},
+        ],
+    },
+    {
+        "id": "chat-b",
+        "turns": [
+            {"question": "tell me 7?", "relevant_ids": ["seg-7"], "expected_facts": ["fact 7"]},
+            {"question": "那它呢？", "relevant_ids": ["seg-7"], "expected_facts": ["fact 7"]},
+        ],
+    },
+]
+
+
+def sessions(url: str) -> dict[str, list[str]]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/sessions", timeout=5) as reply:
+        found: dict[str, list[str]] = json.loads(reply.read())
+    return found
+
+
+@pytest.mark.parametrize(
+    ("system", "path", "secret"),
+    [
+        ("dify", "/v1/chat-messages", ("RAGEXP_DIFY_AUTH", "Bearer app-standin")),
+        ("ragflow", "/api/v1/chats/standin/completions", ("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")),
+    ],
+)
+def test_dify_and_ragflow_carry_the_conversation_id_they_issued(
+    ragexp: Any,
+    store_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    system: str,
+    path: str,
+    secret: tuple[str, str],
+) -> None:
+    from tests.servers.procs import serve
+
+    monkeypatch.setenv(*secret)
+    data = write_jsonl(tmp_path / "chats.jsonl", SERVICE_CHATS)
+    metrics = "metrics.names=[recall_at_k,answer_accuracy]"
+    with serve(ROOT / f"tests/servers/{system}.py") as url:
+        result = ragexp(
+            "run", f"system={system}", f"provider.system.url={url}{path}", f"dataset.path={data}", metrics, "--json"
+        )
+        kept = sessions(url)
+        # The same service without the id: each turn starts a conversation of its own.
+        forgetful = ragexp(
+            "run",
+            f"system={system}",
+            f"provider.system.url={url}{path}",
+            f"dataset.path={data}",
+            metrics,
+            "provider.system.response.conversation_id=null",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    assert result.json()["error_count"] == 0 and result.json()["summary"]["answer_accuracy"] == 1.0
+    # One conversation on the service per conversation of the dataset, its turns in order.
+    assert sorted(kept.values()) == [["tell me 7?", "那它呢？"], ["what about 3?", "那它呢？", "and then?"]]
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert rows["chat-a#1"]["output"]["conversation_id"] == rows["chat-a#3"]["output"]["conversation_id"]
+    assert rows["chat-a#1"]["output"]["conversation_id"] != rows["chat-b#1"]["output"]["conversation_id"]
+    assert forgetful.code == 0, forgetful.stderr
+    alone = rows_of(store_uri, forgetful.json()["run_id"], tmp_path)
+    assert {key: row["metrics"]["answer_accuracy"] for key, row in alone.items()} == {
+        "chat-a#1": 1.0,
+        "chat-a#2": 0.0,
+        "chat-a#3": 0.0,
+        "chat-b#1": 1.0,
+        "chat-b#2": 0.0,
+    }
+
+
+def test_an_id_the_service_never_issued_is_an_error_for_that_conversation(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.servers.procs import serve
+
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    data = write_jsonl(tmp_path / "chats.jsonl", SERVICE_CHATS)
+    with serve(ROOT / "tests/servers/dify.py") as url:
+        result = ragexp(
+            "run",
+            "system=dify",
+            f"provider.system.url={url}/v1/chat-messages",
+            f"dataset.path={data}",
+            "metrics.names=[recall_at_k,answer_accuracy]",
+            "provider.system.response.conversation_id=task_id",  # a wrong expression: not the conversation
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert "Conversation Not Exists." in rows["chat-a#2"]["error"]
+    assert rows["chat-a#3"]["error"] == "not asked: turn chat-a#2 of its conversation failed"
+    assert result.json()["error_count"] == 3  # chat-a#2, chat-a#3 and chat-b#2
+
+
+def test_openai_chat_sends_the_conversation_as_its_messages(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.servers.procs import serve
+
+    monkeypatch.setenv("RAGEXP_OPENAI_AUTH", "Bearer sk-standin")
+    data = write_jsonl(tmp_path / "chats.jsonl", SERVICE_CHATS)
+    with serve(ROOT / "tests/servers/openai_chat.py") as url:
+        result = ragexp(
+            "run",
+            "system=openai_chat",
+            f"provider.system.url={url}/v1/chat/completions",
+            "provider.system.request.model=standin-model",
+            f"dataset.path={data}",
+            "metrics.names=[answer_accuracy]",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    assert result.json()["summary"]["answer_accuracy"] == 1.0
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    assert rows["chat-b#2"]["output"]["answer"] == "fact 7 is documented."

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, key_ok, knowledge, main, pieces
+from tests.servers.streaming import StreamingHandler, key_ok, knowledge_after, main, pieces
 
 MODEL = "standin-model"
 
@@ -62,7 +62,9 @@ class Handler(StreamingHandler):
         if "long" in question:
             message = "This model's maximum context length is 8192 tokens."
             return self.reply(400, error(message, "invalid_request_error", "context_length_exceeded"))
-        answer, _ = knowledge(question)
+        # The conversation is the messages: a follow-up is read after the user's earlier ones.
+        earlier = [m["content"] for m in users[:-1] if isinstance(m.get("content"), str)]
+        answer, _ = knowledge_after(question, earlier)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
         if not body.get("stream") or "blocking" in question:
             choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
