@@ -1,16 +1,16 @@
 """Conversations: the turns of each conversation asked in order, with the history before them;
 conversations asked side by side.
 
-A turn is asked once every earlier turn of its conversation has its answer: the turns that are
-ready (the first turns, single questions, then each next turn) go to the provider together, so
-its concurrency spreads over conversations. A turn that fails is an error for it and for every
-later turn of its conversation, which is then not asked: a later turn without the history it
-follows would measure another conversation.
+A turn is asked once every earlier turn of its conversation has its answer; the provider is given
+batches of the turns that are ready, so its concurrency spreads over conversations. A turn that
+fails is an error for it and for every later turn of its conversation, which is then not asked:
+a later turn without the history it follows would measure another conversation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,17 +71,26 @@ RunBatch = Callable[[Sequence[Case], Callable[[int, CaseResult], None]], None]
 """A provider's ``run``: asks every case of a batch, reporting each result with its position."""
 
 
-def ask_in_turns(cases: Sequence[Case], run: RunBatch, on_result: Callable[[int, CaseResult], None], mode: str) -> None:
+def ask_in_turns(
+    cases: Sequence[Case],
+    run: RunBatch,
+    on_result: Callable[[int, CaseResult], None],
+    mode: str,
+    width: int,
+) -> None:
     """Ask ``cases`` (single questions and whole conversations), reporting each result with the
-    case's position in ``cases``: single questions and first turns at once, then each next turn
-    of every conversation whose earlier turns were answered."""
+    case's position in ``cases``. The single questions go in the first batch with the first
+    turns; a turn becomes ready when the one before it was answered, and each batch takes the
+    turns longest ready in whole rounds of ``width`` (the provider's concurrency), so the
+    provider's slots stay full while turns are ready."""
     chats = conversations(cases)
-    singles = [position for position, case in enumerate(cases) if case.conversation is None]
+    chat_of = {position: chat for chat in chats for position in chat.positions}
+    step = {chat.id: 0 for chat in chats}
     history: dict[str, list[Message]] = {chat.id: [] for chat in chats}
     service_id: dict[str, str | None] = {chat.id: None for chat in chats}
-    step = 0
-    batch = singles + [chat.positions[0] for chat in chats]
-    open_chats = chats
+    ready: deque[int] = deque(chat.positions[0] for chat in chats)
+    batch = [position for position, case in enumerate(cases) if case.conversation is None]
+    batch += _take(ready, width)
     while batch:
         asked = [_with_history(cases[position], history, service_id) for position in batch]
         results: dict[int, CaseResult] = {}
@@ -93,19 +102,15 @@ def ask_in_turns(cases: Sequence[Case], run: RunBatch, on_result: Callable[[int,
             on_result(batch[index], result)
 
         run(asked, arrived)
-        step += 1
-        following: list[Conversation] = []
-        batch = []
-        for chat in open_chats:
-            if step > len(chat.positions):
-                continue
-            position = chat.positions[step - 1]
+        for position in batch:
+            chat = chat_of.get(position)
             result = results.get(position)
-            if result is None:  # a provider bug, caught by the caller's check for missing results
+            if chat is None or result is None:  # a single question; or a provider bug, caught by the caller
                 continue
             case = cases[position]
+            step[chat.id] += 1
             if not result.ok:
-                _not_asked(cases, chat, step, result, on_result)
+                _not_asked(cases, chat, step[chat.id], result, on_result)
                 continue
             answer = result.output.answer if result.output is not None else ""
             history[chat.id] += [
@@ -114,10 +119,17 @@ def ask_in_turns(cases: Sequence[Case], run: RunBatch, on_result: Callable[[int,
             ]
             if result.output is not None and result.output.conversation_id:
                 service_id[chat.id] = result.output.conversation_id
-            if step < len(chat.positions):
-                following.append(chat)
-                batch.append(chat.positions[step])
-        open_chats = following
+            if step[chat.id] < len(chat.positions):
+                ready.append(chat.positions[step[chat.id]])
+        batch = _take(ready, width)
+
+
+def _take(ready: deque[int], width: int) -> list[int]:
+    """The next batch: the longest-ready turns, as many as fill the provider's ``width`` slots a
+    whole number of times (at least one turn): a batch whose last round is partly empty leaves
+    slots idle that the next batch's turns could have used."""
+    count = max(len(ready) // width * width, min(width, len(ready)))
+    return [ready.popleft() for _ in range(count)]
 
 
 def histories(cases: Sequence[Case], results: Sequence[CaseResult], mode: str) -> list[list[Message] | None]:

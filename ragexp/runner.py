@@ -562,7 +562,8 @@ def _evaluate(
         if todo:
             asked = [cases[i] for i in todo] if done else cases
             if plan.dataset.has_conversations:
-                ask_in_turns(asked, plan.provider.run, callback, plan.config.conversation.history)
+                width = plan.provider.settings.concurrency
+                ask_in_turns(asked, plan.provider.run, callback, plan.config.conversation.history, width)
             else:
                 plan.provider.run(asked, callback)
     finally:
