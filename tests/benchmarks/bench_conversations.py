@@ -97,7 +97,9 @@ def measure(conversations: int, turns: int, delay_s: float, concurrency: int) ->
     ideal = conversations * turns * delay_s / concurrency
     seconds = metrics["evaluation_seconds"]
     return {
-        "name": f"{conversations} conversations x {turns} turns, {delay_s * 1000:g} ms a turn, concurrency {concurrency}",
+        "name": (
+            f"{conversations} conversations x {turns} turns, {delay_s * 1000:g} ms a turn, concurrency {concurrency}"
+        ),
         "measured": seconds,
         "ideal": ideal,
         "ratio": seconds / ideal,

@@ -20,8 +20,8 @@ import os
 import re
 import sys
 import threading
-import uuid
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
