@@ -122,8 +122,10 @@ def write_scores(
     latency: list[float | None],
     columns: Mapping[str, list[float | None]],
     human: Mapping[str, np.ndarray],
+    ttft: np.ndarray | None = None,
 ) -> None:
-    """``scores.json``: the per-case columns comparisons read (null: no score); with
+    """``scores.json``: the per-case columns comparisons read (null: no score); ``ttft_seconds``
+    when some case was streamed (what the time-to-first-token metrics are compared on); with
     conversations, ``conversations``: each case's conversation id (null for a single question),
     the unit comparisons pair and resample by."""
     payload: dict[str, Any] = {
@@ -135,6 +137,8 @@ def write_scores(
         "metrics": dict(columns),
         "human": {name: nullable(values) for name, values in human.items()},
     }
+    if ttft is not None and np.isfinite(ttft).any():
+        payload["ttft_seconds"] = nullable(ttft)
     if any(case.conversation is not None for case in cases):
         payload["conversations"] = [case.conversation for case in cases]
     path.write_bytes(orjson.dumps(payload))
@@ -221,6 +225,8 @@ class ScoreColumns:
     metrics: dict[str, np.ndarray]
     human: dict[str, np.ndarray]
     format_version: int
+    ttft: np.ndarray | None = None
+    """Seconds to the first piece of a streamed answer (None: no case was streamed)."""
     conversations: list[str | None] | None = None
     """Each case's conversation id (None: a single question); None when the run has none."""
 
@@ -238,6 +244,7 @@ def read_scores(data: bytes, run_id: str) -> ScoreColumns:
             metrics={name: np.array(v, dtype=np.float64) for name, v in payload["metrics"].items()},
             human={name: np.array(v, dtype=np.float64) for name, v in payload.get("human", {}).items()},
             format_version=version,
+            ttft=np.array(payload["ttft_seconds"], dtype=np.float64) if "ttft_seconds" in payload else None,
             conversations=payload.get("conversations"),
         )
     except KeyError as exc:

@@ -44,6 +44,7 @@ import numpy as np
 from ragexp.compare.figures import fmt
 from ragexp.compare.stats import unit_means
 from ragexp.errors import ConfigError
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec
 from ragexp.phrases import t
 
@@ -459,9 +460,8 @@ def baseline_plan(
         if spec is None or not spec.mean_of_cases or values is None:
             continue
         units = run.units()
-        if spec.population == "answerable" and (~run.unanswerable).any():
-            values = values[~run.unanswerable]
-            units = units[~run.unanswerable] if units is not None else None
+        within = covered(spec, run.unanswerable)
+        values, units = values[within], units[within] if units is not None else None
         finite = np.isfinite(values)
         values = values[finite]
         if units is not None and values.size:
