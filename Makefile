@@ -40,7 +40,7 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
 # The whole suite (what CI runs). test-fast: the edit loop, every test not marked `system` (the
-# end-to-end tests listed in tests/conftest.py), which needs neither the Ray extra nor a browser.
+# end-to-end tests, each marked in its file), which needs neither the Ray extra nor a browser.
 test: setup-ray browser
 	$(BIN)/python -m pytest
 

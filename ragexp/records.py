@@ -46,6 +46,9 @@ class SystemOutput:
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
     reranker). Shown on the case's stage spans; None: the system reports none."""
+    tokens: dict[str, int] | None = None
+    """The tokens the system's model used for this reply, as it reported them (``prompt``,
+    ``completion``); None: the reply reported no usage."""
 
     def graded_hash(self) -> str:
         """The hash a human label of this output names (:func:`graded_hash`)."""
@@ -68,6 +71,8 @@ class SystemOutput:
             data["stages"] = self.stages
         if self.conversation_id is not None:
             data["conversation_id"] = self.conversation_id
+        if self.tokens is not None:
+            data["tokens"] = self.tokens
         return data
 
     @classmethod
@@ -84,6 +89,7 @@ class SystemOutput:
             doc_ids=list(data.get("doc_ids", [])),
             stages=data.get("stages"),
             conversation_id=data.get("conversation_id"),
+            tokens=data.get("tokens"),
         )
 
 

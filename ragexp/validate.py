@@ -18,6 +18,7 @@ from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, sh
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
+from ragexp.metrics.cost import with_cost
 from ragexp.metrics.custom import load_custom
 from ragexp.metrics.registry import parse_metric_names
 from ragexp.paths import data_roots
@@ -77,7 +78,9 @@ def check_dataset(
     provider = None
     if config is not None:
         # What run checks before any work, so that validate says ok only where run would start.
-        specs = parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs)
+        specs = with_cost(
+            parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs), config.cost
+        )
         check_history(dataset.cases, config.conversation.history, str(dataset.path))
         provider = check_config(config, dataset, specs, concurrency=1)
     findings = None

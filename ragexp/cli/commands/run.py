@@ -9,6 +9,14 @@ import typer
 from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
 
+RetryErrors = Annotated[
+    bool,
+    typer.Option(
+        "--retry-errors",
+        help="With --resume: also ask again the cases that failed for other reasons than the transport.",
+    ),
+]
+
 
 def _interrupt(signum: int, frame: Any) -> None:
     # SIGTERM ends a run like Ctrl-C does: marked interrupted, checkpoint kept for --resume.
@@ -32,13 +40,7 @@ def run(
             help="Sweep: one run per point of comma-separated values (k=3,5,10), grouped under a parent run.",
         ),
     ] = False,
-    retry_errors: Annotated[
-        bool,
-        typer.Option(
-            "--retry-errors",
-            help="With --resume: also ask again the cases that failed for other reasons than the transport.",
-        ),
-    ] = False,
+    retry_errors: RetryErrors = False,
     allow_draft: AllowDraft = False,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
