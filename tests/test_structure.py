@@ -136,7 +136,7 @@ COMMAND_TOP_IMPORTS = {"__future__", "typing", "typer", "ragexp.cli.options", "r
 COMMAND_MAX_LINES = 100
 ENTRY_POINTS = {
     "init": {"ragexp.init.init_project", "ragexp.init.next_commands"},
-    "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep"},
+    "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep", "ragexp.sequential.run_until_decided"},
     "validate": {"ragexp.validate.check_dataset", "ragexp.validate.anchor_dataset"},
     "runs": {"ragexp.compare.listing.list_runs"},
     "gate": {"ragexp.compare.release.run_gate"},

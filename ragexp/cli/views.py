@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
+    from ragexp.sequential import SequentialOutcome
     from ragexp.sweep import SweepOutcome
 
 """Cases a run lists among those it missed; the rest are counted."""
@@ -345,6 +346,18 @@ def show_gate(outcome: GateOutcome) -> None:
         if r.method == "prediction-powered" and r.passed:
             print(f"note: {terminal(r.message)}")
     print_gate_power(result)
+
+
+def show_sequential(outcome: SequentialOutcome) -> None:
+    """Where ``run --until-decided`` stopped, and each rule's anytime-valid bound."""
+    saved = outcome.total - outcome.evaluated
+    print(
+        f"until decided: {outcome.decision} after {outcome.evaluated} of {outcome.total} cases "
+        f"({saved} not evaluated), against baseline {outcome.baseline}"
+    )
+    for rule in outcome.rules:
+        print(f"  {terminal(rule.message)}")
+    print()
 
 
 def gate_exit(outcome: GateOutcome) -> int:
