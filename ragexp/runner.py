@@ -79,8 +79,16 @@ class Judging(Protocol):
     adaptation_usage: Usage
     """The judge's calls and tokens spent adapting its prompts before the run."""
 
-    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
-        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales)."""
+    def score(
+        self,
+        cases: Sequence[Case],
+        results: Sequence[CaseResult],
+        *,
+        progress: bool | None,
+        histories: Sequence[list[dict[str, str]] | None] | None = None,
+    ) -> JudgeOutcome:
+        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales);
+        ``histories``: each turn's earlier turns, read before its question."""
         ...
 
 
