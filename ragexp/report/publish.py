@@ -32,7 +32,7 @@ def publish_report(
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
     check_language(language)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
@@ -60,7 +60,7 @@ def publish_sweep_report(
 
     check_language(language)
     analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built = sweep_report(analysis, sweep_language(store, analysis, language))
     folder = Path(out) if out else Path("reports") / parent
     written = write_report(built, folder)
