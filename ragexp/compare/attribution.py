@@ -131,9 +131,7 @@ def case_causes(cells: list[Cells], *, tolerance: float = TOLERANCE) -> list[Cau
     by_generation = np.zeros(n, dtype=bool)
     missing = np.zeros(n, dtype=bool)
     for metric in cells:
-        absent = ~(
-            np.isfinite(metric.bb) & np.isfinite(metric.cb) & np.isfinite(metric.bc) & np.isfinite(metric.cc)
-        )
+        absent = ~(np.isfinite(metric.bb) & np.isfinite(metric.cb) & np.isfinite(metric.bc) & np.isfinite(metric.cc))
         missing |= absent
         with np.errstate(invalid="ignore"):
             here = np.abs(metric.cc - metric.bb) > tolerance
