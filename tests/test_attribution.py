@@ -40,7 +40,9 @@ def test_known_interaction_of_a_2x2() -> None:
     assert case_causes([cells]) == ["neither", "retrieval", "generation"]
     found = decompose(cells, resamples=200, confidence=0.9, seed=1)
     assert found is not None
-    assert (found.total, found.retrieval, found.generation, found.interaction) == pytest.approx((-1 / 3, -1 / 3, 1 / 3, -1 / 3))
+    assert (found.total, found.retrieval, found.generation, found.interaction) == pytest.approx(
+        (-1 / 3, -1 / 3, 1 / 3, -1 / 3)
+    )
 
 
 def test_a_part_that_is_zero_for_every_case_is_exactly_zero_with_a_zero_interval() -> None:
@@ -150,3 +152,83 @@ def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store
     assert "--attribute: the baseline's system" in found.stderr and "cannot answer from given contexts" in found.stderr
     plain = ragexp("diff", base, cand)
     assert plain.code == 0 and "attribution" not in plain.stdout
+
+
+# --- a Python pair and an HTTP pair with a known interaction ---------------------------------
+
+
+@pytest.fixture
+def corpus_cases(tmp_path: Path) -> Path:
+    from tests.conftest import write_jsonl
+    from tests.pipelines.corpus import CASES
+
+    return write_jsonl(tmp_path / "cases.jsonl", CASES)
+
+
+KNOWN = {"total": -2 / 3, "retrieval": -2 / 3, "generation": -1 / 3, "interaction": 1 / 3}
+CAUSES_KNOWN = {"password": "retrieval", "shipping": "generation"}
+
+
+def _check_known(found: dict[str, Any]) -> None:
+    row = _metric(found, "answer_accuracy")
+    assert row["cases"] == 3
+    for part, value in KNOWN.items():
+        assert row[part] == pytest.approx(value, abs=1e-12)
+    assert row["retrieval"] + row["generation"] + row["interaction"] == pytest.approx(row["total"], abs=1e-12)
+    assert {case["id"]: case["cause"] for case in found["cases"]} == CAUSES_KNOWN
+    assert [case["cause"] for case in found["cases"]] == ["retrieval", "generation"]  # grouped by cause
+    refund = _metric(found, "answer_accuracy")
+    assert refund["interaction_ci"][0] <= 1 / 3 <= refund["interaction_ci"][1]
+    assert found["replayed"] == 2 and not found["errors"]  # refund and password: shipping kept its retrieval
+
+
+@pytest.mark.parametrize("generate", ["generate_candidate", "generate_candidate_async"])
+def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpus_cases: Path, generate: str) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        f"provider.system.generate=tests.pipelines.attribution:{generate}",
+    )
+    _check_known(_attributed(ragexp, base, cand))
+
+
+def test_python_system_without_generate_is_refused_naming_the_key(
+    ragexp: Any, store_uri: str, corpus_cases: Path
+) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(ragexp, *common, "provider.system.target=tests.pipelines.attribution:baseline")
+    cand = _run(ragexp, *common, "provider.system.target=tests.pipelines.attribution:candidate")
+    found = ragexp("diff", base, cand, "--attribute")
+    assert found.code == 1 and "provider.system.generate is not set" in found.stderr
+    assert found.stderr.strip().count("\n") == 0
+
+
+def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    from tests.servers.attribution import Handler, serving
+
+    with serving() as url:
+        runs = []
+        for version in ("baseline", "candidate"):
+            runs.append(
+                _run(
+                    ragexp,
+                    "system=http",
+                    "metrics=offline",
+                    f"dataset.path={corpus_cases}",
+                    "k=2",
+                    f"provider.system.url={url}/{version}/query",
+                    f"+provider.system.generate.url={url}/{version}/generate",
+                    "+provider.system.generate.response.answer=result.text",
+                    "+provider.system.generate.response.citations=result.cites",
+                )
+            )
+        _check_known(_attributed(ragexp, *runs))
+    assert Handler.calls["/baseline/generate"] == 2 and Handler.calls["/candidate/generate"] == 2
