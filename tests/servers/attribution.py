@@ -9,16 +9,16 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.pipelines import attribution
 from tests.servers.base import Backlogged, JsonHandler
 
 
 class Handler(JsonHandler):
-    calls: dict[str, int] = {}
+    calls: ClassVar[dict[str, int]] = {}
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _, version, action = self.path.split("/")
         Handler.calls[self.path] = Handler.calls.get(self.path, 0) + 1
