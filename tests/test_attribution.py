@@ -141,6 +141,10 @@ def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, 
     assert text.code == 0, text.stderr
     assert "attribution by replay" in text.stdout and "cause retrieval" in text.stdout
     assert "likely stage (a heuristic, from the decision table" in text.stdout
+    # The cells are newer than the candidate, but a gate never takes one for the candidate.
+    gate = ragexp("gate", "--baseline", base, "--json")
+    assert gate.code in (0, 2), gate.stderr
+    assert gate.json()["candidate"] == cand
 
 
 def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store_uri: str) -> None:

@@ -97,7 +97,9 @@ def main() -> None:
     verdict = "ok" if ratio <= TARGET else "OVER TARGET"
     print(f"attribution of {options.cases} changed cases, 50 ms generator, concurrency {options.concurrency}")
     print(f"  replayed cases        {found['replayed']} (x2 cells), errors {len(found['errors'])}")
-    print(f"  replay (2 cells)      {replay:.2f} s   ideal {ideal:.2f} s   ratio {ratio:.2f}x  (target {TARGET}x: {verdict})")
+    print(
+        f"  replay (2 cells)      {replay:.2f} s   ideal {ideal:.2f} s   ratio {ratio:.2f}x  (target {TARGET}x: {verdict})"
+    )
     print(f"  whole diff --attribute {wall:.2f} s (planning, scoring, logging, traces, statistics; untargeted)")
     if ratio > TARGET:
         sys.exit(1)
