@@ -98,7 +98,8 @@ def main() -> None:
     print(f"attribution of {options.cases} changed cases, 50 ms generator, concurrency {options.concurrency}")
     print(f"  replayed cases        {found['replayed']} (x2 cells), errors {len(found['errors'])}")
     print(
-        f"  replay (2 cells)      {replay:.2f} s   ideal {ideal:.2f} s   ratio {ratio:.2f}x  (target {TARGET}x: {verdict})"
+        f"  replay (2 cells)      {replay:.2f} s   ideal {ideal:.2f} s   ratio {ratio:.2f}x"
+        f"  (target {TARGET}x: {verdict})"
     )
     print(f"  whole diff --attribute {wall:.2f} s (planning, scoring, logging, traces, statistics; untargeted)")
     if ratio > TARGET:
