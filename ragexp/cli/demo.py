@@ -121,7 +121,7 @@ def _candidate(demo: Demo) -> None:
 
 
 def _diff(demo: Demo) -> None:
-    demo.compared = compare_runs(demo.baseline, demo.candidate, top=5, tracking_uri=demo.uri, say=info)
+    demo.compared = compare_runs(demo.baseline, demo.candidate, top=5, tracking_uri=demo.uri, say=info, attribute=True)
     show_diff(demo.compared.result)
 
 
