@@ -100,9 +100,23 @@ def _metric(found: dict[str, Any], name: str) -> dict[str, Any]:
     return next(row for row in found["metrics"] if row["name"] == name)
 
 
-def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str) -> None:
+def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = _run(ragexp)
     cand = _run(ragexp, "provider.system.sample.citations=none")
+    # The report measures the attribution when diff has not recorded one, and records it.
+    out = tmp_path / "report"
+    made = ragexp("report", cand, "--baseline", base, "--attribute", "--out", str(out), "--language", "en")
+    assert made.code == 0, made.stderr
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "### Attribution by replay" in text and "plots/attribution.svg" in text
+    assert "| generation | " in text and (out / "plots" / "attribution.svg").is_file()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Attribution by replay" in page and page.count("<svg") >= 2
+    from mlflow.tracking import MlflowClient
+
+    kept = MlflowClient(store_uri).download_artifacts(cand, f"comparisons/{base}/attribution.json", str(tmp_path))
+    recorded = json.loads(Path(kept).read_text(encoding="utf-8"))
+    assert _metric(recorded, "citation_precision")["retrieval"] == 0.0
     found = _attributed(ragexp, base, cand)
     assert found["replayed"] == 0  # the same retrieval in every case: the cells are the runs
     row = _metric(found, "citation_precision")
@@ -236,3 +250,37 @@ def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_
             )
         _check_known(_attributed(ragexp, *runs))
     assert Handler.calls["/baseline/generate"] == 2 and Handler.calls["/candidate/generate"] == 2
+
+
+def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate_failing",
+    )
+    found = _attributed(ragexp, base, cand)
+    assert [error["id"] for error in found["errors"]] == ["password"]
+    assert "baseline/candidate" in found["errors"][0]["error"] and "the model is down" in found["errors"][0]["error"]
+    row = _metric(found, "answer_accuracy")
+    # refund (0 = -1 + 1) and shipping (-1, generation) remain; password is left out, not scored 0.
+    assert row["cases"] == 2
+    assert (row["total"], row["retrieval"], row["generation"], row["interaction"]) == pytest.approx(
+        (-0.5, -0.5, -0.5, 0.5)
+    )
+    assert {case["id"]: case["cause"] for case in found["cases"]} == {"shipping": "generation"}
+    text = ragexp("diff", base, cand, "--attribute", "--resamples", "200")
+    assert "error password: replay of cell baseline/candidate failed" in text.stdout
+
+
+def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
+    run = _run(ragexp, "provider=fake")
+    found = ragexp("report", run, "--attribute")
+    assert found.code == 1 and "--attribute splits a comparison: add --baseline RUN_ID" in found.stderr

@@ -177,6 +177,24 @@ def compare_runs(
     return DiffOutcome(result, base, cand)
 
 
+def attribution_of(
+    store: Store, baseline: str, candidate: str, *, resamples: int, confidence: float, seed: int, say: Say = _silent
+) -> dict[str, Any]:
+    """The pair's attribution by replay as ``diff --attribute`` recorded it on the candidate; else
+    measured now and recorded (refused first when either system cannot answer from given contexts)."""
+    from ragexp.attribution import ARTIFACT, attribute, check_can_generate
+
+    kept = read_comparison(store, candidate, baseline, ARTIFACT)
+    if kept is not None:
+        return kept
+    base, cand = load_run(store, baseline), load_run(store, candidate)
+    configs = check_can_generate(store, base, cand)
+    found = attribute(store, base, cand, configs, resamples=resamples, confidence=confidence, seed=seed, say=say)
+    payload = found.to_json()
+    record_comparison(store, candidate, baseline, ARTIFACT, payload, say)
+    return payload
+
+
 def promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[str, str] | None) -> PromotionTag | None:
     """The tag ``--promote`` moves, checked before any work (None without ``--promote``)."""
     if promote_tag is not None and not promote:

@@ -51,3 +51,10 @@ def candidate(question: str, k: int) -> dict[str, Any]:
 
 async def generate_candidate_async(question: str, contexts: list[str]) -> dict[str, Any]:
     return generate_candidate(question, contexts)
+
+
+def generate_candidate_failing(question: str, contexts: list[str]) -> dict[str, Any]:
+    """The candidate's answer stage, failing on the password case."""
+    if "passwords" in question:
+        raise RuntimeError("the model is down")
+    return generate_candidate(question, contexts)
