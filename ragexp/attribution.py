@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ DEFINITION = (
 )
 TOLERANCE = 1e-9
 
+if TYPE_CHECKING:
+    from ragexp.runner import Plan
+
 Say = Callable[[str], None]
 
 
@@ -78,7 +81,7 @@ class System:
 
     run: RunData
     config: RagexpConfig
-    plan: Any  # ragexp.runner.Plan (imported lazily: the runner pulls in every metric)
+    plan: Plan
 
 
 def rebuilt_config(store: Store, data: RunData, role: str) -> RagexpConfig:
@@ -129,10 +132,10 @@ def _kind(spec: MetricSpec | None) -> str | None:
     attributed: run-level figures, latency, errors)."""
     if spec is None or not spec.per_case or not spec.mean_of_cases or spec.case_values != "score":
         return None
-    if spec.needs_output & ANSWER_OUTPUTS or spec.judge:
+    if spec.needs_output & ANSWER_OUTPUTS:
         return "answer"
     if spec.needs_output and spec.needs_output <= RETRIEVAL_OUTPUTS:
-        return "retrieval"
+        return "retrieval"  # a judge's context metrics too: they read what was retrieved alone
     return None
 
 
@@ -185,7 +188,6 @@ def attribute(
     b_run, c_run = baseline.select(ids), candidate.select(ids)
     cases = {case.id: case for case in base.plan.dataset.cases}
     errors: dict[str, str] = {}
-    same_retrieval: set[str] = set()
     to_replay: list[str] = []
     b_found: dict[str, Retrieval] = {}
     c_found: dict[str, Retrieval] = {}
@@ -208,9 +210,7 @@ def attribute(
             continue
         b_found[case_id] = base.plan.provider.retrieval(case, SystemOutput.from_json(b_out))
         c_found[case_id] = cand.plan.provider.retrieval(case, SystemOutput.from_json(c_out))
-        if b_found[case_id] == c_found[case_id]:
-            same_retrieval.add(case_id)
-        else:
+        if b_found[case_id] != c_found[case_id]:  # the same retrieval: the swapped cells are the runs
             to_replay.append(case_id)
     cell_scores: dict[str, RunData] = {}
     cell_runs: dict[str, str] = {}
