@@ -150,7 +150,11 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
 
     both("runs", "--json", check=lambda r: {row["run_id"] for row in r.json()["runs"]} == ids or pytest.fail(r.stdout))
     both(
-        "validate", f"dataset.path={cases}", "provider=replay", "--json", check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail()
+        "validate",
+        f"dataset.path={cases}",
+        "provider=replay",
+        "--json",
+        check=lambda r: r.json()["tracking_uri"] == uri or pytest.fail(),
     )
     both("diff", base, cand, "--json", "--allow-incomparable", check=lambda r: r.json()["candidate"] == cand)
     both("gate", "--baseline", base, "--candidate", cand, "--allow-incomparable", "--json", check=lambda r: None)
