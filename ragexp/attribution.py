@@ -31,6 +31,7 @@ from ragexp.compare.attribution import CAUSES, Cells, case_causes, decompose
 from ragexp.compare.data import RunData, load_run
 from ragexp.config.compose import validate
 from ragexp.config.models import RagexpConfig
+from ragexp.datasets.loader import dataset_hash
 from ragexp.errors import ConfigError, RagexpError
 from ragexp.metrics.registry import MetricSpec
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings, build_provider
@@ -284,7 +285,13 @@ def _replay(
         plan,
         config=config,
         provider=CellProvider(plan.provider, retrievals),
-        dataset=dataclasses.replace(plan.dataset, cases=cases),
+        # The cell holds the replayed cases only, and its hashes say so.
+        dataset=dataclasses.replace(
+            plan.dataset,
+            cases=cases,
+            dataset_hash=dataset_hash(cases),
+            cases_hash=dataset_hash(cases, human=False) if any(case.human for case in cases) else dataset_hash(cases),
+        ),
     )
     tags = {OF_TAG: of, CELL_TAG: cell}
     try:

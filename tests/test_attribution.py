@@ -148,6 +148,9 @@ def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, 
     for cell, run_id in found["cells"].items():
         tags = client.get_run(run_id).data.tags
         assert tags["ragexp.attribution.of"] == cand and tags["ragexp.attribution.cell"] == cell
+        # A cell holds the replayed cases alone, and its tags say so.
+        assert tags["ragexp.case_count"] == str(found["replayed"])
+        assert tags["ragexp.cases_hash"] != client.get_run(cand).data.tags["ragexp.cases_hash"]
     assert set(found["cells"]) == {"candidate/baseline", "baseline/candidate"}
     kept = client.download_artifacts(cand, f"comparisons/{base}/attribution.json")
     assert json.loads(Path(kept).read_text(encoding="utf-8"))["metrics"] == found["metrics"]
