@@ -287,3 +287,52 @@ def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
     run = _run(ragexp, "provider=fake")
     found = ragexp("report", run, "--attribute")
     assert found.code == 1 and "--attribute splits a comparison: add --baseline RUN_ID" in found.stderr
+
+
+def test_a_judge_metric_is_attributed_and_the_replays_use_the_judge_cache(
+    ragexp: Any, store_uri: str, corpus_cases: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.servers.procs import ROOT, serve
+
+    judge = ROOT / "tests/servers/judge.py"
+
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", "judge-key")
+    with serve(judge, "--api-key", "judge-key") as url:
+        common = (
+            "system=python",
+            "judge=openai",
+            "metrics.names=[answer_accuracy,faithfulness]",
+            f"dataset.path={corpus_cases}",
+            "k=2",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url}",
+            "provider.judge.api_key_env=RAGEXP_TEST_JUDGE_KEY",
+        )
+        base = _run(
+            ragexp,
+            *common,
+            "provider.system.target=tests.pipelines.attribution:baseline",
+            "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+        )
+        cand = _run(
+            ragexp,
+            *common,
+            "provider.system.target=tests.pipelines.attribution:candidate",
+            "provider.system.generate=tests.pipelines.attribution:generate_candidate",
+        )
+        first = _attributed(ragexp, base, cand)
+        again = _attributed(ragexp, base, cand)
+    # Every answer is a context, so the judge finds it faithful, except the candidate's "unknown"
+    # on shipping: the drop is the generator's alone.
+    row = _metric(first, "faithfulness")
+    assert not row["by_definition"] and row["cases"] == 3
+    assert (row["total"], row["retrieval"], row["generation"], row["interaction"]) == pytest.approx(
+        (-1 / 3, 0.0, -1 / 3, 0.0)
+    )
+    assert _metric(again, "faithfulness") == row
+    client = MlflowClient(store_uri)
+    for run_id in again["cells"].values():
+        metrics = client.get_run(run_id).data.metrics
+        assert metrics["judge.cache_hits"] > 0  # the second attribution's replays were judged from the cache
