@@ -115,21 +115,22 @@ def write_scores(
     latency: list[float | None],
     columns: Mapping[str, list[float | None]],
     human: Mapping[str, np.ndarray],
+    ttft: np.ndarray | None = None,
 ) -> None:
-    """``scores.json``: the per-case columns comparisons read (null: no score)."""
-    path.write_bytes(
-        orjson.dumps(
-            {
-                "format_version": FORMAT_VERSION,
-                "case_ids": [case.id for case in cases],
-                "unanswerable": [case.unanswerable for case in cases],
-                "errored": errored.tolist(),
-                "latency_seconds": latency,
-                "metrics": dict(columns),
-                "human": {name: nullable(values) for name, values in human.items()},
-            }
-        )
-    )
+    """``scores.json``: the per-case columns comparisons read (null: no score); ``ttft_seconds``
+    when some case was streamed (what the time-to-first-token metrics are compared on)."""
+    payload: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "case_ids": [case.id for case in cases],
+        "unanswerable": [case.unanswerable for case in cases],
+        "errored": errored.tolist(),
+        "latency_seconds": latency,
+        "metrics": dict(columns),
+        "human": {name: nullable(values) for name, values in human.items()},
+    }
+    if ttft is not None and np.isfinite(ttft).any():
+        payload["ttft_seconds"] = nullable(ttft)
+    path.write_bytes(orjson.dumps(payload))
 
 
 def write_summary(path: Path, summary: Mapping[str, Any]) -> None:
@@ -207,6 +208,8 @@ class ScoreColumns:
     metrics: dict[str, np.ndarray]
     human: dict[str, np.ndarray]
     format_version: int
+    ttft: np.ndarray | None = None
+    """Seconds to the first piece of a streamed answer (None: no case was streamed)."""
 
 
 def read_scores(data: bytes, run_id: str) -> ScoreColumns:
@@ -222,6 +225,7 @@ def read_scores(data: bytes, run_id: str) -> ScoreColumns:
             metrics={name: np.array(v, dtype=np.float64) for name, v in payload["metrics"].items()},
             human={name: np.array(v, dtype=np.float64) for name, v in payload.get("human", {}).items()},
             format_version=version,
+            ttft=np.array(payload["ttft_seconds"], dtype=np.float64) if "ttft_seconds" in payload else None,
         )
     except KeyError as exc:
         raise TrackingError(f"run {run_id}: {SCORES} has no field {exc.args[0]!r}") from None

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ragexp import limits
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult
 
@@ -208,6 +209,15 @@ class TracePlan:
     """True when only the errored and imperfect cases got a trace."""
 
 
+def outside_mean(said: str | None, language: str) -> str:
+    """The rationale of an unanswerable case's score on a metric averaged over the answerable
+    cases: the rule that scored it, after what the metric itself said."""
+    from ragexp.phrases import t
+
+    rule = t("unanswerable_row", language if language in ("en", "zh") else "en")
+    return f"{said}; {rule}" if said else rule
+
+
 def select_cases(
     specs: Sequence[MetricSpec], scores: dict[str, np.ndarray], errored: np.ndarray, cap: int
 ) -> tuple[np.ndarray, bool]:
@@ -249,11 +259,13 @@ def build_traces(
 
     A metric with a score is a feedback value; a metric that could not be computed (the case's
     system call failed, or the metric itself failed) is a feedback carrying the error, never a
-    value. Metrics averaged over answerable cases only get no assessment on unanswerable cases,
-    so the UI's average is the summary's.
+    value. An unanswerable case keeps its own row's score on a metric averaged over the answerable
+    cases (as ``cases.jsonl`` does), its rationale saying the run's mean leaves it out
+    (:mod:`ragexp.metrics.population`).
     """
-    answerable_exists = any(not case.unanswerable for case in cases)
+    unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
     per_case = [spec for spec in specs if spec.per_case and spec.name in scores]
+    outside = {spec.name: ~covered(spec, unanswerable) for spec in per_case}
     chosen, capped = select_cases(specs, scores, errored, cap)
     traces: list[CaseTrace] = []
     for index in chosen.tolist():
@@ -261,12 +273,12 @@ def build_traces(
         output = result.output
         feedback: list[FeedbackRecord] = []
         for spec in per_case:
-            if spec.population == "answerable" and case.unanswerable and answerable_exists:
-                continue
             value = float(scores[spec.name][index])
             source = judge if spec.judge else None
             if value == value:
                 said = result.rationale.get(spec.name)
+                if outside[spec.name][index]:
+                    said = outside_mean(said, language)
                 feedback.append(FeedbackRecord(spec.name, value, judge=source, rationale=said))
                 continue
             reason = result.metric_errors.get(spec.name) or (f"case error: {result.error}" if result.error else None)

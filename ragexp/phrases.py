@@ -87,6 +87,8 @@ PHRASES: dict[str, dict[str, str]] = {
     "comparison": {"zh": "与基线对比", "en": "Comparison with the baseline"},
     "delta": {"zh": "差值", "en": "Delta"},
     "updown": {"zh": "变好/变差/不变", "en": "Up/down/same"},
+    "compared": {"zh": "比较的样本", "en": "Cases compared"},
+    "run_figure": {"zh": "整次运行", "en": "run"},
     "scatter": {"zh": "逐条对比（基线 vs 候选）", "en": "Per case: baseline vs candidate"},
     "gate": {"zh": "发布门禁", "en": "Release gate"},
     "rule": {"zh": "规则", "en": "Rule"},
@@ -187,6 +189,16 @@ PHRASES: dict[str, dict[str, str]] = {
     "review_facts": {"en": "Expected facts", "zh": "期望事实"},
     "review_reference": {"en": "Reference answer", "zh": "参考答案"},
     "review_contexts": {"en": "Retrieved contexts ({n})", "zh": "召回的上下文（{n} 条）"},
+    # The rule that scores an unanswerable case on a metric averaged over the answerable cases.
+    "unanswerable_row": {
+        "en": (
+            "unanswerable case: scored on its own row by the article's rule (an empty ranking 1.0, any ranking "
+            "0.0); the run's mean covers the answerable cases only"
+        ),
+        "zh": (
+            "不可回答的问题：按文章规则单独计分（未召回任何结果记 1.0，召回了结果记 0.0）；运行的均值只覆盖可回答的问题"
+        ),
+    },
     # The Markdown summaries of gate and diff, and the metric table.
     "gate_passed": {"en": "✅ Release gate {gates}: PASSED", "zh": "✅ 发布门禁 {gates}：通过"},
     "gate_failed": {"en": "❌ Release gate {gates}: FAILED", "zh": "❌ 发布门禁 {gates}：未通过"},

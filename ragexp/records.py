@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
+
+
+def graded_hash(answer: str, contexts: list[str]) -> str:
+    """What a human label graded, as a dataset's ``human.graded`` names it: the sha256 (hex) of
+    the compact, key-sorted UTF-8 JSON ``{"answer": ..., "contexts": [...]}`` of the output (the
+    same bytes as Python's ``json.dumps(obj, ensure_ascii=False, sort_keys=True,
+    separators=(",", ":"))``)."""
+    payload = orjson.dumps({"answer": answer, "contexts": contexts}, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(payload).hexdigest()
 
 
 @dataclass(slots=True)
@@ -31,6 +43,10 @@ class SystemOutput:
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
     reranker). Shown on the case's stage spans; None: the system reports none."""
+
+    def graded_hash(self) -> str:
+        """The hash a human label of this output names (:func:`graded_hash`)."""
+        return graded_hash(self.answer, self.contexts)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -115,6 +131,12 @@ class Case:
     relevant: list[Evidence] = field(default_factory=list)
     """Gold anchored to documents (the ``relevant`` field), for a case that gives it instead of
     ``relevant_ids``: retrieved chunks are matched to it by document and text."""
+    graded: str | None = None
+    """What the ``human`` scores graded: the :func:`graded_hash` of that output (``human.graded``,
+    else the case's recorded output); None when the case says not, so its scores grade nothing
+    a run can be shown to have answered."""
+    graded_given: bool = False
+    """``human.graded`` was written in the file (it then enters the dataset hash with the scores)."""
 
     def labels(self, *, human: bool = True) -> dict[str, Any]:
         """Inputs and labels only: what the dataset hash covers (human scores when present, so
@@ -128,7 +150,7 @@ class Case:
             "unanswerable": self.unanswerable,
         }
         if human and self.human:
-            labels["human"] = self.human
+            labels["human"] = {**self.human, "graded": self.graded} if self.graded_given else self.human
         if self.relevant:
             labels["relevant"] = [evidence.to_json() for evidence in self.relevant]
         return labels

@@ -29,11 +29,12 @@ from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
-from ragexp.metrics.calibration import Trust, assess, human_columns
+from ragexp.metrics.calibration import Trust, assess
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
+from ragexp.metrics.population import Population, population
 from ragexp.metrics.registry import (
     MetricSpec,
     can_score,
@@ -41,6 +42,7 @@ from ragexp.metrics.registry import (
     check_requirements,
     needed_outputs,
     parse_metric_names,
+    with_stream_metrics,
 )
 from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
@@ -124,8 +126,8 @@ class RunOutcome:
     case_count: int
     error_count: int
     summary: dict[str, float | None]
-    scored: dict[str, int]
-    """Metric -> number of cases with a score."""
+    scored: dict[str, Population]
+    """Per-case metric -> the cases its value covers and how many of them have a score."""
     specs: list[MetricSpec]
     timings: dict[str, dict[str, float]]
     """Stage -> p50/p95 seconds, from the timings the system reported."""
@@ -143,6 +145,7 @@ class RunOutcome:
             "case_count": self.case_count,
             "error_count": self.error_count,
             "summary": self.summary,
+            "populations": {name: population.to_json() for name, population in self.scored.items()},
             **self.trust.to_json(),
         }
 
@@ -166,6 +169,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         documents = None
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
     provider = check_config(config, dataset, specs)
+    specs = with_stream_metrics(specs, provider.output_fields(dataset))
     provider.preflight(dataset)
     scorer, judge = None, "none"
     if any(spec.judge for spec in specs) and config.provider.judge is not None:
@@ -588,6 +592,13 @@ class Scored:
     def columns(self) -> dict[str, list[float | None]]:
         return {name: nullable(values) for name, values in self.scores.items()}
 
+    def populations(self, specs: Sequence[MetricSpec]) -> dict[str, Population]:
+        """Per-case metric -> the cases its run value covers (:mod:`ragexp.metrics.population`)."""
+        known = {spec.name: spec for spec in specs}
+        return {
+            name: population(known.get(name), values, self.inputs.unanswerable) for name, values in self.scores.items()
+        }
+
 
 def _score_and_log(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
@@ -613,7 +624,7 @@ def _score_and_log(
         len(plan.dataset.cases),
         scored.error_count,
         scored.summary,
-        {name: int(np.isfinite(values).sum()) for name, values in scored.scores.items()},
+        scored.populations(plan.specs),
         plan.specs,
         timings,
         trust,
@@ -682,13 +693,19 @@ def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np
 def _human_scores(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
 ) -> dict[str, np.ndarray]:
-    """People's scores of this run's cases: the dataset's ``human`` field, then the review
-    queues' labels of this run (as ``ragexp calibrate`` reads them)."""
+    """People's scores of this run's cases: the dataset's ``human`` field where it graded this
+    run's output (:mod:`ragexp.labels.graded`), then the review queues' labels of this run (as
+    ``ragexp calibrate`` reads them)."""
     from ragexp.labels.collect import run_labels, with_run_labels
+    from ragexp.labels.graded import dataset_labels
 
     cases = plan.dataset.cases
     names = list(scored.scores)
-    human = human_columns([case.human for case in cases], names)
+    graded = dataset_labels(cases, results, names)
+    line = graded.unmatched_line()
+    if line is not None:
+        info(line)
+    human = graded.human
     custom = {spec.name: spec for spec in plan.custom.specs}
     labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
     return with_run_labels(human, labels)
@@ -699,6 +716,9 @@ def run_metrics(
 ) -> dict[str, float]:
     """Every figure the run logs as an MLflow metric."""
     metrics = {name: value for name, value in scored.summary.items() if value is not None}
+    for name, covered in scored.populations(plan.specs).items():
+        metrics[f"population.{name}.scored"] = float(covered.scored)
+        metrics[f"population.{name}.cases"] = float(covered.cases)
     metrics["case_count"] = float(len(plan.dataset.cases))
     metrics["error_count"] = float(scored.error_count)
     metrics.update(scored.judge_metrics)
@@ -706,7 +726,6 @@ def run_metrics(
     for stage in stage_rows(timings):
         for figure in TIMING_FIGURES:
             metrics[f"{stage['metric_prefix']}.{figure}"] = stage[figure]
-    metrics.update(ttft_figures(results))
     return metrics
 
 
@@ -733,6 +752,7 @@ def _log_artifacts(
         "summary": scored.summary,
         "case_count": len(cases),
         "error_count": scored.error_count,
+        "populations": {name: covered.to_json() for name, covered in scored.populations(plan.specs).items()},
         "config_hash": plan.config_hash,
         "dataset_hash": plan.dataset.dataset_hash,
         **trust.to_json(),
@@ -745,7 +765,9 @@ def _log_artifacts(
         artifacts.write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
         if timings:
             artifacts.write_timings(folder / artifacts.TIMINGS, stage_rows(timings))
-        artifacts.write_scores(folder / artifacts.SCORES, cases, scored.errored, latency, columns, human)
+        artifacts.write_scores(
+            folder / artifacts.SCORES, cases, scored.errored, latency, columns, human, scored.inputs.ttft
+        )
         if plan.findings is not None:
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         if plan.custom.specs:
@@ -790,18 +812,6 @@ def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
             cases: float(array.size),
         }
     return figures
-
-
-def ttft_figures(results: Sequence[CaseResult]) -> dict[str, float]:
-    """p50 and p95 (nearest rank) of the time to first token of the streamed cases that got an
-    answer; nothing for a system that does not stream."""
-    values = [
-        r.output.ttft_seconds for r in results if r.ok and r.output is not None and r.output.ttft_seconds is not None
-    ]
-    if not values:
-        return {}
-    array = np.array(values, dtype=np.float64)
-    return {"ttft_p50_seconds": nearest_rank(array, 50) or 0.0, "ttft_p95_seconds": nearest_rank(array, 95) or 0.0}
 
 
 def _table(

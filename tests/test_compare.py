@@ -286,8 +286,9 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "p_value",
         "improved",
         "regressed",
-    } | {"unchanged", "detectable_effect", "why_missing"}
+    } | {"unchanged", "detectable_effect", "why_missing", "population"}
     assert mrr["why_missing"] == {}
+    assert mrr["population"] == {"scored": 40, "cases": 40, "total": 40, "population": "all"}
     assert data["diagnosis"] == [
         "recall flat but MRR down: fusion or rerank regressed "
         "(recall_at_k unchanged; mrr -0.1250, p 0.0019; ndcg_at_k -0.0923, p 0.0019)"

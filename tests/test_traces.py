@@ -19,6 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.escape import markdown
+from ragexp.phrases import t
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import FAULTY, SAMPLE, serve
 
@@ -90,13 +91,13 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
         for name, mark in marks.items():
             assert mark.source.source_type == "CODE" and mark.error is None
             assert mark.value == row["metrics"][name]
-            per_metric.setdefault(name, []).append(mark.value)
-        # Unanswerable cases carry no retrieval assessment (the summary averages those over
-        # answerable cases), but still their answer's.
-        if row["unanswerable"]:
-            assert not RETRIEVAL & set(marks) and "answer_accuracy" in marks
-        else:
-            assert set(marks) >= RETRIEVAL
+            # The summary averages retrieval over the answerable cases: an unanswerable case's
+            # retrieval assessment is its own row's score, its rationale saying the mean leaves it out.
+            if not (row["unanswerable"] and name in RETRIEVAL):
+                per_metric.setdefault(name, []).append(mark.value)
+            else:
+                assert mark.rationale.endswith((t("unanswerable_row", "en"), t("unanswerable_row", "zh")))
+        assert set(marks) >= RETRIEVAL | {"answer_accuracy"}
         expectations = {a.name: a.value for a in trace.info.assessments if a.expectation is not None}
         assert expectations["unanswerable"] == row["unanswerable"]
         # The retriever span lists the documents in rank order.
@@ -104,7 +105,7 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
         (retriever,) = [s for s in full.data.spans if s.span_type == "RETRIEVER"]
         assert [d["id"] for d in retriever.outputs] == row["output"]["ranked_ids"]
         assert [d["page_content"] for d in retriever.outputs] == row["output"]["contexts"]
-    # What the MLflow UI shows as AVG per assessment is ragexp's summary.
+    # The MLflow UI's AVG per assessment over the metric's population is ragexp's summary.
     for name, values in per_metric.items():
         assert sum(values) / len(values) == pytest.approx(payload["summary"][name], abs=1e-12), name
     assert set(per_metric) == {"recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"}
@@ -275,7 +276,7 @@ def test_traces_on_the_tracking_server(ragexp: Any, monkeypatch: pytest.MonkeyPa
     traces = traces_of(server, result.json()["run_id"])
     assert len({case_id(t) for t in traces}) == len(traces) == 25
     marks = [a for t in traces for a in t.info.assessments if a.feedback is not None]
-    assert len(marks) == 22 * 5 + 3 * 2  # answerable: 5 metrics; unanswerable: no retrieval metrics
+    assert len(marks) == 25 * 5  # every case its 5 metrics, an unanswerable one its own row's retrieval scores
 
 
 def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -> None:

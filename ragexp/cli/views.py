@@ -42,9 +42,7 @@ def show_run(evaluation: Evaluation) -> None:
     for spec in outcome.specs:
         value = outcome.summary.get(spec.name)
         scored = outcome.scored.get(spec.name)
-        rows.append(
-            [spec.name, fmt(value), spec.direction, f"{scored}/{outcome.case_count}" if scored is not None else "run"]
-        )
+        rows.append([spec.name, fmt(value), spec.direction, scored.words() if scored is not None else "run"])
     print(table(["metric", "value", "better", "scored"], rows, "lrll"))
     unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
     if unscored:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import TOLERANCE
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, case_values_metric
 
 SHOWN_MAX = 1000
@@ -119,9 +120,7 @@ def case_changes(baseline: RunData, candidate: RunData) -> Changes:
         b_values, c_values = base.per_case(name), cand.per_case(name)
         if b_values is None or c_values is None:
             continue
-        mask = np.isfinite(b_values) & np.isfinite(c_values)
-        if spec.population == "answerable" and (~base.unanswerable).any():
-            mask &= ~base.unanswerable
+        mask = np.isfinite(b_values) & np.isfinite(c_values) & covered(spec, base.unanswerable)
         moved = np.where(mask, c_values - b_values, 0.0)
         change[name] = moved if spec.direction == "higher" else -moved
     per_metric = {name: (int((d < -TOLERANCE).sum()), int((d > TOLERANCE).sum())) for name, d in change.items()}

@@ -36,6 +36,8 @@ class RunData:
     """Metric -> (n,) human scores from the dataset, NaN where unlabelled."""
     custom: dict[str, MetricSpec] = field(default_factory=dict)
     """The run's metrics of the user's own config, as the run recorded them."""
+    ttft: np.ndarray | None = None
+    """(n,) seconds to the first piece of a streamed answer, NaN where none (None: not streamed)."""
 
     @property
     def run_id(self) -> str:
@@ -62,7 +64,8 @@ class RunData:
         return {key[len(prefix) :]: value for key, value in self.record.metrics.items() if key.startswith(prefix)}
 
     def per_case(self, name: str) -> np.ndarray | None:
-        """Per-case values behind a metric: its scores, latency for p95, the error flag."""
+        """Per-case values behind a metric: its scores, latency for p95, time to first token for the
+        ttft percentiles, the error flag."""
         if name in self.scores:
             return self.scores[name]
         spec = self.spec(name)
@@ -70,6 +73,8 @@ class RunData:
             return None
         if spec.case_values == "latency":
             return self.latency
+        if spec.case_values == "ttft":
+            return self.ttft
         if spec.case_values == "errored":
             return self.errored.astype(np.float64)
         return None
@@ -98,6 +103,7 @@ class RunData:
             self._lines,
             {name: values[order] for name, values in self.human.items()},
             self.custom,
+            self.ttft[order] if self.ttft is not None else None,
         )
 
 
@@ -125,6 +131,7 @@ def load_run(store: Store, run: str | RunRecord) -> RunData:
         read_lines=read_lines,
         human=columns.human,
         custom=custom_specs(store, record),
+        ttft=columns.ttft,
     )
 
 

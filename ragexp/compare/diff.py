@@ -15,6 +15,7 @@ from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
+from ragexp.metrics.population import Population, answerable_only, covered
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
 from ragexp.phrases import t
 
@@ -55,6 +56,9 @@ class MetricDiff:
     defined differently in each); None when they can."""
     spec: MetricSpec | None = field(default=None, repr=False, compare=False)
     """What the metric is in the candidate (None: neither run knows it)."""
+    population: Population | None = None
+    """The cases compared: the pairs with both scores, of the cases the metric's mean covers
+    (None for a run-level figure)."""
 
     @property
     def detectable_effect(self) -> float | None:
@@ -117,6 +121,7 @@ class MetricDiff:
             "regressed": self.regressed,
             "unchanged": self.unchanged,
             "detectable_effect": self.detectable_effect,
+            "population": self.population.to_json() if self.population is not None else None,
             **extra,
         }
 
@@ -219,12 +224,12 @@ def _metric_diff(
     delta = c_value - b_value if b_value is not None and c_value is not None else None
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
     improved = regressed = unchanged = pairs = 0
+    compared: Population | None = None
     ci_low = ci_high = p_value = None
     power = None
     if b_cases is not None and c_cases is not None:
-        mask = np.isfinite(b_cases) & np.isfinite(c_cases)
-        if spec is not None and spec.population == "answerable" and (~base.unanswerable).any():
-            mask &= ~base.unanswerable
+        within = covered(spec, base.unanswerable)
+        mask = np.isfinite(b_cases) & np.isfinite(c_cases) & within
         change = c_cases[mask] - b_cases[mask]
         if direction == "lower":
             change = -change
@@ -232,6 +237,9 @@ def _metric_diff(
         regressed = int((change < -TOLERANCE).sum())
         unchanged = int(change.size - improved - regressed)
         pairs = int(change.size)
+        if spec is not None and spec.per_case:
+            name_of = "answerable" if answerable_only(spec, base.unanswerable) else "all"
+            compared = Population(pairs, int(within.sum()), int(within.size), name_of)
         if spec is not None and spec.mean_of_cases:
             stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
             if stats is not None:
@@ -254,6 +262,7 @@ def _metric_diff(
         ppi,
         power,
         spec=spec,
+        population=compared,
     )
 
 
@@ -264,7 +273,10 @@ def _paired_ppi(name: str, base: RunData, cand: RunData, mask: np.ndarray, confi
         return None
     judged = cand.scores[name][mask] - base.scores[name][mask]
     human = cand.human[name][mask] - base.human[name][mask]
-    return ppi_mean(judged, human, confidence=confidence)
+    spec = cand.spec(name)
+    # A difference of two values in [low, high] lies in [low - high, high - low].
+    bounds = (spec.low - spec.high, spec.high - spec.low) if spec is not None and spec.high is not None else None
+    return ppi_mean(judged, human, confidence=confidence, bounds=bounds)
 
 
 def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> list[dict[str, Any]]:

@@ -45,6 +45,9 @@ class RuleResult:
     power: Power | None = None
     allowed: float | None = None
     """The change in the metric's own unit that a change rule allows (None for other rules)."""
+    population: str | None = None
+    """The cases the metric was compared on, in words (``30 of 35 (answerable)``); None for a
+    run-level figure or a rule on no comparison."""
 
     @property
     def passed(self) -> bool:
@@ -75,6 +78,7 @@ class RuleResult:
             "method": self.method,
             "detectable_effect": self.detectable_effect,
             "underpowered": self.underpowered,
+            "population": self.population,
         }
 
 
@@ -123,6 +127,7 @@ class GateResult:
                 r.get("method"),
                 r.get("detectable_effect"),
                 bool(r.get("underpowered", False)),
+                population=r.get("population"),
             )
             for r in payload.get("rules", [])
         ]
@@ -229,11 +234,18 @@ def rule_results(
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
-        _add_power(result, metrics.get(result.metric))
+        compared = metrics.get(result.metric)
+        _add_power(result, compared)
+        if (
+            compared is not None
+            and compared.population is not None
+            and result.rule not in ("max_error_rate", *CALIBRATION_RULES)
+        ):
+            result.population = compared.population.words()
     return results
 
 
-CHANGE_RULES = ("max_drop", "max_increase_ratio")
+CHANGE_RULES = ("max_drop", "max_increase", "max_increase_ratio")
 """Rules that bound a change between the runs, which a comparison may be too small to see."""
 
 
@@ -246,7 +258,7 @@ def _add_power(result: RuleResult, metric: MetricDiff | None) -> None:
     result.power, result.detectable_effect = power, power.detectable
     if result.rule not in CHANGE_RULES or result.threshold is None:
         return
-    if result.rule == "max_drop":
+    if result.rule in ("max_drop", "max_increase"):
         allowed: float = result.threshold
     elif result.baseline is not None:
         allowed = result.threshold * abs(result.baseline)
@@ -304,6 +316,7 @@ def _check_calibration(
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:
     pairs = [
         ("max_drop", rule.max_drop),
+        ("max_increase", rule.max_increase),
         ("max_increase_ratio", rule.max_increase_ratio),
         ("min", rule.min),
         ("max", rule.max),
@@ -344,6 +357,12 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
         if worse_by > threshold + EPSILON:
             return result("failed", f"{move}, worse by {fmt(worse_by)} (allowed drop {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
+    if kind == "max_increase":
+        if direction != "lower":
+            return result("undecided", f"{name}: higher is better, so 'max_increase' bounds nothing bad (use max_drop)")
+        if worse_by > threshold + EPSILON:
+            return result("failed", f"{move}, up by {fmt(worse_by)} (allowed increase {threshold:g})")
+        return result("passed", f"{move}, {_moved(worse_by)} (allowed increase {threshold:g})")
     return _ratio(move, base, cand, worse_by, threshold, result)
 
 

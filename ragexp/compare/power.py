@@ -43,6 +43,7 @@ import numpy as np
 
 from ragexp.compare.figures import fmt
 from ragexp.errors import ConfigError
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec
 from ragexp.phrases import t
 
@@ -450,8 +451,7 @@ def baseline_plan(
         values = run.per_case(name)
         if spec is None or not spec.mean_of_cases or values is None:
             continue
-        if spec.population == "answerable" and (~run.unanswerable).any():
-            values = values[~run.unanswerable]
+        values = values[covered(spec, run.unanswerable)]
         values = values[np.isfinite(values)]
         sd = paired_sd_from_baseline(values, correlation)
         n = int(values.size)

@@ -20,7 +20,8 @@ have no emoji."""
 
 def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Table:
     """One row per metric: direction, both values, delta, interval, p-value, how many cases went
-    up/down/stayed, the verdict and the smallest change the comparison could detect. ``marks``
+    up/down/stayed, the verdict, the smallest change the comparison could detect and the cases
+    compared (the metric's population). ``marks``
     puts a coloured dot before a verdict that moved (for pages, not terminals)."""
     columns = [
         Column(t("metric", language), kind="code"),
@@ -33,6 +34,7 @@ def metric_table(diff: DiffResult, language: str, *, marks: bool = False) -> Tab
         Column(t("updown", language), kind="figure"),
         Column(t("moved", language)),
         Column(t("detectable", language), "right", "figure"),
+        Column(t("compared", language)),
     ]
     return Table(columns, [_metric_row(m, language, marks) for m in diff.metrics])
 
@@ -51,6 +53,7 @@ def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
         f"{m.improved}/{m.regressed}/{m.unchanged}",
         (_MARKS.get(verdict, "") if marks else "") + t(f"moved_{verdict}", language),
         fmt(m.detectable_effect),
+        m.population.words() if m.population is not None else t("run_figure", language),
     ]
 
 
@@ -61,7 +64,7 @@ def failure_table(result: GateResult, language: str) -> Table:
 
 def rule_table(result: GateResult, language: str, *, everything: bool = True) -> Table:
     """Every rule checked (``everything``; else those that did not pass): metric, rule, outcome,
-    both values, threshold, why."""
+    both values, threshold, why, and the cases compared."""
     columns = [
         Column(t("metric", language), kind="code"),
         Column(t("rule", language), kind="code"),
@@ -70,9 +73,19 @@ def rule_table(result: GateResult, language: str, *, everything: bool = True) ->
         Column(t("candidate", language), "right", "figure"),
         Column(t("threshold", language), "right", "figure"),
         Column(t("why", language)),
+        Column(t("compared", language)),
     ]
     rows = [
-        [r.metric, r.rule, t(r.outcome, language), fmt(r.baseline), fmt(r.candidate), threshold(r.threshold), r.message]
+        [
+            r.metric,
+            r.rule,
+            t(r.outcome, language),
+            fmt(r.baseline),
+            fmt(r.candidate),
+            threshold(r.threshold),
+            r.message,
+            r.population or t("run_figure", language),
+        ]
         for r in (result.rules if everything else result.failures)
     ]
     return Table(columns, rows)

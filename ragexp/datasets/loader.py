@@ -24,7 +24,7 @@ import orjson
 from ragexp import limits
 from ragexp.errors import DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
-from ragexp.records import Case, Evidence, SystemOutput
+from ragexp.records import Case, Evidence, SystemOutput, graded_hash
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
@@ -298,12 +298,47 @@ def _object(value: Any) -> str | None:
     return None if type(value) is dict else f"expected an object, got {_type_name(value)}"
 
 
+GRADED = "graded"
+"""The key of a ``human`` object that says which output its scores graded."""
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _graded(value: Any) -> Reason | None:
+    """``human.graded``: the sha256 of the graded output (see :func:`ragexp.records.graded_hash`),
+    or that output itself, ``{"answer": str, "contexts": [str]}``."""
+    at = f"human.{GRADED}"
+    if type(value) is str:
+        if _HEX64.fullmatch(value):
+            return None
+        return (
+            at,
+            f"expected the sha256 (64 lowercase hex digits) of the graded answer and contexts, got {value[:70]!r}",
+        )
+    if type(value) is not dict:
+        return at, f"expected a sha256 or an object {{answer, contexts}}, got {_type_name(value)}"
+    for key in value:
+        if key not in ("answer", "contexts"):
+            return f"{at}.{key}", "unknown key (expected answer, contexts)"
+    if "answer" not in value or _string(value["answer"]) is not None:
+        return f"{at}.answer", "required: the graded answer (a string)"
+    reason = _passages(value.get("contexts"))
+    if reason is not None:
+        return f"{at}.contexts", f"required: the contexts shown with the answer ({reason})"
+    return None
+
+
 def _human(value: Any) -> Reason | None:
-    """``{metric: score}``: metrics that take human scores, each once, values in the metric's range."""
+    """``{metric: score}``: metrics that take human scores, each once, values in the metric's range;
+    ``graded`` says which output they graded."""
     if type(value) is not dict:
         return f"expected an object {{metric: score}}, got {_type_name(value)}"
     seen: set[str] = set()
     for name, score in value.items():
+        if name == GRADED:
+            reason = _graded(score)
+            if reason is not None:
+                return reason
+            continue
         spec = labelled_metric(name)
         if spec is None:
             known = sorted(s.name for s in METRICS.values() if s.human_labels)
@@ -470,7 +505,23 @@ def _scores(value: dict[str, Any] | None) -> dict[str, float]:
     """Checked human scores by canonical metric name."""
     if not value:
         return {}
-    return {labelled_metric(name).name: float(score) for name, score in value.items()}  # type: ignore[union-attr]
+    return {
+        labelled_metric(name).name: float(score)  # type: ignore[union-attr]
+        for name, score in value.items()
+        if name != GRADED
+    }
+
+
+def _grading(case: Case, value: dict[str, Any] | None) -> None:
+    """What the case's human scores graded: ``human.graded`` (a hash, or the output itself),
+    else the case's recorded output (a replay row's labels grade the row's answer)."""
+    given = value.get(GRADED) if value else None
+    if isinstance(given, str):
+        case.graded, case.graded_given = given, True
+    elif isinstance(given, dict):
+        case.graded, case.graded_given = graded_hash(given["answer"], list(given["contexts"])), True
+    elif case.human and case.recorded is not None:
+        case.graded = case.recorded.graded_hash()
 
 
 def _case(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
@@ -498,6 +549,8 @@ def _case(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
         case.relevant = [
             Evidence(item["doc"], item.get("span") or "", item.get("start"), item.get("end")) for item in evidence
         ]
+    if case.human:
+        _grading(case, row.get("human"))
     return case
 
 
@@ -606,7 +659,7 @@ def _parse_columns(name: str, text: str) -> list[Case]:
             continue
         recorded, fields = _recorded(row)
         cases.append(
-            Case(
+            case := Case(
                 id=f"row-{index + 1}",
                 question=row["question"],
                 relevant_ids=[],
@@ -619,6 +672,8 @@ def _parse_columns(name: str, text: str) -> list[Case]:
                 human=_scores(row.get("human")),
             )
         )
+        if case.human:
+            _grading(case, row.get("human"))
     problems.raise_if_any()
     return cases
 

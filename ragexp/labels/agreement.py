@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS
 
 
@@ -53,8 +54,7 @@ def _labelled(
         if name not in scores or name not in METRICS:
             continue
         spec = METRICS[name]
-        population = ~unanswerable if spec.population == "answerable" and (~unanswerable).any() else True
-        both = np.isfinite(labels) & np.isfinite(scores[name]) & population
+        both = np.isfinite(labels) & np.isfinite(scores[name]) & covered(spec, unanswerable)
         yield name, labels, scores[name], both
 
 

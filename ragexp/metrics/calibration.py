@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec, lookup
 
 if TYPE_CHECKING:
@@ -169,12 +170,20 @@ def normal_quantile(confidence: float) -> float:
 
 
 def ppi_mean(
-    judge: np.ndarray, human: np.ndarray, *, confidence: float = 0.95, min_labelled: int = MIN_LABELLED
+    judge: np.ndarray,
+    human: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    min_labelled: int = MIN_LABELLED,
+    bounds: tuple[float, float | None] | None = None,
 ) -> PpiEstimate | None:
     """Prediction-powered mean: ``judge`` over every case (NaN: no score), ``human`` where labelled.
 
     mean = mean(judge over all scored cases) + mean(human - judge over the labelled ones);
     variance = var(judge)/N + var(human - judge)/n. None under ``min_labelled`` labelled cases.
+    ``bounds``: the range of the mean (a metric's ``low`` and ``high``; None for ``high``:
+    unbounded above); the estimate and both ends of its interval are clipped to it, since the mean
+    of a metric bounded by 1 is never above 1 whatever the normal approximation says.
     """
     scored = np.isfinite(judge)
     labelled = scored & np.isfinite(human)
@@ -187,7 +196,11 @@ def ppi_mean(
     # Population variances, as ppi-python computes them (its ppi_mean_ci with lam=1).
     std = math.sqrt(everyone.var() / total + rectifier.var() / n)
     half = normal_quantile(confidence) * std
-    return PpiEstimate(mean, mean - half, mean + half, n, total, float(everyone.mean()))
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        floor, ceiling = bounds[0], math.inf if bounds[1] is None else bounds[1]
+        mean, low, high = (min(max(value, floor), ceiling) for value in (mean, low, high))
+    return PpiEstimate(mean, low, high, n, total, float(everyone.mean()))
 
 
 def labelled_metrics(names: list[str], custom: Mapping[str, MetricSpec] | None = None) -> list[str]:
@@ -195,16 +208,6 @@ def labelled_metrics(names: list[str], custom: Mapping[str, MetricSpec] | None =
     ``custom``: the run's metrics of the user's own config, which take them too."""
     found = [(name, lookup(name, custom)) for name in names]
     return [name for name, spec in found if spec is not None and spec.human_labels]
-
-
-def human_columns(cases_human: list[dict[str, float]], names: list[str]) -> dict[str, np.ndarray]:
-    """Metric -> (n,) human scores (NaN where unlabelled), for the metrics any case labels."""
-    columns: dict[str, np.ndarray] = {}
-    for name in labelled_metrics(names):
-        values = np.array([labels.get(name, math.nan) for labels in cases_human], dtype=np.float64)
-        if np.isfinite(values).any():
-            columns[name] = values
-    return columns
 
 
 @dataclass
@@ -247,9 +250,8 @@ def assess(
     for spec in specs:
         if spec.name not in human or spec.name not in scores:
             continue
-        judge, labels = scores[spec.name], human[spec.name]
-        if spec.population == "answerable" and (~unanswerable).any():
-            judge, labels = judge[~unanswerable], labels[~unanswerable]
+        mask = covered(spec, unanswerable)
+        judge, labels = scores[spec.name][mask], human[spec.name][mask]
         figures = calibrate(
             judge,
             labels,
@@ -260,7 +262,13 @@ def assess(
         )
         if figures is not None:
             calibration[spec.name] = figures
-        estimate = ppi_mean(judge, labels, confidence=settings.confidence, min_labelled=settings.min_labelled)
+        estimate = ppi_mean(
+            judge,
+            labels,
+            confidence=settings.confidence,
+            min_labelled=settings.min_labelled,
+            bounds=(spec.low, spec.high),
+        )
         if estimate is not None:
             ppi[spec.name] = estimate
     return Trust(calibration, ppi)

@@ -49,6 +49,8 @@ class OfflineInputs:
     """(n,) bool: the system call succeeded."""
     latency: np.ndarray
     """(n,) float seconds, NaN where unknown."""
+    ttft: np.ndarray
+    """(n,) float seconds to the first piece of a streamed answer, NaN where not streamed or failed."""
 
 
 def normalize(text: str) -> str:
@@ -82,6 +84,7 @@ def build_inputs(
     correct = [False] * n
     ok = [False] * n
     latency = [math.nan] * n
+    ttft = [math.nan] * n
     hit_rows: list[int] = []
     hit_cols: list[int] = []
     several: list[tuple[int, int, int]] = []  # (row, column, spans) of chunks covering several spans
@@ -98,6 +101,8 @@ def build_inputs(
         ok[i] = True
         if output.latency_seconds is not None:
             latency[i] = output.latency_seconds
+        if output.ttft_seconds is not None:
+            ttft[i] = output.ttft_seconds
         ranked = output.ranked_ids
         if case.relevant and matcher is not None:
             cited[i] = len(output.citations)
@@ -166,6 +171,7 @@ def build_inputs(
         np.array(correct, dtype=bool),
         np.array(ok, dtype=bool),
         np.array(latency, dtype=np.float64),
+        np.array(ttft, dtype=np.float64),
     )
 
 
@@ -251,6 +257,14 @@ def score_answer_accuracy(inputs: OfflineInputs) -> np.ndarray:
 
 def run_p95(inputs: OfflineInputs, errored: np.ndarray) -> float | None:
     return nearest_rank(inputs.latency[inputs.ok], 95)
+
+
+def run_ttft_p50(inputs: OfflineInputs, errored: np.ndarray) -> float | None:
+    return nearest_rank(inputs.ttft[inputs.ok & np.isfinite(inputs.ttft)], 50)
+
+
+def run_ttft_p95(inputs: OfflineInputs, errored: np.ndarray) -> float | None:
+    return nearest_rank(inputs.ttft[inputs.ok & np.isfinite(inputs.ttft)], 95)
 
 
 def run_error_rate(inputs: OfflineInputs, errored: np.ndarray) -> float | None:

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 MAX_JUDGE_METRICS = 14
 """MindSDK's evaluate() takes (0, 14] metrics; it applies to what is sent to the judge."""
 MAX_NAME = 50
+STREAMED = "ttft_seconds"
+"""The output field a streamed system gives (the time to its first piece of answer): the
+time-to-first-token metrics need it, so they are refused for a system that does not stream."""
 
 Direction = Literal["higher", "lower"]
 Population = Literal["answerable", "all", "answered"]
@@ -34,9 +37,10 @@ Stage = Literal["recall", "ranking", "answer", "citation", "latency", "errors"]
 """Where in a RAG pipeline a metric looks, as the diagnosis table reads it: ``recall`` (were the
 relevant items found), ``ranking`` (in what order), ``answer`` (the generated answer), ``citation``,
 ``latency`` and ``errors`` (run-level health, not quality)."""
-CaseValues = Literal["score", "latency", "errored"]
+CaseValues = Literal["score", "latency", "ttft", "errored"]
 """What stands behind a metric case by case: its own per-case score, the case's latency (for a
-latency percentile) or the case's error flag (for an error rate)."""
+latency percentile), its time to first token (for a streamed system's percentile) or the case's
+error flag (for an error rate)."""
 CustomKind = Literal["python", "judge"]
 
 
@@ -212,6 +216,20 @@ def can_score(spec: MetricSpec, labels: frozenset[str], outputs: frozenset[str])
     return spec.needs_labels <= labels and spec.needs_output <= outputs
 
 
+def stream_metrics() -> list[MetricSpec]:
+    """The metrics only a streamed system has (time to first token), which its runs add."""
+    return [spec for spec in METRICS.values() if spec.case_values == "ttft"]
+
+
+def with_stream_metrics(specs: Sequence[MetricSpec], outputs: frozenset[str]) -> list[MetricSpec]:
+    """``specs``, and for a system that streams (its ``outputs`` hold :data:`STREAMED`) the
+    time-to-first-token metrics it does not name already."""
+    if STREAMED not in outputs:
+        return list(specs)
+    named = {spec.name for spec in specs}
+    return [*specs, *(spec for spec in stream_metrics() if spec.name not in named)]
+
+
 def needed_outputs(specs: Iterable[MetricSpec]) -> frozenset[str]:
     """The output fields these metrics read."""
     return frozenset(field for spec in specs for field in spec.needs_output)
@@ -282,7 +300,7 @@ JUDGE_READS = {
 }
 """The fields a rubric can show the judge -> their names in the judge's inputs (ragas' names)."""
 JUDGE_DEFAULT_NEEDS = ("question", "answer")
-RUN_FIGURES = ("case_count", "error_count", "evaluation_seconds", "ttft_p50_seconds", "ttft_p95_seconds")
+RUN_FIGURES = ("case_count", "error_count", "evaluation_seconds")
 """What a run logs under a bare name beside its metrics (docs/metrics.md): no metric of the user's may
 take one of these names."""
 KEY_SEPARATORS = "./: "
@@ -757,6 +775,30 @@ def _register_offline_metrics() -> None:
             run_value=offline.run_p95,
         )
     )
+    for percentile, run_value in ((50, offline.run_ttft_p50), (95, offline.run_ttft_p95)):
+        register(
+            MetricSpec(
+                name=f"ttft_p{percentile}_seconds",
+                definition_zh=(
+                    f"流式回答的样本首个回答片段到达时间的第 {percentile} 百分位（nearest-rank），仅流式系统。"
+                ),
+                direction="lower",
+                low=0.0,
+                high=None,
+                needs_labels=frozenset(),
+                needs_output=frozenset({STREAMED}),
+                source=PROJECT,
+                per_case=False,
+                population="answered",
+                stage="latency",
+                case_values="ttft",
+                definition=(
+                    f"{percentile}th percentile (nearest rank) of the time to the first piece of answer of the "
+                    "streamed cases that got an answer; only for a streamed system."
+                ),
+                run_value=run_value,
+            )
+        )
     register(
         MetricSpec(
             name="error_rate",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ragexp.metrics.offline import OfflineInputs
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 
 
@@ -18,19 +19,14 @@ def score_cases(specs: Sequence[MetricSpec], inputs: OfflineInputs) -> dict[str,
 def summarize(
     specs: Sequence[MetricSpec], scores: dict[str, np.ndarray], inputs: OfflineInputs, errored: np.ndarray
 ) -> dict[str, float | None]:
-    """Run-level values; means leave out missing scores, never count them as zeros."""
-    answerable = ~inputs.unanswerable
-    if not answerable.any():
-        answerable = np.ones_like(answerable)
+    """Run-level values; means leave out missing scores, never count them as zeros, and cover
+    each metric's population (:mod:`ragexp.metrics.population`)."""
     summary: dict[str, float | None] = {}
     for spec in specs:
         if spec.run_value is not None:
             summary[spec.name] = spec.run_value(inputs, errored)
         elif spec.name in scores:
-            values = scores[spec.name]
-            if spec.population == "answerable":
-                values = values[answerable]
-            summary[spec.name] = mean_or_none(values)
+            summary[spec.name] = mean_or_none(scores[spec.name][covered(spec, inputs.unanswerable)])
     return summary
 
 

@@ -33,6 +33,7 @@ from ragexp import secrets
 from ragexp.config.models import HttpSystemConfig, ResponseMapping, StreamConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
+from ragexp.metrics.registry import STREAMED
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings
 from ragexp.providers.mapping import (
     CONTRACT,
@@ -105,9 +106,11 @@ class HttpProvider(Provider):
         return {"question": "{question}", "k": "{k}", "case_id": "{case_id}"}
 
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
+        # A streamed reply gives its time to first token too (the ttft_* metrics read it).
+        streamed = {STREAMED} if self.stream is not None else set()
         if self.mapping is None:
-            return frozenset(OUTPUT_FIELDS)
-        fields = set(self.mapping.fields())
+            return frozenset({*OUTPUT_FIELDS, *streamed})
+        fields = set(self.mapping.fields()) | streamed
         if self.stream is not None and (self.stream.delta is not None or "answer" in self.mapping.expressions):
             fields.add("response")
         return frozenset(fields)

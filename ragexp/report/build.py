@@ -30,6 +30,7 @@ from ragexp.compare.release import read_comparison
 from ragexp.compare.tables import metric_table, rule_table
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
+from ragexp.metrics.population import covered, population
 from ragexp.metrics.registry import MetricSpec, case_values_metric, headline_metrics
 from ragexp.phrases import t
 from ragexp.report import plots
@@ -342,14 +343,14 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
     rows = []
     for spec in specs:
         values = run.per_case(spec.name)
-        scored = int(np.isfinite(values).sum()) if values is not None and spec.per_case else None
-        missing = len(run.case_ids) - scored if scored is not None else int(run.errored.sum())
+        covers = population(spec, values, run.unanswerable) if values is not None and spec.per_case else None
+        missing = covers.cases - covers.scored if covers is not None else int(run.errored.sum())
         rows.append(
             [
                 spec.name,
                 fmt(run.summary(spec.name)),
                 t(spec.direction, language),
-                str(scored) if scored is not None else "—",
+                covers.words() if covers is not None else "—",
                 str(missing),
             ]
         )
@@ -366,9 +367,13 @@ def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) ->
     for spec in specs:
         values = run.scores.get(spec.name)
         if values is not None:
+            # The cases the mean covers, as the table counts them: not the unanswerable rows' 1.0s.
+            covers = population(spec, values, run.unanswerable)
             doc.figure(
                 f"hist_{spec.name}.svg",
-                plots.histogram(values, spec.name, spec.low, spec.high),
+                plots.histogram(
+                    values[covered(spec, run.unanswerable)], spec.name, spec.low, spec.high, covers.words()
+                ),
                 f"{t('histogram', language)}: {spec.name} ({t(spec.direction, language)})",
             )
     errored = [i for i in range(len(run.case_ids)) if run.errored[i]]
@@ -516,7 +521,7 @@ def _comparison(doc: _Doc, diff: DiffResult, base: RunData, run: RunData, langua
             break
         doc.figure(
             f"scatter_{name}.svg",
-            plots.scatter(base.scores[name], candidate.scores[name], name),
+            plots.scatter(*_covered_pair(base, candidate, name), name),
             f"{t('scatter', language)}: {name}",
         )
 
@@ -623,3 +628,9 @@ def write_report(report: Report, out: Path) -> list[Path]:
         path.write_text(svg, encoding="utf-8")
         written.append(path)
     return written
+
+
+def _covered_pair(base: RunData, candidate: RunData, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Both runs' per-case scores of ``name`` over the cases its mean covers (the diff's pairs)."""
+    mask = covered(base.spec(name), base.unanswerable)
+    return base.scores[name][mask], candidate.scores[name][mask]

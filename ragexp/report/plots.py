@@ -32,14 +32,15 @@ def _svg(fig) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.DOTALL)
 
 
-def histogram(values: np.ndarray, name: str, low: float, high: float | None) -> str:
+def histogram(values: np.ndarray, name: str, low: float, high: float | None, shown: str | None = None) -> str:
+    """``values``: the cases the metric's mean covers; ``shown``: that population in words."""
     fig, ax = _figure()
     finite = values[np.isfinite(values)]
     top = high if high is not None else (float(finite.max()) if finite.size else 1.0) or 1.0
     ax.hist(finite, bins=20, range=(low, top), color="#4C78A8", edgecolor="white")
     ax.set_xlabel(name)
     ax.set_ylabel("cases")
-    ax.set_title(f"{name} (n={finite.size})")
+    ax.set_title(f"{name} ({shown or f'n={finite.size}'})")
     return _svg(fig)
 
 
