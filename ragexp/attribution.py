@@ -33,6 +33,7 @@ from ragexp.config.compose import validate
 from ragexp.config.models import RagexpConfig
 from ragexp.datasets.loader import dataset_hash
 from ragexp.errors import ConfigError, RagexpError
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings, build_provider
 from ragexp.records import Case, SystemOutput
@@ -338,9 +339,7 @@ def _decomposed(
                 for i, case_id in enumerate(ids):
                     if case_id in position:
                         target[i] = values[position[case_id]] if values is not None else np.nan
-        keep = ~bad
-        if spec.population == "answerable" and (~b_run.unanswerable).any():
-            keep &= ~b_run.unanswerable
+        keep = ~bad & covered(spec, b_run.unanswerable)  # the metric's one population rule
         nan = np.where(keep, 0.0, np.nan)
         cells = Cells(bb + nan, cb + nan, bc + nan, cc + nan)
         cells_of[name] = cells
