@@ -25,11 +25,12 @@ from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
-from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
+from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
+from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
@@ -156,10 +157,12 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
     custom = load_custom(config.metrics.custom)
-    specs = parse_metric_names(config.metrics.names, custom.specs)
+    specs = with_cost(parse_metric_names(config.metrics.names, custom.specs), config.cost)
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
+    if config.dataset.case_ids is not None:
+        dataset = only_cases(dataset, config.dataset.case_ids)
     corpus = None
     if config.dataset.corpus is not None:
         corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))
@@ -221,6 +224,12 @@ def check_config(
         )
     except MetricError as exc:
         raise MetricError(f"{exc}{metrics_that_fit(config, specs, dataset.label_fields, outputs)}") from None
+    check_prices(
+        config.cost,
+        reports_usage=provider.reports_usage(),
+        judged=bool(judge_specs),
+        provider=config.provider.name,
+    )
     provider.check(dataset)
     return provider
 
@@ -584,6 +593,8 @@ class Scored:
     """Judge metric -> per-case spread over repeats."""
     judge_metrics: dict[str, float] = field(default_factory=dict)
     """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
+    system_tokens: dict[str, float] = field(default_factory=dict)
+    """The tokens the system's replies reported (none when no reply reported usage)."""
 
     @property
     def error_count(self) -> int:
@@ -665,7 +676,12 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
-    return Scored(inputs, scores, errored, summary, spread, judge_metrics)
+    tokens = system_tokens(results)
+    if cfg.cost.prices is not None:
+        summary[COST], why_not = run_cost(cfg.cost, tokens, judge_metrics)
+        if why_not is not None:
+            info(f"warning: {why_not}")
+    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics())
 
 
 def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
@@ -722,6 +738,7 @@ def run_metrics(
     metrics["case_count"] = float(len(plan.dataset.cases))
     metrics["error_count"] = float(scored.error_count)
     metrics.update(scored.judge_metrics)
+    metrics.update(scored.system_tokens)
     metrics.update(trust.as_metrics())
     for stage in stage_rows(timings):
         for figure in TIMING_FIGURES:

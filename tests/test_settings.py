@@ -162,6 +162,20 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
     both("calibrate", cand, "--json", check=lambda r: None)
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    # The two runs as the points of a sweep (a Hydra multirun does not run under this test's
+    # plain-dict environment): the tags `run -m` writes.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    parent = client.create_run(
+        client.get_run(base).info.experiment_id, tags={"ragexp.sweep.role": "parent"}
+    ).info.run_id
+    client.set_terminated(parent)
+    for number, (run_id, point) in enumerate(((base, "k=3"), (cand, "k=5"))):
+        for key, value in (("", parent), (".num", str(number)), (".point", point), (".role", "point")):
+            client.set_tag(run_id, f"ragexp.sweep{key}", value)
+    both("sweep", parent, "--json", check=lambda r: r.json()["parent"] == parent or pytest.fail(r.stderr))
+    ids.add(parent)
     checked["run"] = {"--tracking-uri", "tracking.uri"}
     assert not (tmp_path / "mlruns").exists()
     draft_store = invoke(

@@ -66,6 +66,9 @@ class DatasetConfig(Model):
     document's text or offsets past its end stop the run."""
     match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
     """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
+    case_ids: list[str] | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Evaluate only these cases of the file, by id (null: every case); ``ragexp sweep
+    --confirm`` sets it for its confirm run (the held-out cases)."""
 
 
 def _unit_range() -> list[float | None]:
@@ -188,6 +191,13 @@ class ResponseMapping(Model):
     scores: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of the retrieval scores, aligned with ``ranked_ids`` (a list of numbers): shown
     on the case's retrieval span, never scored."""
+    prompt_tokens: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the prompt (input) tokens the system's model used for the reply (a
+    non-negative integer; OpenAI-compatible ``usage.prompt_tokens``); summed into the run's
+    ``system.prompt_tokens`` and priced by ``cost.prices.system``. Finding nothing is no error:
+    the case reported no usage."""
+    completion_tokens: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the completion (output) tokens of the reply, as ``prompt_tokens``."""
     stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
     names as in ``timings``), shown on the case's stage spans, never scored."""
@@ -392,6 +402,9 @@ class ProviderConfig(Model):
 class GateRule(Model):
     max_drop: float | None = Field(None, ge=0)
     """Largest allowed regression in the metric's bad direction (0: no regression)."""
+    max_increase: float | None = Field(None, ge=0, json_schema_extra={"identity_omit_null": True})
+    """Largest allowed rise of a metric where lower is better (``cost``, ``p95_seconds``), in the
+    metric's own unit; on a metric where higher is better the rule cannot be checked."""
     max_increase_ratio: float | None = Field(None, ge=0)
     """Largest allowed relative move in the bad direction (0.2: at most 20% worse)."""
     max_increase: float | None = Field(None, ge=0)
@@ -458,6 +471,35 @@ class ReportConfig(Model):
     """Language of ``ragexp report`` (Chinese by default)."""
 
 
+class TokenPrices(Model):
+    """What tokens cost, per million tokens, in ``cost.currency``."""
+
+    prompt: float = Field(ge=0, allow_inf_nan=False)
+    """Price of one million prompt (input) tokens."""
+    completion: float = Field(ge=0, allow_inf_nan=False)
+    """Price of one million completion (output) tokens."""
+
+
+class CostPrices(Model):
+    """Prices of the two parts of a run that use tokens; a part left null costs nothing."""
+
+    system: TokenPrices | None = None
+    """The system under test's model, from the usage its replies report
+    (``provider.system.response.prompt_tokens``/``completion_tokens``)."""
+    judge: TokenPrices | None = None
+    """The judge's model, from the usage its replies report (embedding tokens count as prompt
+    tokens)."""
+
+
+class CostConfig(Model):
+    """How a run's tokens become its ``cost`` metric."""
+
+    prices: CostPrices | None = runtime(None)
+    """Price table; null: tokens are logged, no ``cost``."""
+    currency: str = runtime("USD", min_length=1, max_length=10)
+    """What the prices are in; shown beside ``cost``."""
+
+
 class RagexpConfig(Model):
     experiment: str = Field("ragexp", min_length=1)
     """MLflow experiment the run is logged to (``experiment=`` stays this name; it is not a group)."""
@@ -487,6 +529,8 @@ class RagexpConfig(Model):
     """How ``ragexp report`` presents the run."""
     calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
     """How judge scores are compared with the dataset's human scores."""
+    cost: CostConfig = Field(default_factory=lambda: CostConfig(), json_schema_extra=dict(RUNTIME_ONLY))
+    """Token prices, for the run's ``cost`` metric."""
 
     @field_validator("experiment")
     @classmethod
