@@ -404,12 +404,10 @@ class GateRule(Model):
     """Largest allowed regression in the metric's bad direction (0: no regression)."""
     max_increase: float | None = Field(None, ge=0, json_schema_extra={"identity_omit_null": True})
     """Largest allowed rise of a metric where lower is better (``cost``, ``p95_seconds``), in the
-    metric's own unit; on a metric where higher is better the rule cannot be checked."""
+    metric's own unit (``ttft_p95_seconds: {max_increase: 0.2}``: at most 0.2 s slower to the first
+    token); on a metric where higher is better the rule cannot be checked."""
     max_increase_ratio: float | None = Field(None, ge=0)
     """Largest allowed relative move in the bad direction (0.2: at most 20% worse)."""
-    max_increase: float | None = Field(None, ge=0)
-    """Largest allowed rise, in the metric's own unit, of a metric where lower is better
-    (``ttft_p95_seconds: {max_increase: 0.2}``: at most 0.2 s slower to the first token)."""
     min: float | None = None
     """Absolute floor on the candidate's value."""
     max: float | None = None

@@ -546,7 +546,7 @@ def _stage(doc: Doc, diff: DiffResult, language: str) -> None:
         doc.para(line)
 
 
-def _attribution(doc: _Doc, found: dict[str, Any], language: str) -> None:
+def _attribution(doc: Doc, found: dict[str, Any], language: str) -> None:
     """``--attribute``: the parts of each metric's change as a table and a stacked bar, and the
     cases by cause, in the figures ``diff --attribute`` printed."""
     doc.heading(t("attribution", language), 3)
