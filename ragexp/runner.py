@@ -7,13 +7,14 @@ exists, so bad input never leaves a half-written run behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -49,12 +50,13 @@ from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
-from ragexp.records import CaseResult
+from ragexp.records import Case, CaseResult
 from ragexp.secrets import register_url, scrub
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
-    from ragexp.metrics.judge.scorer import JudgeScorer
+    from ragexp.metrics.judge.scorer import JudgeOutcome
+    from ragexp.metrics.judge.usage import Usage
 
 from ragexp import artifacts
 from ragexp.artifacts import error_text, nullable
@@ -69,6 +71,17 @@ TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
 """The figures logged per stage, as ``timing.<stage>.<figure>``."""
 
 
+class Judging(Protocol):
+    """What scores a run's judge metrics (:class:`ragexp.metrics.judge.scorer.JudgeScorer`)."""
+
+    adaptation_usage: Usage
+    """The judge's calls and tokens spent adapting its prompts before the run."""
+
+    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales)."""
+        ...
+
+
 @dataclass
 class Plan:
     """A validated run, ready to execute."""
@@ -80,7 +93,7 @@ class Plan:
     config_hash: str
     judge: str
     """Judge identity (``none`` without judge metrics)."""
-    scorer: JudgeScorer | None = None
+    scorer: Judging | None = None
     findings: list[Finding] | None = None
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
     custom: CustomMetrics = field(default_factory=CustomMetrics)
@@ -349,10 +362,13 @@ def execute(
     retry_errors: bool = False,
     parent: str | None = None,
     tags: dict[str, str] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> RunOutcome:
     """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status.
 
     ``parent`` nests the run under another (a sweep) in the MLflow UI; ``tags`` are added to it.
+    ``evaluate`` replaces the evaluation of every case (``run --until-decided`` evaluates batches
+    until the gate is decided): it returns the plan of the cases it evaluated, and their results.
     While a process evaluates a run it holds the run's lock: a second ``--resume`` is refused.
     """
     cfg = plan.config
@@ -371,7 +387,7 @@ def execute(
         done = _resume_state(plan, store, resume, retry_errors) if resume is not None else {}
         if resume is not None:
             store.set_running(run_id)
-        return _execute(plan, store, run_id, done, resumed=resume is not None, reserve=reserve)
+        return _execute(plan, store, run_id, done, resumed=resume is not None, reserve=reserve, evaluate=evaluate)
 
 
 @dataclass(frozen=True)
@@ -407,8 +423,31 @@ def run_config(
     return Evaluation(plan, execute(plan, store, resume=resume, retry_errors=retry_errors, tags=draft_tags))
 
 
+class Evaluate(Protocol):
+    """An evaluation of a run's cases other than all of them at once (see :func:`execute`)."""
+
+    def __call__(
+        self,
+        plan: Plan,
+        run_id: str,
+        done: dict[str, CaseResult],
+        checkpoint: Checkpoint | None,
+        arrived: list[CaseResult],
+    ) -> tuple[Plan, list[CaseResult]]:
+        """(plan, run id, results kept from a stopped attempt, checkpoint, the new results as they
+        arrive) -> (the plan of the cases evaluated, their results in that plan's order)."""
+        ...
+
+
 def _execute(
-    plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool, reserve: SpaceReserve
+    plan: Plan,
+    store: Store,
+    run_id: str,
+    done: dict[str, CaseResult],
+    *,
+    resumed: bool,
+    reserve: SpaceReserve,
+    evaluate: Evaluate | None = None,
 ) -> RunOutcome:
     checkpoint = Checkpoint(checkpoint_path(store.state_dir(), run_id)) if plan.provider.remote else None
     status = FAILED
@@ -419,9 +458,13 @@ def _execute(
         if not resumed:
             _log_dataset(plan, store, run_id)
         started = time.perf_counter()
-        results = _evaluate(plan, done, checkpoint, arrived)
+        logged = plan
+        if evaluate is None:
+            results = _evaluate(plan, done, checkpoint, arrived)
+        else:
+            logged, results = evaluate(plan, run_id, done, checkpoint, arrived)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
-        outcome = _score_and_log(plan, store, run_id, results, resumed=resumed)
+        outcome = _score_and_log(logged, store, run_id, results, resumed=resumed)
         if outcome.case_count and outcome.error_count == outcome.case_count:
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
@@ -532,6 +575,19 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         for case_id, result in saved.items()
         if result.error is None or not (result.retryable or retry_errors)
     }
+
+
+def evaluate_cases(
+    plan: Plan,
+    cases: Sequence[Case],
+    done: dict[str, CaseResult],
+    checkpoint: Checkpoint | None,
+    arrived: list[CaseResult],
+) -> list[CaseResult]:
+    """The results of ``cases`` (a part of the plan's dataset), in their order: those in ``done``
+    kept, the others asked of the system with the run's concurrency, retries and checkpoint."""
+    part = dataclasses.replace(plan, dataset=dataclasses.replace(plan.dataset, cases=list(cases)))
+    return _evaluate(part, {case.id: done[case.id] for case in cases if case.id in done}, checkpoint, arrived)
 
 
 def _evaluate(

@@ -66,6 +66,7 @@ def json_commands() -> set[str]:
     return found
 
 
+@pytest.mark.system
 def test_every_commands_json_is_strict_on_data_with_non_finite_values(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
+    from ragexp.sequential import SequentialOutcome
     from ragexp.sweep import SweepOutcome
 
 """Cases a run lists among those it missed; the rest are counted."""
@@ -364,6 +365,18 @@ def show_gate(outcome: GateOutcome) -> None:
     print_gate_power(result)
 
 
+def show_sequential(outcome: SequentialOutcome) -> None:
+    """Where ``run --until-decided`` stopped, and each rule's anytime-valid bound."""
+    saved = outcome.total - outcome.evaluated
+    print(
+        f"until decided: {outcome.decision} after {outcome.evaluated} of {outcome.total} cases "
+        f"({saved} not evaluated), against baseline {outcome.baseline}"
+    )
+    for rule in outcome.rules:
+        print(f"  {terminal(rule.message)}")
+    print()
+
+
 def gate_exit(outcome: GateOutcome) -> int:
     """Say what became of the promotion; the exit code: 0 passed, 2 failed, 1 promotion lost."""
     if outcome.tag and not outcome.result.passed:
@@ -515,7 +528,7 @@ def show_draft_review(queued: InReview) -> None:
         + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
     )
     print_queue_link(made.url, queued.base, queued.store_uri)
-    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+    print(f"then: ragexp draft accept '{made.queue}' --out screened.jsonl")
 
 
 def show_accepted(out: Path, result: Accepted) -> None:

@@ -437,6 +437,19 @@ class GatesConfig(Model):
     """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
     """Random seed of the sign-flip draws, so results repeat."""
+    on_underpowered: Literal["warn", "fail"] = runtime("warn")
+    """What a rule that cannot tell does: an underpowered ``max_drop`` / ``max_increase_ratio``
+    rule, or a rule a sequential run (``run --until-decided``) left inconclusive. ``warn``: a
+    note beside its verdict; ``fail``: the rule fails the gate (exit 2)."""
+
+
+class SequentialConfig(Model):
+    """``ragexp run --baseline RUN --until-decided``: evaluate in batches until the gate is decided."""
+
+    batch: float = runtime(0.1, gt=0)
+    """Cases per batch: a share of the dataset below 1 (0.1: a tenth), a number of cases from 1 up."""
+    seed: int = runtime(0)
+    """Seed of the random order the cases are evaluated in."""
 
 
 class CalibrationConfig(Model):
@@ -517,6 +530,8 @@ class RagexpConfig(Model):
     """Who answers, and who judges."""
     gates: GatesConfig
     """Release-gate thresholds used by ``ragexp gate``."""
+    sequential: SequentialConfig = runtime(SequentialConfig())
+    """Batches of ``run --until-decided`` (not part of the config hash)."""
     run_name: str | None = runtime(None, min_length=1, max_length=250)
     """MLflow run name (default: provider-dataset-kK-<short config hash>)."""
     tags: dict[str, str | int | float | bool] = Field(default_factory=dict, json_schema_extra=dict(RUNTIME_ONLY))

@@ -42,9 +42,9 @@ def publish_report(
         from ragexp.compare.release import attribution_of
 
         found = attribution_of(
-            Store(tracking_uri), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
+            Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
         )
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable, found)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
@@ -72,7 +72,7 @@ def publish_sweep_report(
 
     check_language(language)
     analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built = sweep_report(analysis, sweep_language(store, analysis, language))
     folder = Path(out) if out else Path("reports") / parent
     written = write_report(built, folder)

@@ -50,7 +50,7 @@ def sweep_analysis(
     """Compare the points of the sweep ``parent`` and log the result to it. ``confirm``: hold
     out that share of the cases, choose on the rest, and confirm the winner on the held-out
     cases with a run of its own, gated against the baseline (:mod:`ragexp.sweep_confirm`)."""
-    store = Store(tracking_uri, read_only=True)  # read, and the analysis logged to the parent (no new store)
+    store = Store(tracking_uri, must_exist=True)  # read, and the analysis logged to the parent (no new store)
     record = store.get_run(parent)
     if record.tag("sweep.role") != "parent":
         raise TrackingError(
