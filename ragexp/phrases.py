@@ -329,9 +329,11 @@ PHRASES: dict[str, dict[str, str]] = {
     "most_regressed": {"en": "Most regressed cases", "zh": "退步最多的样本"},
     # Under a gate rule too weak to see the drop it allows (ragexp.compare.power).
     "cannot_tell": {
-        "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
-        "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
+        "en": "this gate cannot tell a drop of {drop} from noise with {n} {units} (detectable: {detectable}; {needed})",
+        "zh": "该门禁在 {n} {units}上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
     },
+    "units_case": {"en": "cases", "zh": "条样本"},
+    "units_conversation": {"en": "conversations", "zh": "段对话"},
     "needed_some": {"en": "about {needed} cases would be needed", "zh": "约需 {needed} 条样本"},
     "needed_none": {"en": "no number of cases would be enough", "zh": "样本再多也不够"},
     "too_few": {"en": "none below {floor} paired cases", "zh": "少于 {floor} 条配对样本时无法检测任何变化"},

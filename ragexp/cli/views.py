@@ -21,6 +21,7 @@ from ragexp.phrases import t
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
+    from ragexp.compare.data import RunData
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
@@ -49,6 +50,8 @@ def show_run(evaluation: Evaluation) -> None:
     unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
     if unscored:
         print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
+    if outcome.conversations is not None:
+        print(outcome.conversations.line())
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -270,7 +273,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
 
 def show_diff(result: DiffResult) -> None:
     base, cand = result.baseline, result.candidate
-    print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
+    print(f"baseline {base.run_id}  candidate {cand.run_id}  ({population(base)})")
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
@@ -338,6 +341,17 @@ def show_attribution(found: dict[str, Any]) -> None:
         print(terminal(f"  error {error['id']}: {error['error']}"))
     if len(found["errors"]) > 20:
         print(f"  ... {len(found['errors']) - 20} more errors")
+
+
+def population(run: RunData) -> str:
+    """``35 cases``, or for a run of conversations ``12 conversations, 38 turns (paired by conversation)``."""
+    if run.conversations is None:
+        return f"{len(run.case_ids)} cases"
+    chats = {conversation for conversation in run.conversations if conversation is not None}
+    singles = run.conversations.count(None)
+    turns = len(run.conversations) - singles
+    alone = f", {singles} single question{'s' if singles > 1 else ''}" if singles else ""
+    return f"{len(chats)} conversations, {turns} turns{alone} (paired by conversation)"
 
 
 def legend(lines: Sequence[str]) -> None:
@@ -415,8 +429,9 @@ def print_gate_power(result: GateResult) -> None:
     for rule in result.rules:
         if rule.power is not None and rule.metric not in seen:
             power = rule.power
+            units = t(f"units_{power.unit}", "en")
             seen[rule.metric] = (
-                f"{fmt(power.detectable)} with {power.n} cases"
+                f"{fmt(power.detectable)} with {power.n} {units}"
                 if power.detectable is not None
                 else f"{detectable_words(power)} ({power.n} here)"
             )
@@ -491,10 +506,11 @@ def show_calibration(calibrated: Calibrated) -> None:
 
 def show_power(found: BaselinePower) -> None:
     run, effect, confidence = found.baseline, found.effect, found.confidence
-    print(f"baseline {run.run_id}  ({len(run.case_ids)} cases)")
-    headers = ["metric", "cases", "sd of difference", "detectable"]
+    print(f"baseline {run.run_id}  ({population(run)})")
+    units = t(f"units_{run.unit}", "en")
+    headers = ["metric", units, "sd of difference", "detectable"]
     if effect is not None:
-        headers.append(f"cases for {effect:g}")
+        headers.append(f"{units} for {effect:g}")
     rows = []
     for p in found.plans:
         row = [p.metric, str(p.n), fmt(p.sd), fmt(p.detectable)]

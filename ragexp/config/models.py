@@ -201,6 +201,9 @@ class ResponseMapping(Model):
     stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
     names as in ``timings``), shown on the case's stage spans, never scored."""
+    conversation_id: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the service's id of the conversation (Dify's ``conversation_id``, RAGFlow's
+    ``data.session_id``): sent with the conversation's next turn as ``{conversation_id}``."""
     error: str | None = None
     """JMESPath that yields the error message on an error envelope (e.g.
     ``code != `0` && message``): a truthy result makes the reply an error for that case."""
@@ -482,6 +485,16 @@ class ReportConfig(Model):
     """Language of ``ragexp report`` (Chinese by default)."""
 
 
+class ConversationConfig(Model):
+    """How the turns of a conversation (a case with ``turns``) are asked."""
+
+    history: Literal["own", "reference"] = "own"
+    """What a turn's history holds after each earlier question: ``own``, the system's own answers
+    (what a user of the chat app sees); ``reference``, the turns' reference answers, so each turn
+    is judged apart from the system's earlier mistakes (every turn followed by another needs a
+    ``reference``)."""
+
+
 class TokenPrices(Model):
     """What tokens cost, per million tokens, in ``cost.currency``."""
 
@@ -542,6 +555,10 @@ class RagexpConfig(Model):
     """How ``ragexp report`` presents the run."""
     calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
     """How judge scores are compared with the dataset's human scores."""
+    conversation: ConversationConfig = Field(
+        default=ConversationConfig(), json_schema_extra={"identity_omit_default": True}
+    )
+    """How the turns of conversations are asked (single questions ignore it)."""
     cost: CostConfig = Field(default_factory=lambda: CostConfig(), json_schema_extra=dict(RUNTIME_ONLY))
     """Token prices, for the run's ``cost`` metric."""
 

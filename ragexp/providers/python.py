@@ -57,8 +57,10 @@ from ragexp.transport import collecting_garbage
 WHERE = "provider.system"
 MISSING = "???"
 """What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
-CALL_KEYWORDS = ("question", "k", "case_id", "metadata")
-"""Parameter names a target receives by keyword, each with the case's value."""
+CALL_KEYWORDS = ("question", "k", "case_id", "metadata", "history")
+"""Parameter names a target receives by keyword, each with the case's value (``history``: the
+earlier turns of the case's conversation as ``{"role", "content"}`` messages, empty for a single
+question or a first turn)."""
 PROBE_TEXT = 4000
 """Characters of the return value ``validate --probe`` shows."""
 BLOCKED_GRACE_S = 5.0
@@ -483,7 +485,13 @@ class _Calls:
 
     def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
         target = self.target
-        values = {"question": case.question, "k": self.k, "case_id": case.id, "metadata": case.metadata}
+        values = {
+            "question": case.question,
+            "k": self.k,
+            "case_id": case.id,
+            "metadata": case.metadata,
+            "history": case.history or [],
+        }
         kwargs = {name: values[name] for name in target.keywords}
         if not target.positional:
             return (), kwargs

@@ -70,7 +70,7 @@ class SampleProvider(Provider):
         for index, case in enumerate(cases):
             started = perf_counter()
             try:
-                reply = system.answer(case.question, k)
+                reply = system.answer(system.in_context(case.question, case.history), k)
             except Exception as exc:  # a bug in the system under test fails its case, not the run
                 on_result(index, CaseResult(case.id, None, f"sample system: {type(exc).__name__}: {exc}"))
                 continue

@@ -218,6 +218,11 @@ class Index:
         return scored
 
 
+FOLLOW_UP_SCORE = 3.5
+"""A question of a conversation whose best match scores below this by itself is a follow-up that
+leans on the question before it ("那运费呢？"): it is searched for after that question."""
+
+
 class SampleSystem:
     """Retriever, reranker and extractive answerer over one knowledge base."""
 
@@ -226,6 +231,17 @@ class SampleSystem:
         knobs = self.settings
         self.index = Index(docs, knobs.chunking, chunk_chars=knobs.chunk_chars, overlap=knobs.overlap)
         self.doc_ids = frozenset(doc["id"] for doc in docs)
+
+    def in_context(self, question: str, history: Sequence[dict[str, str]] | None) -> str:
+        """What to search for: the question, or for a follow-up that finds little by itself, the
+        previous question and the follow-up twice (its own words still weigh most)."""
+        earlier = [message["content"] for message in history or () if message.get("role") == "user"]
+        if not earlier:
+            return question
+        hits = self.index.search(question)
+        if hits and hits[0][0] >= FOLLOW_UP_SCORE:
+            return question
+        return " ".join([earlier[-1], question, question])
 
     def answer(self, question: str, k: int) -> dict[str, Any]:
         """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``): the answer
