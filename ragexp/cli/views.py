@@ -291,9 +291,11 @@ def show_diff(result: DiffResult) -> None:
                 f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.diagnosis:
-        print("\nlikely stage:")
+        print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
         for hint in result.diagnosis:
             print(f"  - {terminal(hint.text())}")
+    if result.attribution is not None:
+        show_attribution(result.attribution)
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
         for case in result.cases:
@@ -310,6 +312,35 @@ def show_diff(result: DiffResult) -> None:
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
         for line in case_legend(result.cases):
             print(f"  {line}")
+
+
+def show_attribution(found: dict[str, Any]) -> None:
+    """``diff --attribute``: per metric the total delta and its three parts with intervals, then
+    the cases by cause and the cases whose attribution failed."""
+    level = round(100 * float(found["confidence"]))
+    print(f"\nattribution by replay ({found['replayed']} cases replayed; {level}% paired bootstrap intervals):")
+
+    def part(row: dict[str, Any], key: str) -> str:
+        if row[key] is None:
+            return "—"
+        low, high = row[f"{key}_ci"]
+        return f"{signed(row[key])} [{signed(low)}, {signed(high)}]"
+
+    print(f"  {'metric':22} {'cases':>5}  {'total':28} {'retrieval':28} {'generation':28} interaction")
+    for row in found["metrics"]:
+        note = "  (retrieval's by definition)" if row["by_definition"] else ""
+        cells = "".join(f"{part(row, key):29}" for key in ("total", "retrieval", "generation"))
+        print(terminal(f"  {row['name']:22} {row['cases']:>5}  {cells}{part(row, 'interaction')}{note}"))
+    by_cause: dict[str, list[str]] = {}
+    for case in found["cases"]:
+        by_cause.setdefault(case["cause"], []).append(case["id"])
+    for cause, ids in by_cause.items():
+        shown = ", ".join(ids[:20]) + (f" (+{len(ids) - 20} more)" if len(ids) > 20 else "")
+        print(terminal(f"  cause {cause} ({len(ids)}): {shown}"))
+    for error in found["errors"][:20]:
+        print(terminal(f"  error {error['id']}: {error['error']}"))
+    if len(found["errors"]) > 20:
+        print(f"  ... {len(found['errors']) - 20} more errors")
 
 
 def population(run: RunData) -> str:

@@ -145,6 +145,9 @@ class DiffResult:
     """What makes the runs incomparable (empty when comparable)."""
     confidence: float = 0.95
     """Confidence level of the intervals."""
+    attribution: dict[str, Any] | None = None
+    """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
+    the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -158,6 +161,7 @@ class DiffResult:
             "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
             "diagnosis": [hint.text() for hint in self.diagnosis],
+            **({"attribution": self.attribution} if self.attribution is not None else {}),
         }
 
 

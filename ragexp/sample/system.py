@@ -244,7 +244,15 @@ class SampleSystem:
         return " ".join([earlier[-1], question, question])
 
     def answer(self, question: str, k: int) -> dict[str, Any]:
-        """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``)."""
+        """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``): the answer
+        stage (:meth:`generate`) over what the retrieval stage (:meth:`retrieve`) found."""
+        found = self.retrieve(question, k)
+        return self.generate(question, found)
+
+    def retrieve(self, question: str, k: int) -> dict[str, Any]:
+        """The retrieval stage: up to ``k`` documents (``top_k`` overrides ``k``) as ``ranked_ids``,
+        ``contexts`` and ``doc_ids``, with ``score`` (the BM25 score of the chunk ranked first,
+        which the answer stage's threshold reads), ``timings`` and ``stages``."""
         settings = self.settings
         wanted = settings.top_k or max(k, 1)
         timings: dict[str, float] = {}
@@ -288,9 +296,27 @@ class SampleSystem:
             doc_ids.append(doc_id)
             if len(ranked_ids) == wanted:
                 break
-        best = candidates[0][0] if candidates else 0.0  # BM25 score of the chunk ranked first
+        timings["model"] = time.perf_counter() - started
+        return {
+            "ranked_ids": ranked_ids,
+            "contexts": contexts,
+            "doc_ids": doc_ids,
+            "score": candidates[0][0] if candidates else 0.0,  # BM25 score of the chunk ranked first
+            "timings": timings,
+            "stages": stages,
+        }
+
+    def generate(self, question: str, found: dict[str, Any]) -> dict[str, Any]:
+        """The answer stage over given contexts (``found``: ``ranked_ids``, ``contexts``, and
+        ``score``, the retrieval score its threshold reads; None or absent: no threshold applies).
+        Below the threshold, or with nothing retrieved, it refuses and returns no context."""
+        settings = self.settings
+        started = time.perf_counter()
+        ranked_ids, contexts = list(found["ranked_ids"]), list(found["contexts"])
+        doc_ids = list(found.get("doc_ids") or [])
+        best = found.get("score")
         citations: list[int]
-        if best < settings.threshold or not ranked_ids:
+        if (best is not None and best < settings.threshold) or not ranked_ids or not contexts:
             answer, citations, ranked_ids, contexts, doc_ids = REFUSAL, [], [], [], []
         else:
             sentences = [s for s in SENTENCE.findall(contexts[0]) if s.strip()] or [contexts[0]]
@@ -302,7 +328,8 @@ class SampleSystem:
             else:
                 citations = []
             answer += "".join(f"[{c}]" for c in citations)
-        timings["model"] = time.perf_counter() - started
+        timings = dict(found.get("timings") or {})
+        timings["model"] = timings.get("model", 0.0) + time.perf_counter() - started
         return {
             "ranked_ids": ranked_ids,
             "contexts": contexts,
@@ -310,5 +337,5 @@ class SampleSystem:
             "citations": citations,
             "timings": timings,
             "doc_ids": doc_ids,
-            "stages": stages,
+            "stages": found.get("stages") or {},
         }
