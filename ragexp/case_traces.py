@@ -331,9 +331,23 @@ def case_expectations(case: Case) -> dict[str, Any]:
     return expected
 
 
-def plan_trace(case: CaseTrace) -> PlannedTrace:
+def plan_traces(cases: Sequence[CaseTrace], sessions: dict[str, int]) -> list[PlannedTrace]:
+    """The traces of ``cases``, in order. MLflow lists a session's traces by their millisecond
+    timestamp, so each turn of a conversation starts at least a millisecond after the turn
+    before it (``sessions``: each session's last start, in ms, kept across batches)."""
+    planned = []
+    for case in cases:
+        start_ns = time.time_ns()
+        if case.session is not None:
+            start_ns = max(start_ns, (sessions.get(case.session, -1) + 1) * 1_000_000)
+            sessions[case.session] = start_ns // 1_000_000
+        planned.append(plan_trace(case, start_ns))
+    return planned
+
+
+def plan_trace(case: CaseTrace, start_ns: int | None = None) -> PlannedTrace:
     otel_trace_id = uuid.uuid4().int
-    start_ns = time.time_ns()
+    start_ns = time.time_ns() if start_ns is None else start_ns
     duration_ns = int((case.latency_seconds or 0.0) * 1e9) or sum(int(s * 1e9) for s in case.timings.values())
     marks = [Mark("expectation", name, value, None, "HUMAN", "dataset") for name, value in case.expectations.items()]
     for item in case.feedback:

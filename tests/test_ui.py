@@ -346,3 +346,28 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     click(shown, "Compare")
     shown.wait_for(lambda t: "Comparing 2 Runs" in t and "provider.system.sample.chunking" in t, "run compare")
     assert set(json.loads(location(shown).split("runs=")[1].split("&")[0].replace("%22", '"'))) == set(ids.values())
+
+
+def test_a_conversations_turns_are_one_session_in_the_ui(
+    ragexp: Any, store_uri: str, ui_server: str, page: Callable[[str], Page], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each turn is a trace in its conversation's session: MLflow's session page of one
+    conversation lists the traces of its turns, in order, and no trace of another."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    experiment_name = f"ui-chat-{time.time_ns()}"
+    done = ragexp("run", "dataset=kb_zh_chat", f"experiment={experiment_name}", "--json")
+    assert done.code == 0, done.stderr
+    traces = traces_of(store_uri, done.json()["run_id"])
+    by_case = {case_id(t): t for t in traces}
+    turns = sorted((c for c in by_case if c.startswith("chat-shipping#")), key=lambda c: int(c.split("#")[1]))
+    assert len(turns) >= 2
+    experiment = httpx.get(
+        ui_server + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment_name}, timeout=30
+    ).json()["experiment"]["experiment_id"]
+    shown = page(f"{ui_server}/#/experiments/{experiment}/chat-sessions/chat-shipping")
+    others = sorted({c.split("#")[0] for c in by_case} - {"chat-shipping"})
+    text = shown.wait_for(lambda text: all(f"case_id | {c} |" in text for c in turns), f"the turns {turns}")
+    positions = [text.index(f"case_id | {c} |") for c in turns]
+    assert positions == sorted(positions), "the turns in the order they were asked"
+    assert f"Turn {len(turns)}" in text and f"Turn {len(turns) + 1}" not in text
+    assert not any(f"case_id | {other}#" in text for other in others), "a turn of another conversation"

@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ragexp import limits
-from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
+from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_traces
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking.mlflow_sql import internals
@@ -84,8 +84,9 @@ class TraceWriter:
                 return self._write_server(traces)
             put = self._write_sql if kind == "sql" and not self.store.declined_for_good else self._write_public
         written = 0
+        sessions: dict[str, int] = {}
         for start in range(0, len(traces), batch):
-            chunk = [plan_trace(case) for case in traces[start : start + batch]]
+            chunk = plan_traces(traces[start : start + batch], sessions)
             try:
                 try:
                     put(chunk)
@@ -128,8 +129,9 @@ class TraceWriter:
         in_flight: deque[tuple[list[PlannedTrace], list[Future[Any]]]] = deque()
         span_requests: deque[tuple[int, Future[Any]]] = deque()
         try:
+            sessions: dict[str, int] = {}
             for start in range(0, total, SERVER_SPAN_BATCH):
-                chunk = [plan_trace(case) for case in traces[start : start + SERVER_SPAN_BATCH]]
+                chunk = plan_traces(traces[start : start + SERVER_SPAN_BATCH], sessions)
                 now_ms = int(time.time() * 1000)
                 infos = [pool.submit(flow.call, self.backend.start_trace, self._trace_info(t, now_ms)) for t in chunk]
                 in_flight.append((chunk, infos))
