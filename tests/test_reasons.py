@@ -60,7 +60,9 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", replay_cases())
-    result = ragexp("run", "provider=replay", f"dataset.path={data}", "dataset.corpus=null", "k=3", "report.language=en", "--json")
+    result = ragexp(
+        "run", "provider=replay", f"dataset.path={data}", "dataset.corpus=null", "k=3", "report.language=en", "--json"
+    )
     assert result.code == 0, result.stderr
     run_id = result.json()["run_id"]
     rows = rows_of(store_uri, run_id, tmp_path)
@@ -71,9 +73,7 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     )
     assert mixed["mrr"] == "first relevant id d1 at rank 1"
     assert mixed["ndcg_at_k"] == "gains at ranks 1 of the top 3; the ideal ranking has 3 at ranks 1 to 3"
-    assert mixed["citation_precision"] == (
-        "2 of 3 cited numbers do not support: [2] x1, [9] (no retrieved item there)"
-    )
+    assert mixed["citation_precision"] == ("2 of 3 cited numbers do not support: [2] x1, [9] (no retrieved item there)")
     assert mixed["answer_accuracy"] == '1 of 3 expected facts missing: "Beta"'
     assert rows["mixed"]["metrics"]["citation_precision"] == 1 / 3  # the numbers the words explain
 
@@ -119,11 +119,14 @@ def test_evidence_anchored_recall_names_the_spans_covered_and_not_by_document(
         "citations": [1],
     }
     data = write_jsonl(tmp_path / "spans.jsonl", [row])
-    result = ragexp("run", "provider=replay", f"dataset.path={data}", "dataset.corpus=null", "report.language=en", "--json")
+    result = ragexp(
+        "run", "provider=replay", f"dataset.path={data}", "dataset.corpus=null", "report.language=en", "--json"
+    )
     assert result.code == 0, result.stderr
     said = rows_of(store_uri, result.json()["run_id"], tmp_path)["spans"]["rationale"]
     assert said["recall_at_k"] == (
-        '2 of 3 evidence spans covered in the top 5; covered: refund 2 of 2; not covered: invoice "电子发票在订单完成后开具"'
+        "2 of 3 evidence spans covered in the top 5; covered: refund 2 of 2; "
+        'not covered: invoice "电子发票在订单完成后开具"'
     )
     assert said["mrr"] == "first chunk matching the evidence at rank 2"
     assert said["citation_precision"] == "1 of 1 cited numbers do not support: [1]"
@@ -139,7 +142,9 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
 
     k = 5
     dataset = Path(__file__).resolve().parents[1] / "ragexp/data/kb_zh/cases.jsonl"
-    gold = {row["id"]: row.get("relevant_ids") or [] for row in map(json.loads, dataset.read_text("utf-8").splitlines())}
+    gold = {
+        row["id"]: row.get("relevant_ids") or [] for row in map(json.loads, dataset.read_text("utf-8").splitlines())
+    }
     missed_named = 0
     for rows in (base_rows, cand_rows):
         for case, row in rows.items():
@@ -174,3 +179,13 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
     first = cases[0]
     moved = next(n for n, v in first["metrics"].items() if v["baseline"] != v["candidate"])
     assert f"{moved}: {first['candidate']['rationale'][moved]}" in shown.stdout
+
+    # The report's "what changed" carries the candidate's words for a case that moved.
+    out = tmp_path / "report"
+    made = ragexp("report", cand_id, "--baseline", base_id, "--out", str(out))
+    assert made.code == 0, made.stderr
+    md = (out / "report.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", md, flags=re.M)
+    changed = sections[1]
+    assert changed.startswith(t("what_changed", "zh"))
+    assert f"{moved}: {first['candidate']['rationale'][moved]}" in changed
