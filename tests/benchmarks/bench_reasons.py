@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_run import Timing, timed  # noqa: E402  # the same timed child as `make bench`
+from bench_run import Timing, timed  # the same timed child as `make bench`
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = 1.10
