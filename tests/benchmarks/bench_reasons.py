@@ -105,9 +105,7 @@ def main() -> None:
     ratio = statistics.median(a.cpu / b.cpu for a, b in zip(ours, theirs, strict=True))
     wall_ratio = statistics.median(a.wall / b.wall for a, b in zip(ours, theirs, strict=True))
     verdict = "met" if ratio <= TARGET else "NOT MET"
-    print(
-        f"{args.cases:,} cases: CPU ratio {ratio:.3f} (wall {wall_ratio:.3f}); target <= {TARGET:.2f}: {verdict}"
-    )
+    print(f"{args.cases:,} cases: CPU ratio {ratio:.3f} (wall {wall_ratio:.3f}); target <= {TARGET:.2f}: {verdict}")
 
 
 if __name__ == "__main__":
