@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
 # The whole suite (what CI runs). test-fast: the edit loop, every test not marked `system` (the
-# end-to-end tests listed in tests/conftest.py), which needs neither the Ray extra nor a browser.
+# end-to-end tests, each marked in its file), which needs neither the Ray extra nor a browser.
 test: setup-ray browser
 	$(BIN)/python -m pytest
 
@@ -109,6 +109,10 @@ bench-loader: setup
 # what the metric adds to a 100,000-case run.
 bench-custom-metrics: setup
 	$(BIN)/python tests/benchmarks/bench_custom_metrics.py
+
+# run --until-decided in simulation: 500 pairs, false-fail rate, cases evaluated and judge calls saved vs fixed-n.
+bench-sequential: setup
+	$(BIN)/python tests/benchmarks/bench_sequential.py
 
 # Scoring 100,000 cases at K=10 on evidence anchored to documents, beside the id path, in one run.
 bench-evidence: setup

@@ -42,6 +42,8 @@ TABLE = "cases_table.json"
 AUDIT = "audit.json"
 TIMINGS = "timings.json"
 """Per stage of the system's timings: its name, the key prefix of its metrics, its figures."""
+SEQUENTIAL = "sequential.json"
+"""Where a run of ``run --until-decided`` stopped: cases evaluated, decision, each rule's bound."""
 CUSTOM_METRICS = "custom_metrics.json"
 """What each metric of the user's own config was in this run (``metrics.custom``): commands that
 read the run know its direction, range and definition without the user's config."""

@@ -23,6 +23,26 @@ def check_language(language: str | None) -> None:
 PHRASES: dict[str, dict[str, str]] = {
     # The report.
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},
+    # The sweep report (report --sweep).
+    "sweep_title": {"zh": "参数扫描报告", "en": "Sweep report"},
+    "sweep_points": {"zh": "各扫描点与基线的比较", "en": "The points against the baseline"},
+    "sweep_family": {
+        "zh": "差值为相对基线 {baseline} 的配对差值；{tests} 个比较（扫描点 × 指标）的区间按 Bonferroni 同时成立于 "
+        "{confidence}（每个 {level}）；* 表示经 Holm 校正后显著。",
+        "en": "Differences are paired, from the baseline {baseline}; the intervals of the {tests} comparisons "
+        "(points x metrics) hold together at {confidence} (Bonferroni, each at {level}); * significant after "
+        "Holm's adjustment.",
+    },
+    "sweep_front": {"zh": "帕累托前沿", "en": "The Pareto front"},
+    "sweep_front_over": {"zh": "前沿维度：{axes}；前沿上的点：{front}。", "en": "Over {axes}; on the front: {front}."},
+    "sweep_status_front": {"zh": "在前沿上", "en": "on the front"},
+    "sweep_status_dominated": {"zh": "以置信度被支配", "en": "dominated (with confidence)"},
+    "sweep_status_indistinguishable": {"zh": "与前沿无法区分", "en": "not distinguishable from the front"},
+    "sweep_recommendation": {"zh": "推荐", "en": "Recommendation"},
+    "sweep_point": {"zh": "扫描点", "en": "point"},
+    "sweep_overrides": {"zh": "覆盖项", "en": "overrides"},
+    "sweep_errored": {"zh": "出错", "en": "errored"},
+    "sweep_pareto": {"zh": "帕累托", "en": "pareto"},
     "identity": {"zh": "运行身份", "en": "Identity"},
     "official": {
         "zh": "官方定义：指标的定义与出处",

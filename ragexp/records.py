@@ -43,6 +43,9 @@ class SystemOutput:
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
     reranker). Shown on the case's stage spans; None: the system reports none."""
+    tokens: dict[str, int] | None = None
+    """The tokens the system's model used for this reply, as it reported them (``prompt``,
+    ``completion``); None: the reply reported no usage."""
 
     def graded_hash(self) -> str:
         """The hash a human label of this output names (:func:`graded_hash`)."""
@@ -63,6 +66,8 @@ class SystemOutput:
             data["doc_ids"] = self.doc_ids
         if self.stages is not None:
             data["stages"] = self.stages
+        if self.tokens is not None:
+            data["tokens"] = self.tokens
         return data
 
     @classmethod
@@ -78,6 +83,7 @@ class SystemOutput:
             ttft_seconds=data.get("ttft_seconds"),
             doc_ids=list(data.get("doc_ids", [])),
             stages=data.get("stages"),
+            tokens=data.get("tokens"),
         )
 
 

@@ -7,13 +7,14 @@ exists, so bad input never leaves a half-written run behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,11 +26,12 @@ from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
-from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
+from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
+from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
@@ -49,12 +51,13 @@ from ragexp.metrics.summary import score_cases, summarize
 from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
-from ragexp.records import CaseResult
+from ragexp.records import Case, CaseResult
 from ragexp.secrets import register_url, scrub
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
-    from ragexp.metrics.judge.scorer import JudgeScorer
+    from ragexp.metrics.judge.scorer import JudgeOutcome
+    from ragexp.metrics.judge.usage import Usage
 
 from ragexp import artifacts
 from ragexp.artifacts import error_text, nullable
@@ -69,6 +72,17 @@ TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
 """The figures logged per stage, as ``timing.<stage>.<figure>``."""
 
 
+class Judging(Protocol):
+    """What scores a run's judge metrics (:class:`ragexp.metrics.judge.scorer.JudgeScorer`)."""
+
+    adaptation_usage: Usage
+    """The judge's calls and tokens spent adapting its prompts before the run."""
+
+    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales)."""
+        ...
+
+
 @dataclass
 class Plan:
     """A validated run, ready to execute."""
@@ -80,7 +94,7 @@ class Plan:
     config_hash: str
     judge: str
     """Judge identity (``none`` without judge metrics)."""
-    scorer: JudgeScorer | None = None
+    scorer: Judging | None = None
     findings: list[Finding] | None = None
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
     custom: CustomMetrics = field(default_factory=CustomMetrics)
@@ -157,10 +171,12 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
     """
     custom = load_custom(config.metrics.custom)
-    specs = parse_metric_names(config.metrics.names, custom.specs)
+    specs = with_cost(parse_metric_names(config.metrics.names, custom.specs), config.cost)
     check_store_fields(config)
     path = resolve_path(config.dataset.path, data_roots())
     dataset = load_dataset(path, config.dataset.format)
+    if config.dataset.case_ids is not None:
+        dataset = only_cases(dataset, config.dataset.case_ids)
     corpus = None
     if config.dataset.corpus is not None:
         corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))
@@ -222,6 +238,12 @@ def check_config(
         )
     except MetricError as exc:
         raise MetricError(f"{exc}{metrics_that_fit(config, specs, dataset.label_fields, outputs)}") from None
+    check_prices(
+        config.cost,
+        reports_usage=provider.reports_usage(),
+        judged=bool(judge_specs),
+        provider=config.provider.name,
+    )
     provider.check(dataset)
     return provider
 
@@ -341,10 +363,13 @@ def execute(
     retry_errors: bool = False,
     parent: str | None = None,
     tags: dict[str, str] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> RunOutcome:
     """Create (or resume) the MLflow run, evaluate every case, score, log; mark the real status.
 
     ``parent`` nests the run under another (a sweep) in the MLflow UI; ``tags`` are added to it.
+    ``evaluate`` replaces the evaluation of every case (``run --until-decided`` evaluates batches
+    until the gate is decided): it returns the plan of the cases it evaluated, and their results.
     While a process evaluates a run it holds the run's lock: a second ``--resume`` is refused.
     """
     cfg = plan.config
@@ -363,7 +388,7 @@ def execute(
         done = _resume_state(plan, store, resume, retry_errors) if resume is not None else {}
         if resume is not None:
             store.set_running(run_id)
-        return _execute(plan, store, run_id, done, resumed=resume is not None, reserve=reserve)
+        return _execute(plan, store, run_id, done, resumed=resume is not None, reserve=reserve, evaluate=evaluate)
 
 
 @dataclass(frozen=True)
@@ -399,8 +424,31 @@ def run_config(
     return Evaluation(plan, execute(plan, store, resume=resume, retry_errors=retry_errors, tags=draft_tags))
 
 
+class Evaluate(Protocol):
+    """An evaluation of a run's cases other than all of them at once (see :func:`execute`)."""
+
+    def __call__(
+        self,
+        plan: Plan,
+        run_id: str,
+        done: dict[str, CaseResult],
+        checkpoint: Checkpoint | None,
+        arrived: list[CaseResult],
+    ) -> tuple[Plan, list[CaseResult]]:
+        """(plan, run id, results kept from a stopped attempt, checkpoint, the new results as they
+        arrive) -> (the plan of the cases evaluated, their results in that plan's order)."""
+        ...
+
+
 def _execute(
-    plan: Plan, store: Store, run_id: str, done: dict[str, CaseResult], *, resumed: bool, reserve: SpaceReserve
+    plan: Plan,
+    store: Store,
+    run_id: str,
+    done: dict[str, CaseResult],
+    *,
+    resumed: bool,
+    reserve: SpaceReserve,
+    evaluate: Evaluate | None = None,
 ) -> RunOutcome:
     checkpoint = Checkpoint(checkpoint_path(store.state_dir(), run_id)) if plan.provider.remote else None
     status = FAILED
@@ -411,9 +459,13 @@ def _execute(
         if not resumed:
             _log_dataset(plan, store, run_id)
         started = time.perf_counter()
-        results = _evaluate(plan, done, checkpoint, arrived)
+        logged = plan
+        if evaluate is None:
+            results = _evaluate(plan, done, checkpoint, arrived)
+        else:
+            logged, results = evaluate(plan, run_id, done, checkpoint, arrived)
         store.log_metrics(run_id, {"evaluation_seconds": time.perf_counter() - started})
-        outcome = _score_and_log(plan, store, run_id, results, resumed=resumed)
+        outcome = _score_and_log(logged, store, run_id, results, resumed=resumed)
         if outcome.case_count and outcome.error_count == outcome.case_count:
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
@@ -526,6 +578,19 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
     }
 
 
+def evaluate_cases(
+    plan: Plan,
+    cases: Sequence[Case],
+    done: dict[str, CaseResult],
+    checkpoint: Checkpoint | None,
+    arrived: list[CaseResult],
+) -> list[CaseResult]:
+    """The results of ``cases`` (a part of the plan's dataset), in their order: those in ``done``
+    kept, the others asked of the system with the run's concurrency, retries and checkpoint."""
+    part = dataclasses.replace(plan, dataset=dataclasses.replace(plan.dataset, cases=list(cases)))
+    return _evaluate(part, {case.id: done[case.id] for case in cases if case.id in done}, checkpoint, arrived)
+
+
 def _evaluate(
     plan: Plan, done: dict[str, CaseResult], checkpoint: Checkpoint | None, arrived: list[CaseResult]
 ) -> list[CaseResult]:
@@ -585,6 +650,8 @@ class Scored:
     """Judge metric -> per-case spread over repeats."""
     judge_metrics: dict[str, float] = field(default_factory=dict)
     """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
+    system_tokens: dict[str, float] = field(default_factory=dict)
+    """The tokens the system's replies reported (none when no reply reported usage)."""
 
     @property
     def error_count(self) -> int:
@@ -676,7 +743,12 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
-    return Scored(inputs, scores, errored, summary, spread, judge_metrics)
+    tokens = system_tokens(results)
+    if cfg.cost.prices is not None:
+        summary[COST], why_not = run_cost(cfg.cost, tokens, judge_metrics)
+        if why_not is not None:
+            info(f"warning: {why_not}")
+    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics())
 
 
 def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
@@ -733,6 +805,7 @@ def run_metrics(
     metrics["case_count"] = float(len(plan.dataset.cases))
     metrics["error_count"] = float(scored.error_count)
     metrics.update(scored.judge_metrics)
+    metrics.update(scored.system_tokens)
     metrics.update(trust.as_metrics())
     for stage in stage_rows(timings):
         for figure in TIMING_FIGURES:

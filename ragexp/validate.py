@@ -17,6 +17,7 @@ from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, sh
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
 from ragexp.datasets.screening import refuse_unscreened
 from ragexp.errors import ConfigError
+from ragexp.metrics.cost import with_cost
 from ragexp.metrics.custom import load_custom
 from ragexp.metrics.registry import parse_metric_names
 from ragexp.paths import data_roots
@@ -76,7 +77,9 @@ def check_dataset(
     provider = None
     if config is not None:
         # What run checks before any work, so that validate says ok only where run would start.
-        specs = parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs)
+        specs = with_cost(
+            parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs), config.cost
+        )
         provider = check_config(config, dataset, specs, concurrency=1)
     findings = None
     if chunks is not None:

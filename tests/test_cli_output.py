@@ -102,6 +102,7 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str], cwd: Path) -> tuple
     return proc.wait(timeout=120), drawn.decode("utf-8", "replace")
 
 
+@pytest.mark.system
 def test_progress_bar_with_rate_and_eta_on_a_terminal_only(store_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "MLFLOW_TRACKING_URI": store_uri, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
     slow = _slow_cases(tmp_path, 50)  # 50 cases one at a time, 0.04 s each: two seconds
@@ -210,6 +211,7 @@ def test_a_phase_without_a_count_shows_a_spinner_and_its_time_after_a_second() -
     assert quick.getvalue() == "" and piped.getvalue() == ""  # too short to show; not a terminal
 
 
+@pytest.mark.system
 def test_every_long_phase_of_a_large_replay_run_shows_progress(store_uri: str, tmp_path: Path) -> None:
     # 60,000 recorded cases: evaluating them is quick, loading, logging and tracing them is not.
     env = {**os.environ, "MLFLOW_TRACKING_URI": store_uri, "PYTHONPATH": str(ROOT), "COLUMNS": "160"}

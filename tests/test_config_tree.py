@@ -351,7 +351,6 @@ def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, m
     assert rubric.code == 1 and "needs an LLM judge" in rubric.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("preset", "dataset"), [("sample", "kb_zh"), ("fake", "kb_zh"), ("replay", "scifacts_zh")])
 def test_presets_without_outside_services_run(preset: str, dataset: str, ragexp: Any) -> None:
     result = ragexp("run", f"provider={preset}", f"dataset={dataset}", "--json")
@@ -402,7 +401,6 @@ def test_a_preset_is_a_selection_named_by_its_file(tmp_path: Path, monkeypatch: 
     assert renamed.config_hash[:12] == PINNED[("replay", "scifacts_zh")]
 
 
-@pytest.mark.slow
 def test_sweep_points_name_the_provider_as_a_single_run_does(ragexp: Any) -> None:
     swept = ragexp("run", "-m", "provider=fake,replay", "system=replay", "dataset=scifacts_zh", "k=3", "--json")
     assert swept.code == 0, swept.stderr

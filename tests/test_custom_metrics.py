@@ -79,6 +79,7 @@ def cases_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str,
 # --- a Python metric, end to end ----------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_a_python_metric_is_scored_logged_diffed_and_gated(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = run_json(ragexp, write_jsonl(tmp_path / "base.jsonl", rows(4)), custom(HOTLINE_METRIC))
     cand = run_json(ragexp, write_jsonl(tmp_path / "cand.jsonl", rows(2)), custom(HOTLINE_METRIC))
@@ -128,6 +129,7 @@ def test_a_python_metric_is_scored_logged_diffed_and_gated(ragexp: Any, store_ur
     assert planned["hotline"]["sd"] == pytest.approx(np.std(values, ddof=1) * math.sqrt(2))
 
 
+@pytest.mark.system
 def test_a_raising_a_wrong_and_an_out_of_range_value_are_errors_never_zero(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -168,6 +170,7 @@ def test_a_raising_a_wrong_and_an_out_of_range_value_are_errors_never_zero(
     ]
 
 
+@pytest.mark.system
 def test_a_slow_call_times_out_prints_go_to_stderr_and_calls_run_on_worker_threads(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -193,6 +196,7 @@ def test_a_slow_call_times_out_prints_go_to_stderr_and_calls_run_on_worker_threa
     assert threading.current_thread().name not in rules.SEEN.values()
 
 
+@pytest.mark.system
 def test_a_rationale_is_recorded_in_cases_and_on_the_trace(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", rows(2))
     payload = run_json(ragexp, data, custom("{name: graded, kind: python, target: 'tests.pipelines.rules:graded'}"))
@@ -204,6 +208,7 @@ def test_a_rationale_is_recorded_in_cases_and_on_the_trace(ragexp: Any, store_ur
     assert traces["case-0"]["graded"].rationale == "quotes 1 of 1 facts"
 
 
+@pytest.mark.system
 def test_an_mlflow_scorer_is_called_as_mlflow_calls_it(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from tests.pipelines import mlflow_rules
 
@@ -375,6 +380,7 @@ def judged(url: str) -> list[str]:
     ]
 
 
+@pytest.mark.system
 def test_a_rubric_is_judged_through_the_judge_client_cached_and_repeated(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -433,6 +439,7 @@ def test_a_rubric_is_judged_through_the_judge_client_cached_and_repeated(
     assert chinese["summary"]["gives_hotline"] == first["summary"]["gives_hotline"]
 
 
+@pytest.mark.system
 def test_a_changed_rubric_or_function_is_not_comparable_for_that_metric(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -471,6 +478,7 @@ def test_a_changed_rubric_or_function_is_not_comparable_for_that_metric(
 # --- the report, review queues, calibration -------------------------------------------------------
 
 
+@pytest.mark.system
 def test_the_report_says_defined_by_you(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = run_json(ragexp, write_jsonl(tmp_path / "base.jsonl", rows(4)), custom(HOTLINE_METRIC))
     cand = run_json(ragexp, write_jsonl(tmp_path / "cand.jsonl", rows(2)), custom(HOTLINE_METRIC))
@@ -613,6 +621,7 @@ def test_scoring_skips_failed_cases_and_the_unanswerable_ones_of_an_answerable_m
     assert all(not result.metric_errors for result in results)
 
 
+@pytest.mark.system
 def test_a_rubric_is_labelled_in_a_review_queue_and_calibrated_against_people(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

@@ -87,6 +87,7 @@ def _readme_commands() -> list[list[str]]:
     return commands
 
 
+@pytest.mark.system
 def test_readme_commands_run_as_shown(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     commands = _readme_commands()
@@ -136,6 +137,7 @@ def test_every_option_and_override_in_the_docs_is_exercised_by_a_test() -> None:
     assert missing == []
 
 
+@pytest.mark.system
 def test_gate_and_sample_pages_commands_run_as_shown(
     ragexp: Any, tmp_path: Path, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,9 +214,16 @@ def code_tag_names() -> frozenset[str]:
     """Every ``ragexp.*`` name the package spells outside docstrings and import paths: run tags,
     trace metadata, JUnit properties, lock names. A name completed at run time (``ragexp.sweep.failed.``
     + n) ends in ``*``."""
+    return frozenset(name for names in code_tag_names_by_module().values() for name in names)
+
+
+@functools.cache
+def code_tag_names_by_module() -> dict[str, frozenset[str]]:
+    """:func:`code_tag_names` by the module (path under the package) that spells each."""
     constants = _module_constants()
-    names: set[str] = set()
-    for _, tree in _package_trees():
+    by_module: dict[str, frozenset[str]] = {}
+    for path, tree in _package_trees():
+        names: set[str] = set()
         skip = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
         for node in ast.walk(tree):
             if isinstance(node, ast.BinOp | ast.JoinedStr):
@@ -231,7 +240,8 @@ def code_tag_names() -> frozenset[str]:
                 if name.endswith(".") and _is_module(name[:-1]):  # import_module(f"ragexp.cli.commands.{name}")
                     continue
                 names.add(name + "*" if after == UNKNOWN or name.endswith(".") else name)
-    return frozenset(names)
+        by_module[str(path.relative_to(PACKAGE))] = frozenset(names)
+    return by_module
 
 
 def _is_module(dotted: str) -> bool:
@@ -405,3 +415,114 @@ def test_a_run_writes_only_names_the_docs_list(ragexp: Any, store_uri: str) -> N
     keys |= {path for path, _, _, holds_model in _leaf_fields(RagexpConfig) if holds_model}
     params = {re.sub(r"^gates\.rules\..*", "gates.rules", p) for p in run.data.params}
     assert params - keys == set()
+
+
+# --- the lists that say they are complete, page by page -------------------------------------------
+
+
+def _section(page: str, heading: str) -> str:
+    """The prose of ``page`` under ``heading``, up to the next heading."""
+    text = _prose((ROOT / page).read_text(encoding="utf-8"))
+    rest = text[text.index(heading) + len(heading) :]
+    end = re.search(r"^#{1,6} ", rest, re.MULTILINE)
+    return rest[: end.start()] if end else rest
+
+
+def _family(name: str) -> str:
+    return re.sub(r"\.(<[^>]*>|N|\*)$", ".*", name)
+
+
+JUNIT = "compare/junit.py"
+
+
+def test_the_tags_table_holds_every_name_the_code_writes_and_the_junit_section_its_properties() -> None:
+    by_module = code_tag_names_by_module()
+    elsewhere = {name for module, names in by_module.items() if module != JUNIT for name in names}
+    junit = set(by_module[JUNIT]) - elsewhere
+    assert {"ragexp.verdict", "ragexp.gates"} <= junit  # the scan sees the JUnit properties
+    table = _section("docs/traces.md", "## Tags ragexp writes")
+    listed = {_family(name) for row in _table_rows(table) for name in DOC_TAG.findall(row[0])}
+    written = code_tag_names() - junit
+    assert sorted(n for n in listed if not any(_covers(n, w) or _covers(w, n) for w in written)) == []
+    assert sorted(w for w in written if not any(_covers(n, w) for n in listed)) == []
+    properties = _section("docs/ci.md", "## The JUnit report")
+    assert {_family(name) for name in DOC_TAG.findall(properties)} == junit
+
+
+def _metrics_bullet() -> str:
+    """The list of figures of docs/mlflow.md's ``metrics:`` bullet (up to its notes on stage names)."""
+    text = _prose((ROOT / "docs/mlflow.md").read_text(encoding="utf-8"))
+    bullet = text[text.index("- metrics:") :]
+    return bullet[: bullet.index("A stage name")]
+
+
+def test_the_mlflow_pages_figures_are_the_metrics_pages_both_ways() -> None:
+    _, figures = _documented_metrics()
+    listed = set(re.findall(r"`([^`]+)`", _metrics_bullet()))
+    assert "evaluation_seconds" in figures and "judge.*" in figures
+    assert listed == figures
+
+
+def test_a_metric_sets_limit_is_the_registrys_and_every_packaged_set_keeps_it() -> None:
+    import yaml
+
+    from ragexp.metrics.registry import MAX_JUDGE_METRICS, parse_metric_names
+
+    for page, text in _reference_prose().items():
+        for limit in re.findall(r"at most (\d+) judge metrics|the (\d+) judge metrics|1 to (\d+) names", text):
+            assert int("".join(limit)) == MAX_JUDGE_METRICS, page
+    stated = _prose((ROOT / "docs/config.md").read_text(encoding="utf-8"))
+    assert f"at most {MAX_JUDGE_METRICS} judge metrics" in stated
+    sets = sorted((ROOT / "conf" / "metrics").glob("*.yaml"))
+    assert {path.stem for path in sets} >= {"full", "offline"}
+    for path in sets:
+        names = yaml.safe_load(path.read_text(encoding="utf-8"))["names"]
+        judged = [spec for spec in parse_metric_names(names) if spec.judge]
+        assert len(names) >= 1 and len(judged) <= MAX_JUDGE_METRICS, path.name
+        counted = re.match(r"# (\d+) names", path.read_text(encoding="utf-8"))
+        assert counted is None or int(counted.group(1)) == len(names), path.name
+
+
+def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    """docs/mlflow.md: params are the keys config.md marks ``hash: yes`` that the run does not
+    leave null, plus ``dataset.name`` and ``gates.rules``; the blocks with runtime-only keys alone
+    are one ``{}`` each."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    client = MlflowClient(store_uri)
+    run_id = done.json()["run_id"]
+    params = client.get_run(run_id).data.params
+    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", str(tmp_path))).read_text())
+    rows = _table_rows(_prose((ROOT / "docs/config.md").read_text(encoding="utf-8")))
+    hashed = {row[0].strip("`"): row for row in rows if len(row) == 4 and row[2] == "yes"}
+    missing = object()
+    only_when = re.compile(r"only when it differs from its defaults?|leaves the config hash as it was")
+
+    def at_a_default_left_out(key: str) -> bool:
+        parts = key.split(".")
+        blocks = [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+        said = any(only_when.search(hashed[block][3]) for block in blocks if block in hashed)
+        return said and json.dumps(value(key), ensure_ascii=False) == hashed[key][1].strip("`")
+
+    def value(key: str) -> Any:
+        found: Any = config
+        for part in key.split("."):
+            found = found.get(part, missing) if isinstance(found, dict) else missing
+        return found
+
+    expected = {
+        key
+        for key in hashed
+        if "<" not in key and "[" not in key and not key.startswith("gates.rules")
+        if value(key) is not missing and value(key) is not None and not isinstance(value(key), dict)
+        if not at_a_default_left_out(key)
+    }
+    assert "metrics.custom" in hashed and "metrics.custom" not in expected  # the rule is read from the page
+    blocks = {key for key, text in params.items() if text == "{}" and isinstance(value(key), dict)}
+    assert blocks and "gates.rules" in params and "dataset.name" in params
+    assert set(params) - blocks - {"gates.rules", "dataset.name"} == expected

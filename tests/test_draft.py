@@ -347,6 +347,7 @@ def test_folder_corpus_is_chunked_with_stable_ids(ragexp: Any, drafter: str, tmp
     check_cases(read_cases(out), {chunk.id: chunk.text for chunk in chunks}, doc_of=lambda chunk: chunk.split("#")[0])
 
 
+@pytest.mark.system
 def test_screening_before_a_draft_counts(ragexp: Any, drafter: str, tmp_path: Path, store_uri: str) -> None:
     out = tmp_path / "draft.jsonl"
     made = ragexp("draft", "--corpus", str(KB_ZH), "--out", str(out), "--n", "26", *drafter_args(drafter))
@@ -393,6 +394,7 @@ def test_draft_field_is_checked_by_the_loader(tmp_path: Path) -> None:
     assert load_dataset(plain).cases[0].draft is None
 
 
+@pytest.mark.system
 def test_interrupted_drafting_resumes_without_paying_twice(tmp_path: Path) -> None:
     corpus_path = tmp_path / "chunks.jsonl"
     generated_corpus(corpus_path, 40)

@@ -1,4 +1,4 @@
-"""Screening drafted cases in an MLflow review queue: ``ragexp draft --review`` then ``--accept``.
+"""Screening drafted cases in an MLflow review queue: ``ragexp draft review`` then ``ragexp draft accept``.
 
 Reviewer answers are written as the Review page writes them: HUMAN-source feedback on the trace,
 named after the label schema (``mlflow.log_feedback``), as tests/test_label_queue.py does.
@@ -68,7 +68,7 @@ def draft_file(ragexp: Any, drafter: str, tmp_path: Path) -> Path:  # noqa: F811
 def review_and_accept(ragexp: Any, uri: str, draft: Path, tmp_path: Path) -> None:
     cases = read_cases(draft)
     corpus = {row["id"]: row["text"] for row in map(json.loads, KB_ZH.read_text("utf-8").splitlines())}
-    made = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH), "--json")
+    made = ragexp("draft", "review", str(draft), "--corpus", str(KB_ZH), "--json")
     assert made.code == 0, made.stderr
     queue = made.json()
     assert (queue["traces"], queue["passed_through"], queue["language"]) == (len(cases), 0, "zh")
@@ -94,8 +94,8 @@ def review_and_accept(ragexp: Any, uri: str, draft: Path, tmp_path: Path) -> Non
     assert isinstance(keep.input, label_schemas.InputPassFail) and keep.input.positive_label == "通过"
     problem = label_schemas.get_label_schema(PROBLEM, experiment_id=queue["experiment_id"])
     assert isinstance(problem.input, label_schemas.InputText) and "问题" in problem.instruction
-    text = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH))
-    assert text.code == 0 and "review-queue?selectedQueueId=" in text.stdout and "--accept" in text.stdout
+    text = ragexp("draft", "review", str(draft), "--corpus", str(KB_ZH))
+    assert text.code == 0 and "review-queue?selectedQueueId=" in text.stdout and "ragexp draft accept" in text.stdout
 
     # Reviewers: bob keeps the first half, carol rejects three with a reason, one answer is changed
     # (newest wins), the last two cases are not reviewed yet.
@@ -112,7 +112,7 @@ def review_and_accept(ragexp: Any, uri: str, draft: Path, tmp_path: Path) -> Non
 
     before = time.time()
     screened = tmp_path / "screened.jsonl"
-    accepted = ragexp("draft", "--accept", queue["queue"], "--out", str(screened), "--json")
+    accepted = ragexp("draft", "accept", queue["queue"], "--out", str(screened), "--json")
     assert accepted.code == 0, accepted.stderr
     outcome = accepted.json()
     assert (outcome["accepted"], outcome["rejected"], outcome["not_reviewed"]) == (len(kept), 3, 2)
@@ -137,7 +137,7 @@ def review_and_accept(ragexp: Any, uri: str, draft: Path, tmp_path: Path) -> Non
     assert ragexp("validate", "--path", str(screened)).code == 1
     for case in pending:
         answer(uri, by_case[case], KEEP, True, "dave")
-    by_id = ragexp("draft", "--accept", queue["queue_id"], "--out", str(screened))
+    by_id = ragexp("draft", "accept", queue["queue_id"], "--out", str(screened))
     assert by_id.code == 0, by_id.stderr
     assert f"{len(kept) + 2} accepted, 3 rejected (dropped), 0 not reviewed yet" in by_id.stdout
     final = read_cases(screened)
@@ -161,6 +161,7 @@ def test_review_queue_round_trip_keeps_exactly_the_accepted_cases(
     review_and_accept(ragexp, store_uri, draft_file(ragexp, drafter, tmp_path), tmp_path)
 
 
+@pytest.mark.system
 @pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 def test_review_queue_round_trip_on_the_tracking_server(
     ragexp: Any,
@@ -174,6 +175,7 @@ def test_review_queue_round_trip_on_the_tracking_server(
     review_and_accept(ragexp, server, draft, tmp_path)
 
 
+@pytest.mark.system
 def test_review_and_accept_refuse_bad_input_in_one_line(
     ragexp: Any,
     drafter: str,  # noqa: F811
@@ -184,7 +186,7 @@ def test_review_and_accept_refuse_bad_input_in_one_line(
     cases = read_cases(draft)
     # A source chunk missing from --corpus: file, line and field, before anything is logged.
     small = write_jsonl(tmp_path / "small.jsonl", [{"id": "other", "text": "无关内容。"}])
-    missing = ragexp("draft", "--review", str(draft), "--corpus", str(small))
+    missing = ragexp("draft", "review", str(draft), "--corpus", str(small))
     assert missing.code == 1
     assert missing.stderr.startswith(f"ragexp: error: {draft}:1: field 'draft.source_ids': chunk ")
     assert missing.stderr.count("\n") == 1
@@ -193,25 +195,28 @@ def test_review_and_accept_refuse_bad_input_in_one_line(
     for case in cases:
         case["draft"]["status"] = "screened"
     done = write_jsonl(tmp_path / "done.jsonl", cases)
-    nothing = ragexp("draft", "--review", str(done), "--corpus", str(KB_ZH))
+    nothing = ragexp("draft", "review", str(done), "--corpus", str(KB_ZH))
     assert nothing.code == 1 and "nothing to screen" in nothing.stderr
     # Unknown queue, and the wrong combinations of options.
-    unknown = ragexp("draft", "--accept", "no such queue", "--out", str(tmp_path / "x.jsonl"))
+    unknown = ragexp("draft", "accept", "no such queue", "--out", str(tmp_path / "x.jsonl"))
     assert unknown.code == 1 and "no draft review" in unknown.stderr
     assert not (tmp_path / "x.jsonl").exists()
-    both = ragexp("draft", "--review", str(draft), "--accept", "q", "--corpus", str(KB_ZH))
-    assert both.code == 1 and "two steps" in both.stderr
-    no_out = ragexp("draft", "--accept", "q")
+    both = ragexp("draft", "review", str(draft), "--out", "q", "--corpus", str(KB_ZH))
+    assert both.code == 1 and "No such option: --out" in both.stderr
+    no_out = ragexp("draft", "accept", "q")
     assert no_out.code == 1 and "--out" in no_out.stderr
+    old = ragexp("draft", "--accept", "q", "--out", str(tmp_path / "x.jsonl"))
+    assert old.code == 1 and "No such option: --accept" in old.stderr
     # A queue name MLflow would refuse, and a name already taken.
-    reserved = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH), "--queue", "Default")
+    reserved = ragexp("draft", "review", str(draft), "--corpus", str(KB_ZH), "--queue", "Default")
     assert reserved.code == 1 and "reserved" in reserved.stderr
-    first = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH), "--queue", "pass 1")
+    first = ragexp("draft", "review", str(draft), "--corpus", str(KB_ZH), "--queue", "pass 1")
     assert first.code == 0, first.stderr
-    again = ragexp("draft", "--review", str(draft), "--corpus", str(KB_ZH), "--queue", "pass 1")
+    again = ragexp("draft", "review", str(draft), "--corpus", str(KB_ZH), "--queue", "pass 1")
     assert again.code == 1 and "exists" in again.stderr
 
 
+@pytest.mark.system
 def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
     corpus = write_jsonl(
         tmp_path / "chunks.jsonl",
@@ -227,7 +232,7 @@ def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path
          "relevant_ids": ["fees"]},
     ]  # fmt: skip
     path = write_jsonl(tmp_path / "draft.jsonl", rows)
-    made = ragexp("draft", "--review", str(path), "--corpus", str(corpus), "--queue", "english", "--json")
+    made = ragexp("draft", "review", str(path), "--corpus", str(corpus), "--queue", "english", "--json")
     assert made.code == 0, made.stderr
     queue = made.json()
     assert (queue["traces"], queue["passed_through"], queue["language"]) == (1, 2, "en")
@@ -238,7 +243,7 @@ def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path
     (trace_id,) = queued_cases(store_uri, queue["queue_id"]).values()
     answer(store_uri, trace_id, KEEP, False, "erin")
     out = tmp_path / "screened.jsonl"
-    accepted = ragexp("draft", "--accept", "english", "--out", str(out))
+    accepted = ragexp("draft", "accept", "english", "--out", str(out))
     assert accepted.code == 0, accepted.stderr
     assert "0 accepted, 1 rejected (dropped), 0 not reviewed yet; wrote 2 cases" in accepted.stdout
     assert read_cases(out) == rows[1:]

@@ -541,6 +541,7 @@ def test_window_chunking_returns_the_windows_with_their_documents() -> None:
         Settings(chunking="window", chunk_chars=10, overlap=10)
 
 
+@pytest.mark.system
 def test_runs_of_different_chunkings_on_the_same_evidence_are_comparable(ragexp: Any) -> None:
     spans = "dataset=kb_zh_spans"
     doc = ragexp("run", spans, "--json")
@@ -699,6 +700,7 @@ def numbered_evidence(*numbers: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("preset", "path", "auth"),
     [
@@ -783,6 +785,7 @@ def test_framework_presets_read_the_documents_evidence_is_matched_in(
     assert result.json()["summary"]["recall_at_k"] == 1.0 and "warning" not in result.stderr
 
 
+@pytest.mark.system
 def test_the_sample_service_serves_windows_with_their_documents(ragexp: Any, tmp_path: Path) -> None:
     service = ROOT / "experiments/kb_zh/service.py"
     knobs = ["provider.system.sample.chunking=window", "provider.system.sample.chunk_chars=24"]

@@ -86,6 +86,7 @@ def worse_pair(ragexp: Any, tmp_path: Path) -> tuple[str, str]:
     return base["run_id"], cand["run_id"]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("gate", "why"),
     [
@@ -182,6 +183,7 @@ def test_init_quotes_the_cd_it_advises(ragexp: Any, tmp_path: Path, monkeypatch:
 # --- Ctrl-C at any moment ---------------------------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5])
 def test_sigint_at_any_moment_of_start_up_is_one_line_and_exit_130(tmp_path: Path, delay: float) -> None:
     # Moments are counted from when Python has imported ragexp's entry point (Python's own

@@ -111,6 +111,7 @@ response:
 """
 
 
+@pytest.mark.system
 def test_a_mapped_service_whose_expression_misses_is_an_error_not_a_zero(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,6 +152,7 @@ def test_a_mapped_service_whose_expression_misses_is_an_error_not_a_zero(
     assert report["error"].startswith("contract: ranked_ids: 'result.hits[].id' found nothing in 2 of the 2 items")
 
 
+@pytest.mark.system
 def test_the_probe_marks_an_output_no_chosen_metric_reads_and_passes(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,6 +293,7 @@ OPENAI = [
 ]
 
 
+@pytest.mark.system
 def test_a_streamed_service_that_sends_no_text_is_an_error_and_real_endings_are_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,6 +326,7 @@ def test_a_streamed_service_that_sends_no_text_is_an_error_and_real_endings_are_
     assert "error: contract: answer: the stream ended with no answer text" in probed.stdout
 
 
+@pytest.mark.system
 def test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -356,6 +360,7 @@ def test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume(
     assert len(attempts["halfline 2?"]) == 3 and len(attempts["what about 1?"]) == 1
 
 
+@pytest.mark.system
 def test_a_json_reply_after_a_byte_order_mark_is_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -198,6 +198,7 @@ def hostile_pair(ragexp: Any, tmp_path: Path) -> tuple[str, str]:
     return base.json()["run_id"], cand.json()["run_id"]
 
 
+@pytest.mark.system
 def test_hostile_ids_and_bodies_stay_text_in_summaries_junit_report_and_terminal(
     ragexp: Any, hostile_pair: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -45,6 +45,7 @@ def cases_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str,
     return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
+@pytest.mark.system
 def test_sample_service_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     with serve(SAMPLE) as url:
         result = http_run(ragexp, url, "--json")
@@ -64,6 +65,7 @@ def test_sample_service_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path) 
     assert refund["timings"]["keyword"] >= 0
 
 
+@pytest.mark.system
 def test_faults_are_retried_or_recorded_per_case(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = [
         "ok-1",
@@ -121,6 +123,7 @@ def count_runs(store_uri: str) -> int:
     return 0 if experiment is None else len(client.search_runs([experiment.experiment_id]))
 
 
+@pytest.mark.system
 def test_unreachable_service_is_one_line_and_no_run(ragexp: Any, store_uri: str) -> None:
     with serve(FAULTY) as url:
         pass  # started and stopped: nothing listens on its port any more
@@ -133,6 +136,7 @@ def test_unreachable_service_is_one_line_and_no_run(ragexp: Any, store_uri: str)
     assert count_runs(store_uri) == 0
 
 
+@pytest.mark.system
 def test_service_that_answers_nothing_stops_the_run_early(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "drop.jsonl", labelled([f"dropall-{i}" for i in range(40)]))
     with serve(FAULTY) as url:
@@ -183,6 +187,7 @@ def wait_for_checkpoint(store_uri: str, at_least: int) -> tuple[str, Path]:
     raise AssertionError("no checkpoint appeared")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("how", ["kill9", "sigterm"])
 def test_resume_after_a_crash_evaluates_only_missing_cases(
     ragexp: Any, store_uri: str, tmp_path: Path, how: str
@@ -224,6 +229,7 @@ def test_resume_after_a_crash_evaluates_only_missing_cases(
     assert not checkpoint.exists()  # a finished run needs no checkpoint
 
 
+@pytest.mark.system
 def test_secrets_never_reach_the_store_or_the_terminal(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,6 +266,7 @@ def test_secrets_never_reach_the_store_or_the_terminal(
     assert run.data.params["provider.system.headers_env.Authorization"] == "RAGEXP_SYSTEM_AUTH"
 
 
+@pytest.mark.system
 def test_missing_secret_variable_is_an_error_before_any_work(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,6 +281,7 @@ def test_missing_secret_variable_is_an_error_before_any_work(
     assert count_runs(store_uri) == 0
 
 
+@pytest.mark.system
 def test_tls_with_a_private_ca(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from tests.tls import make_ca_and_server_cert
 
@@ -293,6 +301,7 @@ def test_tls_with_a_private_ca(ragexp: Any, store_uri: str, tmp_path: Path) -> N
     assert client.get_experiment_by_name("untrusted") is None and client.get_experiment_by_name("plain") is None
 
 
+@pytest.mark.system
 def test_walkthrough_two_service_versions_diff_and_gate(ragexp: Any, tmp_path: Path) -> None:
     with serve(SAMPLE) as base_url, serve(SAMPLE, "--no-rerank", "--chunking", "sentence") as cand_url:
         base = http_run(ragexp, base_url, "--json").json()

@@ -86,6 +86,7 @@ def metadata_case_id(trace: Any) -> str:
     return str(trace.info.trace_metadata["ragexp.case_id"])
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("where", STORES)
 def test_long_and_unusual_case_ids_are_one_trace_each(
     ragexp: Any,
@@ -163,6 +164,7 @@ def stage_run(ragexp: Any, data: Path, url: str, experiment: str, *extra: str) -
     )
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("where", STORES)
 def test_stage_names_mlflow_refuses_finish_the_run_under_safe_metric_keys(
     ragexp: Any,
@@ -207,6 +209,7 @@ def test_stage_names_mlflow_refuses_finish_the_run_under_safe_metric_keys(
         assert not any(spelling in text for text in texts), spelling
 
 
+@pytest.mark.system
 def test_a_token_echoed_as_a_stage_name_is_masked_in_the_checkpoint(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,6 +272,7 @@ def test_hostile_config_values_are_refused_before_any_work(
     assert found is None or not client.search_runs([found.experiment_id])  # no run was created
 
 
+@pytest.mark.system
 @needs_server
 def test_values_at_every_limit_are_written_whole_on_the_team_server(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -303,6 +307,7 @@ def test_values_at_every_limit_are_written_whole_on_the_team_server(
     assert client.get_run(named.json()["run_id"]).info.run_name == "名" * 250
 
 
+@pytest.mark.system
 @needs_server
 def test_a_sweep_with_long_points_lands_on_the_team_server(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -323,6 +328,7 @@ def test_a_sweep_with_long_points_lands_on_the_team_server(
     assert len(points) == 2 and all(p.data.tags["note"] == long_note for p in points)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("options", "said"),
     [

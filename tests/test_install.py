@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 from tests.servers.procs import SAMPLE, serve
 from tests.test_config_tree import JUDGE, PINNED
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def _uv() -> str:

@@ -51,6 +51,7 @@ def _coverage(generate, reps: int = 1000) -> float:  # type: ignore[no-untyped-d
     return covered / reps
 
 
+@pytest.mark.system
 def test_coverage_at_nominal_95_on_25_discrete_pairs() -> None:
     def accuracy(rng: np.random.Generator) -> tuple[np.ndarray, float]:
         base, cand = rng.random(25) < 0.7, rng.random(25) < 0.6

@@ -66,6 +66,7 @@ def json_commands() -> set[str]:
     return found
 
 
+@pytest.mark.system
 def test_every_commands_json_is_strict_on_data_with_non_finite_values(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -100,6 +101,9 @@ def test_every_commands_json_is_strict_on_data_with_non_finite_values(
         args = ["draft", "--corpus", str(corpus), "--out", str(tmp_path / "d.jsonl"), "--n", "1", "--multi", "0"]
         drafted = ragexp(*args, "--unanswerable", "0", "--json", *drafter_args(url))
     outputs["draft"] = [strict(drafted.stdout)]
+    swept = ragexp("sweep", outputs["run"][1]["sweep"], "--json")
+    assert swept.stdout.strip(), swept.stderr
+    outputs["sweep"] = [strict(swept.stdout)]
     assert set(outputs) == json_commands()
 
     # What the non-finite numbers became: null, with the reason where a figure is missing.

@@ -102,6 +102,7 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
     return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
+@pytest.mark.system
 def test_judge_values_errors_cache_and_repeats(
     ragexp: Any, store_uri: str, tmp_path: Path, tls: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,6 +177,7 @@ def test_judge_values_errors_cache_and_repeats(
     assert KEY not in everything
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("where", ["sqlite", pytest.param("server", marks=needs_server)])
 def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_that_case_error(
     store_uri: str, tmp_path: Path, where: str
@@ -220,6 +222,7 @@ def test_a_rerun_served_by_the_cache_keeps_a_case_with_unusable_judge_output_as_
         assert rows["half"]["metrics"]["faithfulness"] == 0.5
 
 
+@pytest.mark.system
 def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: str, tmp_path: Path, tls: Any) -> None:
     ca, cert, key = tls
     prompts = tmp_path / "prompts"
@@ -259,6 +262,7 @@ def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: 
     assert noise_again.code == 0 and "cannot adapt" in noise_again.stderr  # remembered, still said
 
 
+@pytest.mark.system
 def test_half_written_prompt_files_in_the_state_dir_are_made_again(ragexp: Any, tmp_path: Path) -> None:
     # The state dir is shared by all of a user's runs (any store but SQLite): a prompts file
     # left half-written (a process killed mid-write) is made again, never a crash.

@@ -29,6 +29,8 @@ from tests.conftest import ROOT, write_jsonl
 from tests.test_compare import replay_rows
 from tests.test_ui import render, text_of, ui_server  # noqa: F401  (ui_server: the fixture)
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 ANSWER = "answer_accuracy"
 """The pass/fail metric every offline run has (people can score it)."""
 

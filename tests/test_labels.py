@@ -171,6 +171,7 @@ def replay_labelled(n: int, correct: list[bool], human: dict[int, float]) -> lis
     return rows
 
 
+@pytest.mark.system
 def test_run_reports_calibration_ppi_and_audit(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     n = 60
@@ -213,6 +214,7 @@ def test_run_reports_calibration_ppi_and_audit(ragexp: Any, store_uri: str, tmp_
     assert (out / "plots/human_answer_accuracy.svg").exists()
 
 
+@pytest.mark.system
 def test_a_corpus_of_another_dataset_is_not_audited_against(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", replay_labelled(5, [True] * 5, {}))
     result = ragexp("run", f"dataset.path={data}", "provider=replay", "k=3", "--json")  # kb_zh's corpus
@@ -223,6 +225,7 @@ def test_a_corpus_of_another_dataset_is_not_audited_against(ragexp: Any, store_u
     assert checked.code == 0 and "label audit skipped" in checked.stderr
 
 
+@pytest.mark.system
 def test_diff_and_gate_use_paired_ppi_on_shared_labelled_cases(ragexp: Any, tmp_path: Path) -> None:
     rng = np.random.default_rng(8)
     n = 80
@@ -266,6 +269,7 @@ def test_diff_and_gate_use_paired_ppi_on_shared_labelled_cases(ragexp: Any, tmp_
     assert rules[("recall_at_k", "max_drop")]["method"] == "sign-flip"
 
 
+@pytest.mark.system
 def test_kb_zh_with_the_judge_preset_shows_calibration_and_the_audit(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

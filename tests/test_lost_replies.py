@@ -25,6 +25,8 @@ from tests.servers.procs import DROPPROXY, FAULTY, proxy_seen, serve, stats
 from tests.test_compare import replay_rows
 from tests.test_http import labelled
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts/"
 LOCKS = "ragexp.promotion-lock."

@@ -77,6 +77,7 @@ def detection_rate(draw: Any, n: int, confidence: float, draws: int = 1000) -> f
     return hits / draws
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("n", "confidence"), [(35, 0.95), (100, 0.95), (400, 0.95), (120, 0.9)])
 def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_continuous(n: int, confidence: float) -> None:
     sd = 0.25
@@ -144,6 +145,7 @@ def seeded_runs(ragexp: Any, tmp_path: Path) -> tuple[str, str, np.ndarray, np.n
     return base["run_id"], cand["run_id"], per_case_mrr(base_specs), per_case_mrr(cand_specs)
 
 
+@pytest.mark.system
 def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragexp: Any, tmp_path: Path) -> None:
     base, cand, b_mrr, c_mrr = seeded_runs(ragexp, tmp_path)
     expected = textbook(float(np.std(c_mrr - b_mrr, ddof=1)), 50, 0.95)
@@ -192,6 +194,7 @@ def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragex
     assert {(r["metric"], r["rule"]): r["underpowered"] for r in tight.json()["rules"]}[("mrr", "max_drop")] is True
 
 
+@pytest.mark.system
 def test_junit_and_summary_flag_an_underpowered_rule(ragexp: Any, tmp_path: Path) -> None:
     base, cand, b_mrr, c_mrr = seeded_runs(ragexp, tmp_path)
     expected = textbook(float(np.std(c_mrr - b_mrr, ddof=1)), 50, 0.95)
@@ -221,6 +224,7 @@ def test_junit_and_summary_flag_an_underpowered_rule(ragexp: Any, tmp_path: Path
     assert "该门禁在 50 条样本上无法把 0.01 的下降与噪声区分开" in zh and f"可检测：{expected:.3g}" in zh
 
 
+@pytest.mark.system
 def test_power_before_any_candidate(ragexp: Any, tmp_path: Path) -> None:
     base, _, b_mrr, _ = seeded_runs(ragexp, tmp_path)
     found = ragexp("power", "--baseline", base, "--effect", "0.02", "--json")

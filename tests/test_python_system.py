@@ -52,6 +52,7 @@ def expected_output(question: str, k: int = 2) -> dict[str, Any]:
 # --- calling rules ----------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_keyword_function_gets_every_case_value_and_its_output_is_recorded(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -82,6 +83,7 @@ def test_keyword_function_gets_every_case_value_and_its_output_is_recorded(
     assert metrics["timing.retrieve.p50_seconds"] == pytest.approx(0.001)
 
 
+@pytest.mark.system
 def test_one_positional_parameter_gets_the_question_and_a_dataclass_is_mapped(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -101,6 +103,7 @@ def test_one_positional_parameter_gets_the_question_and_a_dataclass_is_mapped(
         assert recorded[row["id"]]["metrics"]["recall_at_k"] == 1.0
 
 
+@pytest.mark.system
 def test_input_template_is_the_one_argument(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -120,6 +123,7 @@ def test_input_template_is_the_one_argument(ragexp: Any, store_uri: str, cases: 
         assert recorded[row["id"]]["output"] == {**expected_output(row["question"]), "citations": []}
 
 
+@pytest.mark.system
 def test_async_function_returning_a_pydantic_model(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -138,6 +142,7 @@ def test_async_function_returning_a_pydantic_model(ragexp: Any, store_uri: str, 
         assert recorded[row["id"]]["latency_seconds"] >= 0.01  # the call's own await is measured
 
 
+@pytest.mark.system
 def test_langchain_retrieval_chain_through_its_preset(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     from tests.pipelines.chains import chain
 
@@ -172,6 +177,7 @@ def test_langchain_preset_reads_ids_from_metadata_when_documents_have_none(tmp_p
     assert (output.ranked_ids, output.contexts, output.answer) == (["m1", "i2"], ["x", "y"], "A")
 
 
+@pytest.mark.system
 def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     from tests.pipelines.llama import NodeRelationship, engine
 
@@ -198,6 +204,7 @@ def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str,
 # --- failures are per case --------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_an_exception_is_an_error_for_its_case_with_secrets_masked(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -213,6 +220,7 @@ def test_an_exception_is_an_error_for_its_case_with_secrets_masked(
     assert recorded["refund"]["error"] is None and recorded["refund"]["metrics"]["recall_at_k"] == 1.0
 
 
+@pytest.mark.system
 def test_a_field_of_the_wrong_type_is_an_error_naming_field_and_expression(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -221,6 +229,7 @@ def test_a_field_of_the_wrong_type_is_an_error_naming_field_and_expression(
     assert "ranked_ids: 'ranked_ids' gave a string, not a list of strings" in result.stderr
 
 
+@pytest.mark.system
 def test_a_slow_call_times_out_and_the_run_goes_on(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -240,6 +249,7 @@ def test_a_slow_call_times_out_and_the_run_goes_on(ragexp: Any, store_uri: str, 
     assert MlflowClient(store_uri).get_run(run_id).data.metrics["evaluation_seconds"] < 2.5
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("system", "target", "timeout"),
     [
@@ -284,6 +294,7 @@ def test_a_call_that_never_returns_lets_the_process_exit(
     assert recorded["password"]["error"] == f"timed out after {timeout:g} s (provider.system.timeout_s)"
 
 
+@pytest.mark.system
 def test_an_async_target_that_blocks_its_loop_ends_the_run(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -308,6 +319,7 @@ def test_an_async_target_that_blocks_its_loop_ends_the_run(
 # --- bad targets are refused before any run ---------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("target", "message"),
     [
@@ -375,6 +387,7 @@ def test_runnables_prefer_ainvoke_and_functions_are_classified() -> None:
 # --- the config hash --------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_config_hash_follows_the_target_file(ragexp: Any, cases: Path, tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()
@@ -440,6 +453,7 @@ def test_probe_of_a_failing_target_exits_1_with_its_error(ragexp: Any, tmp_path:
     assert "  error: PermissionError: upstream refused token" in result.stdout
 
 
+@pytest.mark.system
 @pytest.mark.skipif(not os.environ.get("RAGEXP_TEST_MLFLOW_SERVER"), reason="RAGEXP_TEST_MLFLOW_SERVER not set")
 def test_on_the_tracking_server(ragexp: Any, cases: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """PostgreSQL enforces the column lengths SQLite ignores: a long error and a long template."""

@@ -24,6 +24,8 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT
 from tests.servers.ray_head import QUIET_RAY, Cluster, descendants, ray_head
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
 

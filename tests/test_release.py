@@ -54,6 +54,7 @@ def cli(*args: str, uri: str, cwd: Path | None = None) -> subprocess.CompletedPr
 # --- which runs are compared -----------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_default_candidate_is_the_newest_comparable_run_after_the_baseline(ragexp: Any, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 8 + [{"rank": 2}] * 2))
     older = run_replay(ragexp, path)["run_id"]
@@ -86,6 +87,7 @@ def test_default_candidate_is_the_newest_comparable_run_after_the_baseline(ragex
     assert same.code == 1 and "is the baseline itself" in one_error_line(same.stderr)
 
 
+@pytest.mark.system
 def test_baseline_selectors(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 10))
     prod = run_replay(ragexp, path)["run_id"]
@@ -132,6 +134,7 @@ def test_baseline_selectors(ragexp: Any, store_uri: str, tmp_path: Path) -> None
     assert f"is comparable with {prod_k5}" in one_error_line(nothing_comparable.stderr)
 
 
+@pytest.mark.system
 def test_a_tag_baseline_is_found_in_another_experiment_when_the_candidates_has_none(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -197,6 +200,7 @@ def regressed_pair(ragexp: Any, tmp_path: Path) -> tuple[str, str]:
     return base["run_id"], cand["run_id"]
 
 
+@pytest.mark.system
 def test_junit_report_validates_and_carries_every_rule(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str, tmp_path: Path
 ) -> None:
@@ -270,6 +274,7 @@ def test_junit_report_validates_and_carries_every_rule(
     assert len(root.findall("testsuite/testcase")) == 6
 
 
+@pytest.mark.system
 def test_summary_of_gate_and_diff_in_both_languages(
     ragexp: Any, regressed_pair: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -314,6 +319,7 @@ def test_summary_of_gate_and_diff_in_both_languages(
     assert "alice" not in text and "pw@" not in text
 
 
+@pytest.mark.system
 def test_unwritable_outputs_are_refused_before_any_work(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str, tmp_path: Path
 ) -> None:
@@ -343,6 +349,7 @@ def holders(uri: str, experiment_id: str) -> list[str]:
     return sorted(run.info.run_id for run in runs)
 
 
+@pytest.mark.system
 def test_promote_moves_the_tag_only_when_the_gate_passes(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str
 ) -> None:
@@ -397,6 +404,7 @@ def paused_outside_a_write(proc: subprocess.Popen[str], db: Path) -> None:
     raise AssertionError("the gate held the store's write lock at every pause")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("where", ["sqlite", "server"])
 def test_two_concurrent_promotions_have_one_winner(where: str, server: str, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/store/mlflow.db" if where == "sqlite" else server
@@ -544,6 +552,7 @@ def run_github_job(runner: Runner, job: dict[str, Any], env: dict[str, str]) -> 
     return done
 
 
+@pytest.mark.system
 def test_ci_templates_run_their_steps_against_a_tracking_server(
     runner: Runner,
     server: str,

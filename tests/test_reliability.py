@@ -83,6 +83,7 @@ def only_run(store_uri: str, experiment: str = "ragexp") -> Any:
 # --- secrets -----------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("ending", ["\r\n", "\n", " \t"])
 def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
@@ -113,6 +114,7 @@ def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     assert kept["leak-3"]["error"] == "contract: response is not JSON (oops ***)"
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("value", "what"),
     [("Bearer ab\x01cd", "a control character"), ("Bearer tök€n", "a non-ASCII character")],
@@ -171,6 +173,7 @@ def test_url_credentials_are_masked_everywhere_and_the_header_wins(
         assert not any(secret in text for text in texts), secret
 
 
+@pytest.mark.system
 def test_the_judge_key_is_stripped_scrubbed_and_never_recorded(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,6 +215,7 @@ def test_the_judge_key_is_stripped_scrubbed_and_never_recorded(
 # --- no hangs ----------------------------------------------------------------------------------
 
 
+@pytest.mark.system
 def test_the_timeout_is_a_deadline_for_the_whole_attempt(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(["ok-1", "trickle-2", "ok-3"]))
     with serve(FAULTY) as url:
@@ -235,6 +239,7 @@ def test_the_timeout_is_a_deadline_for_the_whole_attempt(ragexp: Any, store_uri:
     assert rows["trickle-2"]["error"] == "timed out after 1 s after 2 attempts"
 
 
+@pytest.mark.system
 def test_a_service_that_never_answers_aborts_the_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"hang-{i}" for i in range(35)]))
     with serve(FAULTY) as url:
@@ -258,6 +263,7 @@ def test_a_service_that_never_answers_aborts_the_run(ragexp: Any, store_uri: str
     assert run.info.status == "FAILED" and run.data.tags["ragexp.status"] == "aborted"
 
 
+@pytest.mark.system
 def test_a_failing_judge_aborts_after_its_configured_number_of_calls(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -280,6 +286,7 @@ def test_a_failing_judge_aborts_after_its_configured_number_of_calls(
     assert calls["chat"] + calls["embeddings"] <= 4  # one call may be in flight when it stops
 
 
+@pytest.mark.system
 def test_a_tracking_server_killed_mid_run_fails_in_bounded_time_and_resume_completes(tmp_path: Path) -> None:
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -356,6 +363,7 @@ def wait_for_lines(folder: Path, at_least: int) -> Path:
     raise AssertionError("no checkpoint appeared")
 
 
+@pytest.mark.system
 def test_kill9_then_resume_asks_no_answered_case_again(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = [f"ok-{i}" for i in range(400)]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -374,6 +382,7 @@ def test_kill9_then_resume_asks_no_answered_case_again(ragexp: Any, store_uri: s
     assert 400 <= requests <= 404
 
 
+@pytest.mark.system
 def test_resume_retries_transport_failures_and_brings_the_tags_up_to_date(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -405,6 +414,7 @@ def test_resume_retries_transport_failures_and_brings_the_tags_up_to_date(
     } | {"p95_seconds": resumed.json()["summary"]["p95_seconds"]}
 
 
+@pytest.mark.system
 def test_retry_errors_asks_the_other_failures_again(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = ["ok-1", "contract-2", "bad400-3", "dropall-4", "dropall-5"]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -426,6 +436,7 @@ def test_retry_errors_asks_the_other_failures_again(ragexp: Any, store_uri: str,
     assert asked(second, third) == {"contract-2", "bad400-3", "dropall-4", "dropall-5"}
 
 
+@pytest.mark.system
 def test_a_second_resume_of_the_same_run_is_refused(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = [f"ok-{i}" for i in range(200)]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -453,6 +464,7 @@ def test_a_second_resume_of_the_same_run_is_refused(ragexp: Any, store_uri: str,
 # --- interrupts and exit codes ------------------------------------------------------------------
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("as_json", [False, True])
 def test_an_interrupted_run_says_how_to_resume_it(store_uri: str, tmp_path: Path, as_json: bool) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"ok-{i}" for i in range(200)]))
@@ -473,6 +485,7 @@ def test_an_interrupted_run_says_how_to_resume_it(store_uri: str, tmp_path: Path
         assert out == ""
 
 
+@pytest.mark.system
 def test_a_run_where_every_case_errored_exits_1_and_stays_marked(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"notimpl-{i}" for i in range(5)]))
     with serve(FAULTY) as url:
@@ -484,6 +497,7 @@ def test_a_run_where_every_case_errored_exits_1_and_stays_marked(ragexp: Any, st
     assert run.data.metrics["error_count"] == 5  # everything was logged all the same
 
 
+@pytest.mark.system
 def test_replies_the_code_cannot_hold_are_contract_errors(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = ["ok-1", "inf-2", "bigint-3", "deep-4", "huge-5"]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -586,6 +600,7 @@ def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_
     assert status == "FAILED"
 
 
+@pytest.mark.system
 def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri: str, tmp_path: Path) -> None:
     import socket
 
@@ -631,6 +646,7 @@ def read_only_view(source: Path, view: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(view)], check=False)
 
 
+@pytest.mark.system
 def test_a_read_only_store_can_be_read_but_not_run_into(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     first = ragexp("run", "provider=replay", "dataset=scifacts_zh", "--json").json()
     second = ragexp("run", "provider=replay", "dataset=scifacts_zh", "--json").json()
@@ -688,6 +704,7 @@ def test_a_dataset_with_a_byte_order_mark_is_accepted(ragexp: Any, tmp_path: Pat
     assert second.json()["dataset_hash"] == first.json()["dataset_hash"]
 
 
+@pytest.mark.system
 def test_k_must_be_an_integer_and_unicode_values_need_no_quotes(ragexp: Any, store_uri: str) -> None:
     boolean = ragexp("run", "k=true")
     assert boolean.code == 1 and "config: k: Input should be a valid integer (got True)" in boolean.stderr
@@ -698,6 +715,7 @@ def test_k_must_be_an_integer_and_unicode_values_need_no_quotes(ragexp: Any, sto
     assert [run["run_id"] for run in listed.json()["runs"]] == [named.json()["run_id"]]
 
 
+@pytest.mark.system
 def test_all_zero_judge_embeddings_are_a_case_error_not_a_warning(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     with serve(JUDGE, "--zero-embeddings") as url:
         result = ragexp(

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -30,6 +30,7 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
     return {row["id"]: row for row in map(json.loads, Path(path).read_text(encoding="utf-8").splitlines())}
 
 
+@pytest.mark.system
 def test_default_run_is_the_sample_system_with_explainable_misses(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     text = ragexp("run")
     assert text.code == 0, text.stderr
@@ -65,6 +66,7 @@ def test_default_run_is_the_sample_system_with_explainable_misses(ragexp: Any, s
     assert all(row["latency_seconds"] > 0 for row in rows.values())
 
 
+@pytest.mark.system
 def test_deterministic_and_same_hash(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     first = ragexp("run", "--json").json()
     second = ragexp("run", "--json").json()
@@ -148,6 +150,7 @@ def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, st
     assert own.json()["summary"]["recall_at_k"] == 1.0 and own.json()["summary"]["answer_accuracy"] == 1.0
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(
     ("flags", "knobs"),
     [
@@ -186,6 +189,7 @@ def test_system_module_alone() -> None:
         Settings(chunking="word")
 
 
+@pytest.mark.system
 def test_demo_end_to_end(ragexp: Any, tmp_path: Path) -> None:
     folder = tmp_path / "demo"
     result = ragexp("demo", "--store", str(folder))

@@ -15,6 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
 

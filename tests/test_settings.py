@@ -47,7 +47,7 @@ def test_init_inside_a_checkout_of_ragexp_refuses_in_one_line_and_writes_where_n
     ]
     assert tree(clone) == before  # neither conf/ nor the tracked .gitignore changed
     # Into the packaged tree of this very installation, or the package: refused the same way.
-    from ragexp.cli.init import plan_init
+    from ragexp.init import plan_init
 
     for inside, what in [(ROOT / "conf" / "mine", "is ragexp's packaged config tree"), (ROOT / "ragexp", "package")]:
         with pytest.raises(ConfigError, match=what):
@@ -125,6 +125,7 @@ def store_commands() -> set[str]:
     return found
 
 
+@pytest.mark.system
 def test_every_store_command_takes_both_spellings_with_one_precedence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,11 +163,23 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
     both("calibrate", cand, "--json", check=lambda r: None)
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    # The two runs as the points of a sweep (a Hydra multirun does not run under this test's
+    # plain-dict environment): the tags `run -m` writes.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    parent = client.create_run(
+        client.get_run(base).info.experiment_id, tags={"ragexp.sweep.role": "parent"}
+    ).info.run_id
+    client.set_terminated(parent)
+    for number, (run_id, point) in enumerate(((base, "k=3"), (cand, "k=5"))):
+        for key, value in (("", parent), (".num", str(number)), (".point", point), (".role", "point")):
+            client.set_tag(run_id, f"ragexp.sweep{key}", value)
+    both("sweep", parent, "--json", check=lambda r: r.json()["parent"] == parent or pytest.fail(r.stderr))
+    ids.add(parent)
     checked["run"] = {"--tracking-uri", "tracking.uri"}
     assert not (tmp_path / "mlruns").exists()
-    draft_store = invoke(
-        "draft", "--accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}"
-    )
+    draft_store = invoke("draft", "accept", "no-such-queue", "--out", str(tmp_path / "x.jsonl"), f"tracking.uri={uri}")
     assert draft_store.code == 1 and "no-such-queue" in draft_store.stderr and not (tmp_path / "mlruns").exists()
     checked["draft"] = {"tracking.uri"}
     assert set(checked) == store_commands() and all(len(v) >= 1 for v in checked.values())

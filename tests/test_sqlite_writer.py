@@ -104,6 +104,7 @@ def run_calls(store: Store, artifacts: Path) -> list[str]:
     return [first, second]
 
 
+@pytest.mark.system
 def test_a_run_writes_the_rows_mlflow_writes(tmp_path: Path) -> None:
     artifacts = tmp_path / "artifacts-in"
     (artifacts / "sub").mkdir(parents=True)
@@ -171,6 +172,7 @@ def traces() -> list[CaseTrace]:
     return cases
 
 
+@pytest.mark.system
 def test_traces_are_the_rows_mlflow_writes(tmp_path: Path) -> None:
     uris = {side: new_store(tmp_path / side) for side in ("mlflow", "direct")}
     stores = {"mlflow": Store(uris["mlflow"], direct=False), "direct": Store(uris["direct"])}
@@ -250,6 +252,7 @@ def test_calls_mlflow_would_refuse_are_left_to_mlflow(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.system
 def test_a_run_on_an_existing_store_does_not_import_mlflow(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}

@@ -77,6 +77,7 @@ def test_the_sample_systems_spans_show_what_bm25_and_the_reranker_produced(
     assert "ranked" not in spans["un-store"]["keyword"].outputs
 
 
+@pytest.mark.system
 def test_the_sample_service_over_http_gives_the_same_stage_detail(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     local = ragexp("run", "--json")
     with serve(SAMPLE) as url:
@@ -116,6 +117,7 @@ def test_a_python_targets_retrieval_scores_are_on_the_retrieval_span(
         assert [(d["id"], d["metadata"]["score"]) for d in documents] == [(n.node.id_, n.score) for n in nodes]
 
 
+@pytest.mark.system
 def test_a_mapped_services_scores_are_on_the_retrieval_span(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -138,6 +138,7 @@ def next_mlflow() -> str | None:
     return version if done.returncode == 0 and version != installed_mlflow() else None
 
 
+@pytest.mark.system
 @pytest.mark.skipif(next_mlflow() is None, reason="no .venv-next with an MLflow newer than the installed one")
 def test_stores_across_two_mlflow_releases_are_never_migrated_or_misread(tmp_path: Path) -> None:
     newer = str(next_mlflow())

@@ -85,7 +85,7 @@ def as_text(record: RunRecord) -> str:
 
 
 def test_reads_match_mlflow(history: dict[str, Any], store_uri: str) -> None:
-    direct, mlflow = Store(store_uri, read_only=True), Store(store_uri, direct=False)
+    direct, mlflow = Store(store_uri, must_exist=True), Store(store_uri, direct=False)
     assert direct._direct() is not None and mlflow._direct() is None
     for run_id in history.values():
         assert as_text(direct.get_run(run_id)) == as_text(mlflow.get_run(run_id))
@@ -151,6 +151,7 @@ def test_an_unknown_schema_or_workspaces_leave_reading_to_mlflow(
         reader.get_run(history["fake"])
 
 
+@pytest.mark.system
 def test_diff_and_gate_read_without_mlflow_and_record_where_mlflow_sees_it(
     history: dict[str, Any], store_uri: str
 ) -> None:

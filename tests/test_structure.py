@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,14 +135,15 @@ COMMAND_TOP_IMPORTS = {"__future__", "typing", "typer", "ragexp.cli.options", "r
 ``ragexp --help``, which reads every command's options, imports none of it."""
 COMMAND_MAX_LINES = 100
 ENTRY_POINTS = {
-    "init": {"ragexp.cli.init.init_project", "ragexp.cli.init.next_commands"},
-    "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep"},
+    "init": {"ragexp.init.init_project", "ragexp.init.next_commands"},
+    "run": {"ragexp.runner.run_config", "ragexp.sweep.run_sweep", "ragexp.sequential.run_until_decided"},
     "validate": {"ragexp.validate.check_dataset", "ragexp.validate.anchor_dataset"},
     "runs": {"ragexp.compare.listing.list_runs"},
     "gate": {"ragexp.compare.release.run_gate"},
     "diff": {"ragexp.compare.release.compare_runs"},
-    "report": {"ragexp.report.publish.publish_report"},
-    "demo": {"ragexp.cli.demo.run_demo"},
+    "sweep": {"ragexp.report.sweep.sweep_analysis"},
+    "report": {"ragexp.report.publish.publish_report", "ragexp.report.publish.publish_sweep_report"},
+    "demo": {"ragexp.demo.run_demo"},
     "power": {"ragexp.compare.release.baseline_power"},
     "label": {"ragexp.labels.workflow.label_run", "ragexp.labels.workflow.export_labels"},
     "calibrate": {"ragexp.labels.workflow.calibrate_labels"},
@@ -266,6 +268,15 @@ def test_the_library_does_not_import_the_cli() -> None:
     assert leaks == []
 
 
+def imported_modules(node: ast.AST) -> list[str]:
+    """The modules an ``import`` or absolute ``from ... import`` statement names (none for other nodes)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0:
+        return [node.module or ""]
+    return []
+
+
 def test_only_the_tracking_package_imports_mlflow() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -273,13 +284,7 @@ def test_only_the_tracking_package_imports_mlflow() -> None:
         if name.startswith("ragexp.tracking"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and node.level == 0
-                else []
-            )
+            targets = imported_modules(node)
             found += [f"{name} imports {target}" for target in targets if target.split(".")[0] == "mlflow"]
     assert found == []
     tracking = [_module_name(p) for p in (PACKAGE / "tracking").rglob("*.py")]
@@ -303,7 +308,7 @@ def test_every_command_module_is_thin() -> None:
                 top.add(node.module)
         assert top - COMMAND_TOP_IMPORTS - {"json", "os", "sys", "pathlib"} == set(), path.name
         public = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
-        assert public == [path.stem], path.name
+        assert public == [path.stem], path.name  # other modes: private functions in MODES
         assert _library_calls(tree) == ENTRY_POINTS[path.stem], path.name
         # No command module reaches into another (shared rendering is in cli/views.py).
         assert not any(target.startswith("ragexp.cli.commands.") for target in _imports(tree, _command_modules()))
@@ -311,8 +316,15 @@ def test_every_command_module_is_thin() -> None:
 
 def _library_calls(tree: ast.AST) -> set[str]:
     """``module.name`` of every function the module calls that it imports from outside the CLI's
-    own plumbing (options, console, views, render) and the error classes."""
-    plumbing = ("ragexp.cli.options", "ragexp.cli.console", "ragexp.cli.views", "ragexp.cli.render", "ragexp.errors")
+    own plumbing (options, console, views, render, the demo's screen) and the error classes."""
+    plumbing = (
+        "ragexp.cli.options",
+        "ragexp.cli.console",
+        "ragexp.cli.views",
+        "ragexp.cli.render",
+        "ragexp.cli.demo",
+        "ragexp.errors",
+    )
     imported = {
         alias.asname or alias.name: node.module
         for node in ast.walk(tree)
@@ -375,3 +387,144 @@ def test_loading_a_dataset_imports_nothing_of_the_store() -> None:
     assert "ragexp.limits" in reached  # the loader checks MLflow's limits, from outside the store
     assert sorted(m for m in reached if m.startswith("ragexp.tracking")) == []
     assert sorted(m for m in _reachable(graph, "ragexp.datasets.screening") if m.startswith("ragexp.draft")) == []
+
+
+# --- the test loop: one marker scheme, every marker selected, no whole run in a fast test -------
+
+BUILTIN_MARKS = {"parametrize", "skipif", "skip", "xfail", "usefixtures", "filterwarnings", "timeout"}
+
+
+def test_every_marker_is_declared_and_selected_by_a_target() -> None:
+    from tests.conftest import MARKERS
+
+    root = PACKAGE.parent
+    used = {
+        node.attr
+        for path in (root / "tests").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "pytest"
+    }
+    assert used - BUILTIN_MARKS == set(MARKERS)
+    targets = (root / "Makefile").read_text(encoding="utf-8") + (root / "scripts/mlflow-next.sh").read_text(
+        encoding="utf-8"
+    )
+    selected = set(re.findall(r"pytest[^\n]* -m \"?(?:not )?(\w+)", targets))
+    assert selected == set(MARKERS)
+    assert "\nmarkers =" not in (root / "pyproject.toml").read_text(encoding="utf-8")  # declared in one place
+
+
+def test_a_fast_test_cannot_start_a_whole_run_in_a_process() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import _starts_a_whole_run
+
+    assert _starts_a_whole_run(["/x/.venv/bin/ragexp", "run", "provider=fake"])
+    assert _starts_a_whole_run([sys.executable, "-c", "from ragexp.cli.app import main\nmain()", "demo"])
+    assert _starts_a_whole_run([sys.executable, "-m", "ragexp", "run"])
+    assert not _starts_a_whole_run(["/x/.venv/bin/ragexp", "--help"])
+    assert not _starts_a_whole_run([sys.executable, "-c", "from ragexp.cli.app import main", "validate"])
+    assert not _starts_a_whole_run(["git", "run"])
+    # This test is not marked system: the guard stops the process before it starts.
+    with pytest.raises(RuntimeError, match="starts a whole `ragexp run` in a process of its own"):
+        subprocess.run([sys.executable, "-c", "import ragexp.cli.app", "run"], check=False)
+
+
+# --- the CLI: short functions, modes as commands, typer's private API pinned ---------------------
+
+CLI_FUNCTION_MAX_LINES = 60
+TYPER_CHECKED = "0.29.2"
+"""The typer whose vendored click (``typer._click``, private) ``LazyCommands`` in
+``ragexp/cli/app.py`` was checked against: its methods are declared with those types, and typer
+offers no public ones."""
+
+
+def test_no_cli_function_is_over_60_lines() -> None:
+    long = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted((PACKAGE / "cli").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > CLI_FUNCTION_MAX_LINES
+    ]
+    assert long == []
+
+
+def test_typers_private_api_is_pinned_and_used_in_one_place() -> None:
+    from importlib.metadata import version
+
+    lock = (PACKAGE.parent / "requirements.lock").read_text(encoding="utf-8")
+    locked = re.search(r"^typer==(\S+)", lock, re.MULTILINE)
+    assert locked is not None and locked.group(1) == version("typer")
+    assert version("typer") == TYPER_CHECKED, (
+        f"typer {version('typer')} is not the {TYPER_CHECKED} that ragexp/cli/app.py's LazyCommands was checked "
+        "against (it subclasses TyperGroup with typer._click types): check it, then update TYPER_CHECKED"
+    )
+    users = sorted(
+        _module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "typer"
+        if any(part.startswith("_") for part in [*(node.module or "").split("."), *(a.name for a in node.names)])
+    )
+    assert users == ["ragexp.cli.app"]
+
+
+def test_a_commands_modes_are_commands_of_their_own(ragexp: Any) -> None:
+    from ragexp.cli.commands import draft
+
+    assert set(draft.MODES) == {"review", "accept"}
+    shown = ragexp("draft", "review", "--help")
+    assert shown.code == 0 and "draft review [OPTIONS] {file}" in shown.stdout
+    assert "--queue" in shown.stdout and "--n " not in shown.stdout
+    drafting = ragexp("draft", "--help")
+    assert "ragexp draft review FILE" in drafting.stdout and "--queue" not in drafting.stdout
+    # The loader still suggests a command when one is misspelt.
+    wrong = ragexp("gaet")
+    assert wrong.code == 1 and "Did you mean 'gate'?" in wrong.stderr
+
+
+# --- layering: the import graph reads top-down, as docs/development.md says ----------------------
+
+
+def documented_layers() -> dict[str, int]:
+    """docs/development.md's layering table: each package or module under ``ragexp/`` -> its layer
+    (1 is the top)."""
+    text = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    section = text[text.index("## Layering") :]
+    section = section[: section.index("\n## ", 4)] if "\n## " in section[4:] else section
+    layers: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d+)\. [^|]+\| (.+) \|$", section, re.MULTILINE):
+        for name in re.findall(r"`([^`]+)`", row[1]):
+            assert name not in layers, f"{name} is in two layers"
+            layers[name] = int(row[0])
+    return layers
+
+
+def _unit(module: str) -> str:
+    """``ragexp.compare.diff`` -> ``compare``; the package's own ``__init__`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    return sorted(
+        f"{name} (layer {layers[_unit(name)]}) imports {target} (layer {layers[_unit(target)]})"
+        for name, targets in graph.items()
+        for target in targets
+        if layers[_unit(target)] < layers[_unit(name)]
+    )
+
+
+def test_the_import_graph_reads_top_down_as_the_layering_says() -> None:
+    graph, layers = import_graph(), documented_layers()
+    units = {_unit(name) for name in graph}
+    assert set(layers) == units, "every package and module of ragexp/ is in one layer, and nothing else"
+    assert upward_imports(graph, layers) == []
+    # The check sees an upward import: a dataset rule importing the store would be one.
+    wrong = {**graph, "ragexp.datasets.loader": graph["ragexp.datasets.loader"] | {"ragexp.tracking.store"}}
+    assert upward_imports(wrong, layers) == ["ragexp.datasets.loader (layer 4) imports ragexp.tracking.store (layer 3)"]

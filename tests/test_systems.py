@@ -568,6 +568,7 @@ def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
     assert len(attempts["cut at 2?"]) == 3 and len(attempts["what about 1?"]) == 1
 
 
+@pytest.mark.system
 def test_a_stalled_stream_is_a_timeout(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -673,6 +674,7 @@ def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     )
 
 
+@pytest.mark.system
 def test_a_streamed_service_behind_a_private_ca(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

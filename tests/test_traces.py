@@ -163,6 +163,7 @@ def test_cap_traces_only_errored_and_imperfect_cases(ragexp: Any, store_uri: str
     assert off.code == 0 and traces_of(store_uri, off.json()["run_id"]) == []
 
 
+@pytest.mark.system
 def test_huge_answer_is_cut_in_the_trace_not_in_cases_jsonl(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     answer = "很长的回答。" * 180_000  # over 1 MB of UTF-8
     data = write_jsonl(
@@ -198,6 +199,7 @@ def break_assessments(db: Path) -> None:
         )
 
 
+@pytest.mark.system
 def test_store_error_while_tracing_marks_the_run_and_resume_gives_one_trace_per_case(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -231,6 +233,7 @@ def test_store_error_while_tracing_marks_the_run_and_resume_gives_one_trace_per_
     assert len(ids) == len(set(ids)) == 35 and not any(i.startswith("stale-") for i in ids)
 
 
+@pytest.mark.system
 def test_six_parallel_runs_lose_no_trace(store_uri: str, tmp_path: Path) -> None:
     MlflowClient(store_uri).create_experiment("ragexp")  # migrations once, before the crowd
     env = {**os.environ, "MLFLOW_TRACKING_URI": store_uri}
@@ -253,6 +256,7 @@ def test_six_parallel_runs_lose_no_trace(store_uri: str, tmp_path: Path) -> None
         assert sum(len(feedback(t)) for t in traces) == 22 * 5 + 3 * 2
 
 
+@pytest.mark.system
 def test_sweep_points_each_have_their_traces(ragexp: Any, store_uri: str) -> None:
     result = ragexp("run", "-m", "k=3,5", "--json")
     assert result.code == 0, result.stderr
@@ -316,6 +320,7 @@ def test_run_is_legible_in_the_ui(ragexp: Any, store_uri: str, tmp_path: Path) -
     assert ragexp("runs", "--config-hash", "zz", "--json").code == 1
 
 
+@pytest.mark.system
 def test_diff_and_gate_leave_a_record_on_the_candidate(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = ragexp("run", "--json").json()["run_id"]
     cand_id = ragexp("run", "+tags.role=candidate", "--json").json()["run_id"]
@@ -340,6 +345,7 @@ def test_diff_and_gate_leave_a_record_on_the_candidate(ragexp: Any, store_uri: s
     assert {m["name"] for m in diff["metrics"]} >= {"recall_at_k", "mrr"}
 
 
+@pytest.mark.system
 def test_judge_metrics_are_llm_judge_assessments(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -506,6 +512,7 @@ def test_a_saturated_server_is_asked_again_with_fewer_requests_in_flight() -> No
     assert max(seen[-40:]) > after  # answers in a row: more in flight again
 
 
+@pytest.mark.system
 def test_a_server_that_stops_answering_stops_the_trace_write_within_the_tracking_timeout() -> None:
     """A server that accepts StartTraceV3 and never answers (a hung server) is given
     ``tracking.timeout_s`` per call, MLflow's own retries included, not minutes: one line, then

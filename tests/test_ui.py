@@ -28,6 +28,8 @@ import pytest
 
 from tests.test_traces import case_id, traces_of
 
+pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 MLFLOW = [sys.executable, "-m", "mlflow"]
 SERVE = ["--host", "127.0.0.1", "--workers", "1"]
@@ -301,7 +303,7 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
 ) -> None:
     """What `ragexp demo` prints about the MLflow UI is what MLflow 3.17 has: its deep links open
     both comparisons, and the clicks it describes (tick both runs, then Compare) lead there."""
-    from ragexp.cli.demo import BASELINE_NAME, CANDIDATE_NAME
+    from ragexp.demo import BASELINE_NAME, CANDIDATE_NAME
 
     done = ragexp("demo", "--store", str(tmp_path / "mlruns"))  # the store the test's UI server serves
     assert done.code == 0, done.stderr

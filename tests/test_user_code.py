@@ -77,6 +77,7 @@ def run_process(*args: str, tmp_path: Path, **popen: Any) -> subprocess.Complete
     )
 
 
+@pytest.mark.system
 def test_an_import_that_hangs_is_bounded_by_the_timeout(tmp_path: Path) -> None:
     (tmp_path / "hangs_at_import.py").write_text(
         "import threading\nthreading.Event().wait()\ndef answer(question):\n    return {}\n", encoding="utf-8"
@@ -96,6 +97,7 @@ def test_an_import_that_hangs_is_bounded_by_the_timeout(tmp_path: Path) -> None:
     assert elapsed < 60
 
 
+@pytest.mark.system
 def test_a_module_that_raises_keyboardinterrupt_at_import_is_its_error(tmp_path: Path) -> None:
     (tmp_path / "interrupts_at_import.py").write_text("raise KeyboardInterrupt\n", encoding="utf-8")
     data = write_jsonl(tmp_path / "cases.jsonl", CASES)
@@ -109,6 +111,7 @@ def test_a_module_that_raises_keyboardinterrupt_at_import_is_its_error(tmp_path:
     )
 
 
+@pytest.mark.system
 def test_the_users_ctrl_c_during_a_python_run_is_still_exit_130(tmp_path: Path) -> None:
     (tmp_path / "slow_target.py").write_text(
         "import time\ndef answer(question):\n    time.sleep(30)\n    return {}\n", encoding="utf-8"
@@ -136,6 +139,7 @@ def test_the_users_ctrl_c_during_a_python_run_is_still_exit_130(tmp_path: Path) 
     assert "interrupted" in stderr
 
 
+@pytest.mark.system
 def test_what_a_target_prints_goes_to_stderr_escaped_and_json_still_parses(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES)
     done = run_process(
@@ -153,6 +157,7 @@ def test_what_a_target_prints_goes_to_stderr_escaped_and_json_still_parses(tmp_p
     assert lines.count("target: no newline yet ... done") == 3
 
 
+@pytest.mark.system
 def test_the_probe_keeps_stdout_for_its_report(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES)
     done = run_process(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.cli import demo
+from ragexp import demo
 from ragexp.compare.diff import MetricDiff
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.release import compare_runs, run_gate
@@ -217,6 +217,7 @@ def test_default_run_names_differ_in_their_first_characters(ragexp: Any, store_u
     assert demo.BASELINE_NAME[:6] != demo.CANDIDATE_NAME[:6]
 
 
+@pytest.mark.system
 def test_demo_pair_diff_words_what_changed_and_the_gate_that_ran(ragexp: Any, tmp_path: Path) -> None:
     """The demo's pair end to end: the words of diff, the report's "what changed" (every case
     that moved, with both runs' outputs), and a gate section equal to the gate that ran."""
@@ -299,5 +300,5 @@ def _rows(uri: str, run_id: str) -> list[dict[str, Any]]:
     from ragexp.compare.data import load_run
     from ragexp.tracking.store import Store
 
-    run = load_run(Store(uri, read_only=True), run_id)
+    run = load_run(Store(uri, must_exist=True), run_id)
     return [run.row(i) for i in range(len(run.case_ids))]

@@ -37,16 +37,27 @@ class LazyCommands(TyperGroup):
             return None
         if cmd_name not in self.commands:
             module = importlib.import_module(f"ragexp.cli.commands.{cmd_name}")
-            self.commands[cmd_name] = get_command_from_info(
-                CommandInfo(name=cmd_name, callback=getattr(module, cmd_name)),
-                pretty_exceptions_short=True,
-                rich_markup_mode=self.rich_markup_mode,
-            )
+            self.commands[cmd_name] = self._built(cmd_name, getattr(module, cmd_name))
         return self.commands[cmd_name]
+
+    def _built(self, name: str, callback: Any) -> _click.Command:
+        return get_command_from_info(
+            CommandInfo(name=name, callback=callback),
+            pretty_exceptions_short=True,
+            rich_markup_mode=self.rich_markup_mode,
+        )
 
     def resolve_command(
         self, ctx: _click.Context, args: list[str]
     ) -> tuple[str | None, _click.Command | None, list[str]]:
+        # `ragexp draft review FILE`: a command's MODES are commands of their own, named by two words.
+        named = len(args) > 1 and args[0] in COMMANDS
+        modes = getattr(importlib.import_module(f"ragexp.cli.commands.{args[0]}"), "MODES", {}) if named else {}
+        if named and args[1] in modes:
+            name = f"{args[0]} {args[1]}"
+            if name not in self.commands:
+                self.commands[name] = self._built(name, modes[args[1]])
+            return name, self.commands[name], args[2:]
         try:
             return super().resolve_command(ctx, args)
         except _click.exceptions.UsageError as exc:

@@ -76,3 +76,36 @@ def store_option(command: str, tracking_uri: str | None, overrides: list[str] | 
     from ragexp.config.tracking import store_uri  # here: --help imports no config code
 
     return store_uri(command, tracking_uri, overrides or [])
+
+
+UntilDecided = Annotated[
+    bool,
+    typer.Option(
+        "--until-decided",
+        help="With --baseline: evaluate in seeded random batches until the gate is decided (docs/gates.md).",
+    ),
+]
+DecidedAgainst = Annotated[
+    str | None, typer.Option("--baseline", help="With --until-decided: the run the gate compares with.")
+]
+Resume = Annotated[
+    str | None,
+    typer.Option(
+        "--resume", help="Continue this interrupted run (same config): only the cases it lacks are evaluated."
+    ),
+]
+Multirun = Annotated[
+    bool,
+    typer.Option(
+        "--multirun",
+        "-m",
+        help="Sweep: one run per point of comma-separated values (k=3,5,10), grouped under a parent run.",
+    ),
+]
+RetryErrors = Annotated[
+    bool,
+    typer.Option(
+        "--retry-errors",
+        help="With --resume: also ask again the cases that failed for other reasons than the transport.",
+    ),
+]

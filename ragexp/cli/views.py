@@ -24,11 +24,13 @@ if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
+    from ragexp.compare.sweeps import SweepAnalysis
     from ragexp.draft.review import Accepted
     from ragexp.draft.workflow import DraftedSet, InReview
     from ragexp.labels.workflow import Calibrated, Queued
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
+    from ragexp.sequential import SequentialOutcome
     from ragexp.sweep import SweepOutcome
 
 """Cases a run lists among those it missed; the rest are counted."""
@@ -336,6 +338,18 @@ def show_gate(outcome: GateOutcome) -> None:
     print_gate_power(result)
 
 
+def show_sequential(outcome: SequentialOutcome) -> None:
+    """Where ``run --until-decided`` stopped, and each rule's anytime-valid bound."""
+    saved = outcome.total - outcome.evaluated
+    print(
+        f"until decided: {outcome.decision} after {outcome.evaluated} of {outcome.total} cases "
+        f"({saved} not evaluated), against baseline {outcome.baseline}"
+    )
+    for rule in outcome.rules:
+        print(f"  {terminal(rule.message)}")
+    print()
+
+
 def gate_exit(outcome: GateOutcome) -> int:
     """Say what became of the promotion; the exit code: 0 passed, 2 failed, 1 promotion lost."""
     if outcome.tag and not outcome.result.passed:
@@ -487,7 +501,7 @@ def show_draft_review(queued: InReview) -> None:
         + (f", {made.passed_through} already screened or not drafted left as they are" if made.passed_through else "")
     )
     print_queue_link(made.url, queued.base, queued.store_uri)
-    print(f"then: ragexp draft --accept '{made.queue}' --out screened.jsonl")
+    print(f"then: ragexp draft accept '{made.queue}' --out screened.jsonl")
 
 
 def show_accepted(out: Path, result: Accepted) -> None:
@@ -500,3 +514,64 @@ def show_accepted(out: Path, result: Accepted) -> None:
             f"the {result.pending} not reviewed stay draft.status 'draft' (ragexp run refuses them): review them "
             f"and run this again, or drop them from {out}"
         )
+
+
+STATUS_WORDS = {
+    "front": "on the front",
+    "dominated": "dominated (with confidence)",
+    "indistinguishable": "not distinguishable from the front",
+}
+
+
+def show_sweep_points(analysis: SweepAnalysis) -> None:
+    """``ragexp sweep``: one row per point, its deltas from the baseline, latency, cost, status."""
+    shown = [name for name in analysis.objectives[1:]]
+    rows = []
+    for point in analysis.points:
+        deltas = []
+        for name in analysis.quality:
+            delta = point.deltas.get(name)
+            if point.run_id == analysis.baseline.run_id:
+                deltas.append("baseline")
+            elif delta is None or delta.delta is None:
+                deltas.append("-")
+            else:
+                mark = "*" if delta.significant else ""
+                deltas.append(f"{signed(delta.delta)}{mark} [{signed(delta.ci_low)}, {signed(delta.ci_high)}]")
+        rows.append(
+            [
+                str(point.number) if point.number >= 0 else "-",
+                point.overrides or point.run_id,
+                fmt(point.metrics.get(analysis.metric)),
+                *deltas,
+                *(fmt(point.metrics.get(name)) for name in shown),
+                f"{int(point.run.errored.sum())}/{len(point.run.case_ids)}",
+                STATUS_WORDS[point.status],
+            ]
+        )
+    headers = ["point", "overrides", analysis.metric, *(f"Δ {name}" for name in analysis.quality), *shown]
+    print(table([*headers, "errored", "pareto"], rows))
+    print(
+        terminal(
+            f"Δ: against the baseline {analysis.baseline.label} (run {analysis.baseline.run_id}); intervals hold "
+            f"together at {analysis.confidence:.0%} over {analysis.tests} comparisons (Bonferroni, each at "
+            f"{analysis.level:.2%}); * significant after Holm's adjustment over the same comparisons"
+        )
+    )
+    for name, why in analysis.left_out.items():
+        print(terminal(f"{name}: left out of the front: {why}"))
+    front = ", ".join(point.label for point in analysis.front)
+    print(terminal(f"front over {' x '.join(analysis.objectives)}: {front}"))
+    print(terminal(f"recommendation: {analysis.recommendation.text()}"))
+    confirm = analysis.confirm
+    if confirm is None:
+        return
+    held = len(confirm.held_out)
+    print(terminal(f"chosen on {confirm.chosen_on} cases; {held} held out (--confirm {confirm.fraction:g})"))
+    if confirm.gate is None:
+        print(terminal(f"confirm: {confirm.skipped}"))
+        return
+    verdict = "passed" if confirm.gate.passed else "FAILED"
+    print(terminal(f"confirm run {confirm.run_id} on the {held} held-out cases: gate {confirm.gate.gates} {verdict}"))
+    for failure in confirm.gate.failures:
+        print(terminal(f"  {failure.message}"))

@@ -6,16 +6,54 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.power import Power, cannot_tell_line
+from ragexp.compare.sequential import (
+    bound_decision,
+    difference_sequence,
+    drop_decision,
+    mean_sequence,
+)
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.errors import ConfigError
-from ragexp.metrics.registry import METRICS, case_values_metric
+from ragexp.metrics.population import covered
+from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
 
 EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
+
+
+SEQUENTIAL_METHOD = "anytime-valid"
+"""``RuleResult.method`` of a rule decided on a confidence sequence (:mod:`ragexp.compare.sequential`)."""
+
+Decision = Literal["passed", "failed", "inconclusive"]
+"""What a sequential rule came to at its stop: ``inconclusive`` when the cases ran out first."""
+
+
+@dataclass(frozen=True)
+class SequentialBound:
+    """The anytime-valid interval of a rule of a sequential run, at its last look."""
+
+    low: float
+    high: float
+    """The interval of the mean paired difference (candidate - baseline), or of the candidate's
+    mean for a ``min``/``max`` rule."""
+    pairs: int
+    """The cases it is over (evaluated, scored by both runs, in the metric's population)."""
+    decision: Decision
+
+    @property
+    def width(self) -> float:
+        """How far apart its ends are: a true value at least this far beyond the rule's threshold
+        would have put the whole interval on one side (the change it can still tell)."""
+        return self.high - self.low
+
+    def to_json(self) -> dict[str, Any]:
+        return {"low": self.low, "high": self.high, "pairs": self.pairs, "decision": self.decision}
 
 
 Outcome = Literal["passed", "failed", "undecided"]
@@ -48,6 +86,8 @@ class RuleResult:
     population: str | None = None
     """The cases the metric was compared on, in words (``30 of 35 (answerable)``); None for a
     run-level figure or a rule on no comparison."""
+    sequential: SequentialBound | None = None
+    """The anytime-valid bound a sequential run's rule was decided on (None: a fixed-n rule)."""
 
     @property
     def passed(self) -> bool:
@@ -55,9 +95,16 @@ class RuleResult:
 
     def cannot_tell(self, language: str = "en") -> str | None:
         """The sentence saying what an underpowered rule cannot tell; None when it is not."""
+        if self.inconclusive:
+            return self.message
         if not self.underpowered or self.power is None or self.allowed is None:
             return None
         return cannot_tell_line(self.allowed, self.power, language)
+
+    @property
+    def inconclusive(self) -> bool:
+        """A sequential rule whose bound still reached both sides of its threshold at the stop."""
+        return self.sequential is not None and self.sequential.decision == "inconclusive"
 
     def to_json(self) -> dict[str, Any]:
         """The contract's failure object (``ragexp gate --json``'s ``failures``)."""
@@ -78,6 +125,7 @@ class RuleResult:
             "method": self.method,
             "detectable_effect": self.detectable_effect,
             "underpowered": self.underpowered,
+            **({"sequential": self.sequential.to_json()} if self.sequential is not None else {}),
             "population": self.population,
         }
 
@@ -165,7 +213,9 @@ def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
     errored = diff.candidate.errored
     calibration = {name: diff.candidate.calibration(name) for name in gates.rules}
     results = rule_results(gates, metrics, int(errored.sum()), int(errored.size), calibration)
-    return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, results)
+    if is_sequential(diff.candidate):
+        results = with_sequential(gates, results, sequential_values(diff.baseline, diff.candidate))
+    return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, apply_underpowered(gates, results))
 
 
 def gate_runs(
@@ -426,3 +476,149 @@ def _statistical_drop(
     )
     checked.method = _method(metric)
     return checked
+
+
+SEQUENTIAL_TAGS = ("sequential.total", "sequential.batch")
+"""The tags of a run of ``run --until-decided``: the dataset's cases, the cases per batch."""
+
+
+def is_sequential(run: RunData) -> bool:
+    """A run of ``run --until-decided``: its cases are those it evaluated, in the order it did."""
+    return bool(run.record.tag("sequential.total"))
+
+
+@dataclass
+class SequentialValues:
+    """The per-case values a sequential rule is decided on, over the evaluated cases in the order
+    they were evaluated."""
+
+    baseline: dict[str, np.ndarray]
+    candidate: dict[str, np.ndarray]
+    specs: dict[str, MetricSpec | None]
+    unanswerable: np.ndarray
+    looks: np.ndarray
+    """The evaluated-case counts after which the run decided (its batches' ends)."""
+    total: int
+    """Cases of the dataset."""
+
+
+def looks_of(evaluated: int, batch: int) -> np.ndarray:
+    """The batches' ends: every ``batch`` cases, and the last case evaluated."""
+    ends = [*range(batch, evaluated, batch), evaluated]
+    return np.array([end for end in ends if end > 0], dtype=np.int64)
+
+
+def sequential_values(baseline: RunData, candidate: RunData) -> SequentialValues:
+    """The values of a logged sequential run and of its baseline, paired on the candidate's cases."""
+    base = baseline.select([case_id for case_id in candidate.case_ids if case_id in set(baseline.case_ids)])
+    cand = candidate.select(base.case_ids)
+    names = set(candidate.metrics) | set(baseline.metrics) | {case_values_metric("errored").name}
+    b_values, c_values, specs = {}, {}, {}
+    for name in names:
+        b, c = base.per_case(name), cand.per_case(name)
+        if b is not None and c is not None:
+            b_values[name], c_values[name] = b, c
+            specs[name] = candidate.spec(name) or baseline.spec(name)
+    batch = int(candidate.record.tag("sequential.batch") or len(cand.case_ids) or 1)
+    total = int(candidate.record.tag("sequential.total"))
+    return SequentialValues(b_values, c_values, specs, base.unanswerable, looks_of(len(cand.case_ids), batch), total)
+
+
+def sequential_bounded(spec: MetricSpec | None) -> bool:
+    """A metric a confidence sequence can bound: a mean of per-case values with a known range."""
+    return spec is not None and spec.mean_of_cases and spec.high is not None and spec.high > spec.low
+
+
+def with_sequential(gates: GatesConfig, results: list[RuleResult], values: SequentialValues) -> list[RuleResult]:
+    """Each rule a confidence sequence can decide, decided on it (the others as :func:`rule_results`
+    checked them, on the evaluated cases)."""
+    confidence = gates.confidence
+    return [_sequential_rule(r, values, confidence) or r for r in results]
+
+
+def sequential_rules(gates: GatesConfig, values: SequentialValues) -> list[RuleResult]:
+    """The rules of ``gates`` a confidence sequence decides, each decided (what a sequential run
+    stops on)."""
+    found = []
+    for name, rule in gates.rules.items():
+        for kind, threshold in _bounds(rule):
+            blank = RuleResult(name, kind, None, None, threshold, "", "undecided")
+            checked = _sequential_rule(blank, values, gates.confidence)
+            if checked is not None:
+                found.append(checked)
+    return found
+
+
+def _sequential_rule(result: RuleResult, values: SequentialValues, confidence: float) -> RuleResult | None:
+    name, kind, threshold = result.metric, result.rule, result.threshold
+    spec = values.specs.get(name)
+    if kind not in ("max_drop", "min", "max") or threshold is None or not sequential_bounded(spec) or spec is None:
+        return None
+    base, cand = values.baseline.get(name), values.candidate.get(name)
+    if base is None or cand is None:
+        return None
+    width = float(spec.high) - spec.low  # type: ignore[arg-type]  # bounded: high is set
+    alpha = 1.0 - confidence
+    mask = np.isfinite(cand) & (np.isfinite(base) if kind == "max_drop" else True) & covered(spec, values.unanswerable)
+    counted = np.cumsum(mask)
+    looks = np.unique(counted[values.looks - 1]) if values.looks.size else np.empty(0, dtype=np.int64)
+    looks = looks[looks > 0]
+    evaluated = int(values.looks[-1]) if values.looks.size else 0
+    shown = f"after {evaluated} of {values.total} cases"
+    if not looks.size:
+        return RuleResult(
+            name, kind, None, None, threshold, f"{name}: no scored case {shown}, so '{kind}' cannot pass", "undecided"
+        )
+    b_mean = float(base[mask].mean()) if kind == "max_drop" else result.baseline
+    c_mean = float(cand[mask].mean())
+    if kind == "max_drop":
+        sequence = difference_sequence(cand[mask] - base[mask], width, alpha, looks)
+        low, high = sequence.last()
+        step = drop_decision(low, high, threshold, spec.direction)
+        what = f"anytime-valid interval of the paired difference [{signed(low)}, {signed(high)}] {shown}"
+        bound = f"the allowed drop {threshold:g}"
+    else:
+        sequence = mean_sequence(cand[mask], spec.low, width, alpha, looks)
+        low, high = sequence.last()
+        step = bound_decision(low, high, kind, threshold)
+        what = f"anytime-valid interval of the candidate's mean [{fmt(low)}, {fmt(high)}] {shown}"
+        bound = f"the {'floor' if kind == 'min' else 'ceiling'} {threshold:g}"
+    decision: Decision = "inconclusive" if step == "open" else step
+    pairs = int(looks[-1])
+    found = SequentialBound(low, high, pairs, decision)
+    if decision == "failed":
+        message = f"{name}: {what} lies wholly beyond {bound}"
+    elif decision == "passed":
+        message = f"{name}: {what} lies wholly within {bound}"
+    else:
+        message = (
+            f"{name}: inconclusive {shown}: the {what.removeprefix('anytime-valid ')} reaches both sides of "
+            f"{bound} (it tells apart only values {fmt(found.width)} or more beyond it)"
+        )
+    checked = RuleResult(
+        name,
+        kind,
+        b_mean,
+        c_mean,
+        threshold,
+        message,
+        "failed" if decision == "failed" else "passed",
+        SEQUENTIAL_METHOD,
+        found.width,
+        decision == "inconclusive",
+    )
+    checked.sequential = found
+    checked.population = f"{pairs} of {evaluated} evaluated ({values.total} in the dataset)"
+    return checked
+
+
+def apply_underpowered(gates: GatesConfig, results: list[RuleResult]) -> list[RuleResult]:
+    """``gates.on_underpowered: fail``: a passed rule that cannot tell (underpowered, or left
+    inconclusive by a sequential run) fails the gate; ``warn`` leaves every verdict as it is."""
+    if gates.on_underpowered != "fail":
+        return results
+    for result in results:
+        if result.passed and result.underpowered:
+            result.outcome = "failed"
+            result.message += "; it cannot tell, which gates.on_underpowered=fail makes a failure"
+    return results

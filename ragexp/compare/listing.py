@@ -46,7 +46,7 @@ def list_runs(
         if not prefix or any(c not in "0123456789abcdef" for c in prefix):
             raise ConfigError(f"--config-hash: expected hexadecimal digits, got {config_hash!r}")
         clauses.append(f"tags.`{TAG_PREFIX}config_hash` LIKE '{prefix}%'")
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     if sweep:
         parent = store.get_run(sweep)
         experiment = store.experiment_name(parent.experiment_id)

@@ -129,7 +129,7 @@ def compare_runs(
     summary_path = check_writable("--summary", summary)
     check_language(language)
     selector = parse_selector(baseline)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     given = store.get_run(candidate)
     chosen = resolve_baseline(store, selector, candidate=given)
     if chosen.asked:
@@ -229,7 +229,7 @@ def run_gate(
     config = compose(list(overrides))
     gates = config.gates
     check_gate(gates)
-    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri), read_only=True)
+    store = Store(chosen_uri(tracking_uri, overrides, config.tracking.uri), must_exist=True)
     given = store.get_run(candidate) if candidate else None
     chosen, expected = _choose_under_tag(store, selector, given, tag)
     # Whatever was chosen (not named by id) is said once the runs and the tag's holders are
@@ -325,7 +325,7 @@ def baseline_power(
     detects, and with ``effect`` the cases it needs."""
     check_effect(effect)
     selector = parse_selector(baseline)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     chosen = resolve_baseline(store, selector, candidate=None)
     if chosen.asked:
         say(chosen.how)

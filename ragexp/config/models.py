@@ -66,6 +66,9 @@ class DatasetConfig(Model):
     document's text or offsets past its end stop the run."""
     match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
     """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
+    case_ids: list[str] | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Evaluate only these cases of the file, by id (null: every case); ``ragexp sweep
+    --confirm`` sets it for its confirm run (the held-out cases)."""
 
 
 def _unit_range() -> list[float | None]:
@@ -188,6 +191,13 @@ class ResponseMapping(Model):
     scores: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of the retrieval scores, aligned with ``ranked_ids`` (a list of numbers): shown
     on the case's retrieval span, never scored."""
+    prompt_tokens: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the prompt (input) tokens the system's model used for the reply (a
+    non-negative integer; OpenAI-compatible ``usage.prompt_tokens``); summed into the run's
+    ``system.prompt_tokens`` and priced by ``cost.prices.system``. Finding nothing is no error:
+    the case reported no usage."""
+    completion_tokens: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the completion (output) tokens of the reply, as ``prompt_tokens``."""
     stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
     names as in ``timings``), shown on the case's stage spans, never scored."""
@@ -359,11 +369,12 @@ class ProviderConfig(Model):
 class GateRule(Model):
     max_drop: float | None = Field(None, ge=0)
     """Largest allowed regression in the metric's bad direction (0: no regression)."""
+    max_increase: float | None = Field(None, ge=0, json_schema_extra={"identity_omit_null": True})
+    """Largest allowed rise of a metric where lower is better (``cost``, ``p95_seconds``), in the
+    metric's own unit (``ttft_p95_seconds: {max_increase: 0.2}``: at most 0.2 s slower to the first
+    token); on a metric where higher is better the rule cannot be checked."""
     max_increase_ratio: float | None = Field(None, ge=0)
     """Largest allowed relative move in the bad direction (0.2: at most 20% worse)."""
-    max_increase: float | None = Field(None, ge=0)
-    """Largest allowed rise, in the metric's own unit, of a metric where lower is better
-    (``ttft_p95_seconds: {max_increase: 0.2}``: at most 0.2 s slower to the first token)."""
     min: float | None = None
     """Absolute floor on the candidate's value."""
     max: float | None = None
@@ -393,6 +404,19 @@ class GatesConfig(Model):
     """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
     """Random seed of the sign-flip draws, so results repeat."""
+    on_underpowered: Literal["warn", "fail"] = runtime("warn")
+    """What a rule that cannot tell does: an underpowered ``max_drop`` / ``max_increase_ratio``
+    rule, or a rule a sequential run (``run --until-decided``) left inconclusive. ``warn``: a
+    note beside its verdict; ``fail``: the rule fails the gate (exit 2)."""
+
+
+class SequentialConfig(Model):
+    """``ragexp run --baseline RUN --until-decided``: evaluate in batches until the gate is decided."""
+
+    batch: float = runtime(0.1, gt=0)
+    """Cases per batch: a share of the dataset below 1 (0.1: a tenth), a number of cases from 1 up."""
+    seed: int = runtime(0)
+    """Seed of the random order the cases are evaluated in."""
 
 
 class CalibrationConfig(Model):
@@ -425,6 +449,35 @@ class ReportConfig(Model):
     """Language of ``ragexp report`` (Chinese by default)."""
 
 
+class TokenPrices(Model):
+    """What tokens cost, per million tokens, in ``cost.currency``."""
+
+    prompt: float = Field(ge=0, allow_inf_nan=False)
+    """Price of one million prompt (input) tokens."""
+    completion: float = Field(ge=0, allow_inf_nan=False)
+    """Price of one million completion (output) tokens."""
+
+
+class CostPrices(Model):
+    """Prices of the two parts of a run that use tokens; a part left null costs nothing."""
+
+    system: TokenPrices | None = None
+    """The system under test's model, from the usage its replies report
+    (``provider.system.response.prompt_tokens``/``completion_tokens``)."""
+    judge: TokenPrices | None = None
+    """The judge's model, from the usage its replies report (embedding tokens count as prompt
+    tokens)."""
+
+
+class CostConfig(Model):
+    """How a run's tokens become its ``cost`` metric."""
+
+    prices: CostPrices | None = runtime(None)
+    """Price table; null: tokens are logged, no ``cost``."""
+    currency: str = runtime("USD", min_length=1, max_length=10)
+    """What the prices are in; shown beside ``cost``."""
+
+
 class RagexpConfig(Model):
     experiment: str = Field("ragexp", min_length=1)
     """MLflow experiment the run is logged to (``experiment=`` stays this name; it is not a group)."""
@@ -444,6 +497,8 @@ class RagexpConfig(Model):
     """Who answers, and who judges."""
     gates: GatesConfig
     """Release-gate thresholds used by ``ragexp gate``."""
+    sequential: SequentialConfig = runtime(SequentialConfig())
+    """Batches of ``run --until-decided`` (not part of the config hash)."""
     run_name: str | None = runtime(None, min_length=1, max_length=250)
     """MLflow run name (default: provider-dataset-kK-<short config hash>)."""
     tags: dict[str, str | int | float | bool] = Field(default_factory=dict, json_schema_extra=dict(RUNTIME_ONLY))
@@ -454,6 +509,8 @@ class RagexpConfig(Model):
     """How ``ragexp report`` presents the run."""
     calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
     """How judge scores are compared with the dataset's human scores."""
+    cost: CostConfig = Field(default_factory=lambda: CostConfig(), json_schema_extra=dict(RUNTIME_ONLY))
+    """Token prices, for the run's ``cost`` metric."""
 
     @field_validator("experiment")
     @classmethod

@@ -9,6 +9,7 @@ breaks one.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import difflib
 import hashlib
 import math
@@ -22,7 +23,7 @@ from typing import Any
 import orjson
 
 from ragexp import limits
-from ragexp.errors import DatasetError, DatasetErrors
+from ragexp.errors import ConfigError, DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
 from ragexp.records import Case, Evidence, SystemOutput, graded_hash
 
@@ -119,6 +120,20 @@ def load_dataset(path: Path, fmt: str = "auto") -> Dataset:
         label_fields=_label_fields(cases, fmt),
         output_fields=_output_fields(cases),
     )
+
+
+def only_cases(dataset: Dataset, case_ids: Sequence[str]) -> Dataset:
+    """The cases of ``dataset`` named in ``case_ids`` (``dataset.case_ids``), in the file's order,
+    with the hashes of that subset; an id the file does not hold is refused."""
+    wanted = set(case_ids)
+    known = {case.id for case in dataset.cases}
+    unknown = [case_id for case_id in case_ids if case_id not in known]
+    if unknown:
+        raise ConfigError(f"config: dataset.case_ids: no case {unknown[0]!r} in {dataset.path}")
+    cases = [case for case in dataset.cases if case.id in wanted]
+    labelled = dataset_hash(cases)
+    unlabelled = dataset_hash(cases, human=False) if any(case.human for case in cases) else labelled
+    return dataclasses.replace(dataset, cases=cases, dataset_hash=labelled, cases_hash=unlabelled)
 
 
 def dataset_hash(cases: list[Case], *, human: bool = True) -> str:

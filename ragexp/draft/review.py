@@ -1,15 +1,15 @@
-"""Screening drafted cases in an MLflow review queue: ``ragexp draft --review`` and ``--accept``.
+"""Screening drafted cases in an MLflow review queue: ``ragexp draft review`` and ``ragexp draft accept``.
 
-``--review`` logs a run in the experiment :data:`EXPERIMENT` holding the draft file as an
+``draft review`` logs a run in the experiment :data:`EXPERIMENT` holding the draft file as an
 artifact and one trace per case still ``draft.status: draft`` (the question, the source chunks as
 retrieved documents, the reference as the answer, the facts, reference and kind as expectations,
 the case id in the trace metadata), and a review queue over those traces asking two questions:
 keep this case? (pass/fail) and what is wrong? (free text), in the draft's language.
 
-``--accept`` reads the reviewers' answers (HUMAN feedback named after the questions, newest
+``draft accept`` reads the reviewers' answers (HUMAN feedback named after the questions, newest
 first): a kept case becomes ``draft.status: screened`` with ``draft.reviewer`` and
 ``draft.reviewed_at``, a rejected one is dropped, and a case nobody answered yet stays
-``draft.status: draft`` in the output, so a later ``--accept`` after more reviewing finishes it
+``draft.status: draft`` in the output, so a later ``draft accept`` after more reviewing finishes it
 and nothing drafted is lost (``ragexp run`` refuses those until they are screened).
 """
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 EXPERIMENT = "ragexp-draft-review"
 """The experiment holding every review of drafted cases (apart from the runs' own experiments)."""
 ARTIFACT = "draft.jsonl"
-"""The draft file as it was queued, kept on the review run: ``--accept`` rebuilds the cases from it."""
+"""The draft file as it was queued, kept on the review run: ``draft accept`` rebuilds the cases from it."""
 KEEP = "draft_keep"
 """Label schema: keep this case? (pass/fail)."""
 PROBLEM = "draft_problem"
@@ -58,7 +58,7 @@ CJK = re.compile(r"[\u3400-\u9fff]")
 
 @dataclass
 class ReviewQueue:
-    """What ``ragexp draft --review`` made."""
+    """What ``ragexp draft review`` made."""
 
     experiment_id: str
     run_id: str
@@ -88,7 +88,7 @@ class ReviewQueue:
 
 @dataclass
 class Accepted:
-    """What ``ragexp draft --accept`` decided."""
+    """What ``ragexp draft accept`` decided."""
 
     cases: list[dict[str, Any]]
     """The output: accepted (screened), not yet reviewed (still draft) and passed-through cases, in file order."""
@@ -162,7 +162,7 @@ def create_review(store: Store, path: Path, corpus: list[Chunk], queue: str | No
     chunks = {chunk.id: chunk for chunk in corpus}
     pending = [(line, case) for line, case in rows if _pending(case)]
     if not pending:
-        raise ConfigError(f"--review {path}: no case is still draft.status 'draft': nothing to screen")
+        raise ConfigError(f"draft review {path}: no case is still draft.status 'draft': nothing to screen")
     problems = []
     for line, case in pending:
         sources = case["draft"].get("source_ids") or case.get("relevant_ids") or []
@@ -205,7 +205,7 @@ def create_review(store: Store, path: Path, corpus: list[Chunk], queue: str | No
                 review_queues.add_items_to_review_queue(made.queue_id, item_ids=ids[start : start + 100])
         store.set_tags(run_id, {QUEUE_TAG: made.queue_id})
     except BaseException:
-        # An unfinished review is marked so in the UI; ``--accept`` never finds it (no queue tag).
+        # An unfinished review is marked so in the UI; ``draft accept`` never finds it (no queue tag).
         store.end_run(run_id, "FAILED")
         raise
     store.end_run(run_id, "FINISHED")
@@ -253,16 +253,16 @@ def accept(store: Store, queue: str) -> Accepted:
 
     experiment_id = store.experiment_id(EXPERIMENT, create=False)
     if experiment_id is None:
-        raise TrackingError(f"--accept {queue!r}: no draft review in {store.uri} (run ragexp draft --review first)")
+        raise TrackingError(f"draft accept {queue!r}: no draft review in {store.uri} (run ragexp draft review first)")
     _, review_queues = review.api()
     with review.calls(store, f"reading review queue {queue!r}"):
         found = _queue_named(review_queues, experiment_id, queue)
     if found is None:
-        raise TrackingError(f"--accept {queue!r}: no review queue of that name or id in experiment {EXPERIMENT}")
+        raise TrackingError(f"draft accept {queue!r}: no review queue of that name or id in experiment {EXPERIMENT}")
     with store.calling(f"finding the review run of queue {queue!r}"):
         runs = store.client.search_runs([experiment_id], filter_string=tag_filter(QUEUE_TAG, found.queue_id))
     if not runs:
-        raise TrackingError(f"--accept {queue!r}: the queue was not made by ragexp draft --review (no review run)")
+        raise TrackingError(f"draft accept {queue!r}: the queue was not made by ragexp draft review (no review run)")
     run_id = runs[0].info.run_id
     record: RunRecord = store.get_run(run_id)
     text = store.read_artifact(run_id, ARTIFACT).decode("utf-8")

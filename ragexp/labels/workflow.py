@@ -79,7 +79,7 @@ def export_labels(run_id: str, out: str | None, *, tracking_uri: str | None = No
     path = check_writable("--out", out)
     if path is None:
         raise ConfigError("label export: --out FILE is required")
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     data = load_run(store, run_id)
     labels = collect_labels(store, data)
     if (line := labels.ignored_line()) is not None:

@@ -117,6 +117,8 @@ class MetricSpec:
     """Judge metrics: the fields passed to the class's ``ascore``, in ragas' names."""
     custom: Custom | None = None
     """A metric of the user's own config (None: a metric of this registry)."""
+    priced: bool = False
+    """The run's tokens at ``cost.prices`` (``ragexp.metrics.cost``), not computed from the cases."""
 
     @property
     def official(self) -> bool:
@@ -161,6 +163,11 @@ def headline_metrics() -> list[str]:
 def case_values_metric(kind: CaseValues) -> MetricSpec:
     """The run-level metric whose per-case values are ``kind`` (``errored``: the error rate)."""
     return next(spec for spec in METRICS.values() if spec.case_values == kind and not spec.per_case)
+
+
+def cost_metric() -> MetricSpec:
+    """The run-level metric a price table gives."""
+    return next(spec for spec in METRICS.values() if spec.priced)
 
 
 def parse_metric_names(names: Sequence[str], custom: Sequence[MetricSpec] = ()) -> list[MetricSpec]:
@@ -815,6 +822,28 @@ def _register_offline_metrics() -> None:
             case_values="errored",
             definition="Share of cases with any error (system call or metric).",
             run_value=offline.run_error_rate,
+        )
+    )
+
+    register(
+        MetricSpec(
+            name="cost",
+            definition_zh=(
+                "本次运行所用 token 按 cost.prices 计算的费用：系统回复报告的 token 加上评审模型的 token"
+                "（每百万 token 的价格）。"
+            ),
+            direction="lower",
+            low=0.0,
+            high=None,
+            needs_labels=frozenset(),
+            needs_output=frozenset(),
+            source=PROJECT,
+            per_case=False,
+            priced=True,
+            definition=(
+                "What the run's tokens cost at cost.prices (per million tokens, in cost.currency): the tokens "
+                "the system's replies reported plus the judge's."
+            ),
         )
     )
 

@@ -54,6 +54,11 @@ class Provider(ABC):
         """What else is checkable before a run is created, reaching the system (a connection,
         an import); called after :meth:`check`."""
 
+    def reports_usage(self) -> bool:
+        """Whether the system's replies are read for the tokens its model used
+        (:attr:`SystemOutput.tokens`), so that ``cost.prices.system`` can price them."""
+        return False
+
     def identity(self) -> str | None:
         """What defines the system beyond its config (e.g. its knowledge base's content hash);
         enters the config hash. Called after :meth:`preflight`."""

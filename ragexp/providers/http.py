@@ -98,6 +98,9 @@ class HttpProvider(Provider):
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None
 
+    def reports_usage(self) -> bool:
+        return self.mapping is not None and self.mapping.reports_usage()
+
     def request_template(self) -> Any:
         """The body (POST) or query parameters (GET) of every request, before filling in a case."""
         if self.config.request is not None:

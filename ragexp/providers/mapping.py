@@ -175,7 +175,12 @@ _EXPRESSION_KEYS = (
     "doc_ids",
     "scores",
     "stages",
+    "prompt_tokens",
+    "completion_tokens",
 )
+
+TOKEN_KEYS = {"prompt_tokens": "prompt", "completion_tokens": "completion"}
+"""Mapping key -> the name of the count in :attr:`SystemOutput.tokens`."""
 
 LIST_KEYS = ("ranked_ids", "contexts", "citations")
 """Outputs whose expression must find a list: one that finds nothing (a missing key, a null, a
@@ -298,7 +303,31 @@ class CompiledMapping:
                 )
             output.doc_ids = doc_ids
         output.stages = self._stages(found.get("stages"), found.get("scores"), ranked)
+        output.tokens = self._tokens(found)
         return output
+
+    def reports_usage(self) -> bool:
+        """Whether replies are read for the tokens the system used."""
+        return any(key in self.expressions for key in TOKEN_KEYS)
+
+    def _tokens(self, found: Mapping[str, Any]) -> dict[str, int] | None:
+        """The usage a reply reported; a count that is there but no non-negative integer is an
+        error for the case (a number that cannot be read is not zero)."""
+        tokens: dict[str, int] = {}
+        for key, name in TOKEN_KEYS.items():
+            value = found.get(key)
+            if value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+                or value != int(value)
+            ):
+                raise MappingError(f"{key}: {self._expr(key)} must give a non-negative whole number, got {value!r}")
+            tokens[name] = int(value)
+        return tokens or None
 
     def _check_found(
         self, found: Mapping[str, Any], gaps: Mapping[str, Gaps | None], needed: frozenset[str] | None, where: Where

@@ -48,7 +48,7 @@ class Report:
     """File name -> SVG text (the Markdown links them; the HTML has them inline)."""
 
 
-class _Doc:
+class Doc:
     """Builds the Markdown and the HTML side by side from the same calls. Every text it is given
     is plain text (answers, case ids and error bodies among it), escaped here for each side."""
 
@@ -94,7 +94,7 @@ def build_report(
         diff, verdict = gate_runs(gates, base, run, allow_incomparable=allow_incomparable)
         gate = Gate.of(store, base, run, verdict, gates)
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
-    doc = _Doc()
+    doc = Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
     if base is not None:
         _what_changed(doc, case_changes(base, run), base, language)
@@ -138,7 +138,7 @@ class Gate:
         return cls(configured, False, path, config)
 
 
-def _what_changed(doc: _Doc, changes: Changes, base: RunData, language: str) -> None:
+def _what_changed(doc: Doc, changes: Changes, base: RunData, language: str) -> None:
     """Every case that got worse, then every case that got better, with what both runs did."""
     doc.heading(t("what_changed", language))
     doc.para(
@@ -220,7 +220,7 @@ def _reasons(change: CaseChange) -> str:
     return "; ".join(parts)[:600]
 
 
-def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> None:
+def _identity(doc: Doc, run: RunData, base: RunData | None, language: str) -> None:
     record = run.record
     doc.heading(t("identity", language))
     rows = [
@@ -251,7 +251,7 @@ def _identity(doc: _Doc, run: RunData, base: RunData | None, language: str) -> N
 
 
 def _columns(
-    doc: _Doc,
+    doc: Doc,
     run: RunData,
     base: RunData | None,
     config: dict[str, Any],
@@ -330,7 +330,7 @@ def _metric_row(spec: MetricSpec, language: str) -> list[str]:
     ]
 
 
-def _results(doc: _Doc, run: RunData, specs: list[MetricSpec], language: str) -> None:
+def _results(doc: Doc, run: RunData, specs: list[MetricSpec], language: str) -> None:
     doc.heading(t("results", language))
     rows = []
     for spec in specs:
@@ -411,7 +411,7 @@ def _source(spec: MetricSpec, language: str) -> str:
     return spec.source if spec.official else t("project", language)
 
 
-def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSpec], language: str) -> None:
+def _trust(doc: Doc, run: RunData, config: dict[str, Any], specs: list[MetricSpec], language: str) -> None:
     """Calibration against human scores and prediction-powered means, from the run's metrics."""
     labelled = [spec for spec in specs if spec.human_labels and spec.name in run.human]
     if not labelled:
@@ -475,7 +475,7 @@ def _trust(doc: _Doc, run: RunData, config: dict[str, Any], specs: list[MetricSp
             )
 
 
-def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
+def _audit(doc: Doc, store: Store, run: RunData, language: str) -> None:
     """The label audit's findings, when the run had a corpus to audit against."""
     if artifacts.AUDIT not in store.list_artifacts(run.run_id):
         return
@@ -491,7 +491,7 @@ def _audit(doc: _Doc, store: Store, run: RunData, language: str) -> None:
     )
 
 
-def _comparison(doc: _Doc, diff: DiffResult, base: RunData, run: RunData, language: str) -> None:
+def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, language: str) -> None:
     doc.heading(t("comparison", language))
     doc.render(metric_table(diff, language))
     with_ci = [m for m in diff.metrics if m.ci_low is not None and m.ci_high is not None and m.delta is not None]
@@ -518,7 +518,7 @@ def _comparison(doc: _Doc, diff: DiffResult, base: RunData, run: RunData, langua
         )
 
 
-def _gate(doc: _Doc, gate: Gate, language: str) -> None:
+def _gate(doc: Doc, gate: Gate, language: str) -> None:
     """The gate that ran on this pair, rule by rule; else the rule set applied here, said so."""
     result = gate.result
     doc.heading(t("gate", language), 3)
@@ -531,7 +531,7 @@ def _gate(doc: _Doc, gate: Gate, language: str) -> None:
     doc.render(rule_table(result, language))
 
 
-def _stage(doc: _Doc, diff: DiffResult, language: str) -> None:
+def _stage(doc: Doc, diff: DiffResult, language: str) -> None:
     """The likely stage, in the words ``ragexp diff`` prints (:meth:`Hint.text`)."""
     doc.heading(t("stage", language), 3)
     for line in [hint.text(language) for hint in diff.diagnosis] or [t("no_diagnosis", language)]:
@@ -558,9 +558,14 @@ b.setAttribute('data-errors',window.__errors.length);b.setAttribute('data-ready'
 """
 
 
-def _page(doc: _Doc, language: str, run: RunData) -> str:
+def _page(doc: Doc, language: str, run: RunData) -> str:
+    return page(doc, language, f"{t('title', language)} · {run.run_id}")
+
+
+def page(doc: Doc, language: str, title_text: str) -> str:
+    """The self-contained HTML page of a report built with ``doc``."""
     lang = "zh-CN" if language == "zh" else "en"
-    title = html(f"{t('title', language)} · {run.run_id}")
+    title = html(title_text)
     body = "\n".join(doc.html)
     return (
         f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8"><title>{title}</title>'

@@ -32,6 +32,11 @@ def _svg(fig) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.DOTALL)
 
 
+def figure_svg(fig) -> str:  # type: ignore[no-untyped-def]
+    """A figure drawn elsewhere, as inline SVG (closed afterwards)."""
+    return _svg(fig)
+
+
 def histogram(values: np.ndarray, name: str, low: float, high: float | None, shown: str | None = None) -> str:
     """``values``: the cases the metric's mean covers; ``shown``: that population in words."""
     fig, ax = _figure()

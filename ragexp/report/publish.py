@@ -32,7 +32,7 @@ def publish_report(
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
     check_language(language)
-    store = Store(tracking_uri, read_only=True)
+    store = Store(tracking_uri, must_exist=True)
     built, used = build_report(store, run_id, baseline, language, allow_incomparable)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
@@ -42,3 +42,31 @@ def publish_report(
     except TrackingError as exc:  # a read-only copy of a store: the report is on disk all the same
         say(f"warning: the report is not logged to run {run_id}: {exc}")
     return Published(folder, used)
+
+
+def publish_sweep_report(
+    parent: str,
+    *,
+    baseline: str | None = None,
+    out: str | None = None,
+    language: str | None = None,
+    tracking_uri: str | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> Published:
+    """``report --sweep PARENT``: the sweep's analysis (:func:`ragexp.report.sweep.sweep_analysis`,
+    logged under ``sweep/``) as a report, written to ``out`` (default ``reports/PARENT``) and
+    logged to the parent run under ``report/``."""
+    from ragexp.report.sweep import sweep_analysis, sweep_language, sweep_report
+
+    check_language(language)
+    analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)
+    store = Store(tracking_uri, must_exist=True)
+    built = sweep_report(analysis, sweep_language(store, analysis, language))
+    folder = Path(out) if out else Path("reports") / parent
+    written = write_report(built, folder)
+    files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
+    try:
+        store.log_files(parent, files)
+    except TrackingError as exc:
+        say(f"warning: the report is not logged to run {parent}: {exc}")
+    return Published(folder, f"sweep of {len(analysis.points)} points against {analysis.baseline.label}")

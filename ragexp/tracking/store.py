@@ -132,9 +132,13 @@ def _sqlite_path(uri: str) -> Path | None:
 class Store:
     """One MLflow tracking store.
 
-    ``read_only`` stores are only read (``runs``, ``diff``, ``gate``, ``report``): a SQLite file
-    that does not exist is an error rather than a new empty store, and no lock file is written,
-    so a read-only mount of a team's results can be read. ``timeout_s`` bounds how long a
+    ``must_exist`` opens a store that is already there (``runs``, ``diff``, ``gate``, ``report``,
+    ``label``): a SQLite file that does not exist is an error rather than a new empty store, and
+    no lock file is written, so a read-only mount of a team's results can be read. Such a store
+    is still written to: ``diff`` and ``gate`` record ``ragexp.gate.*`` tags and
+    ``comparisons/<baseline>/*.json`` on the candidate (a step of their own in
+    :mod:`ragexp.compare.release`: a read-only copy that refuses them leaves the result standing,
+    unrecorded), and it has no :meth:`sql_writer` for traces. ``timeout_s`` bounds how long a
     tracking server may fail to answer one call (MLflow's own retries would take minutes).
     ``direct=False`` sends every call through ``MlflowClient`` (as does ``RAGEXP_SQLITE_DIRECT=0``).
     """
@@ -143,12 +147,12 @@ class Store:
         self,
         uri: str | None = None,
         *,
-        read_only: bool = False,
+        must_exist: bool = False,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         direct: bool = True,
     ) -> None:
         self.uri = resolve_uri(uri)
-        self.read_only = read_only
+        self.must_exist = must_exist
         self.timeout_s = timeout_s
         self._direct_allowed = direct and os.environ.get(DIRECT_ENV, "1") != "0"
         # MLflow draws download progress bars on stderr for every artifact read, and prints the
@@ -196,12 +200,12 @@ class Store:
         """Fail at once, in one line, where MLflow would create, hang or retry for minutes."""
         db = _sqlite_path(self.uri)
         if db is not None and str(db) != ":memory:":
-            if self.read_only and not db.exists():
+            if self.must_exist and not db.exists():
                 raise TrackingError(
                     f"no tracking store at {db} (nothing was run with it yet): "
                     "pass --tracking-uri or set MLFLOW_TRACKING_URI"
                 )
-            if not self.read_only:
+            if not self.must_exist:
                 target = db if db.exists() else _existing_parent(db.parent)
                 if not os.access(target, os.W_OK):
                     raise TrackingError(f"tracking store {db} is read-only: a run cannot be logged to it")
@@ -442,14 +446,14 @@ class Store:
             db = _sqlite_path(self.uri)
             if self._direct_allowed and db is not None and str(db) != ":memory:" and self.uri not in _DECLINED:
                 self._check_location()
-                if not db.exists() and not self.read_only:
+                if not db.exists() and not self.must_exist:
                     self.client  # noqa: B018 - opening MLflow's store creates the database
                 if db.exists():
                     from ragexp.tracking.mlflow_sql.schema import Declined
                     from ragexp.tracking.mlflow_sql.writer import SqliteWriter
 
                     # A store another process is still migrating is opened once it is done.
-                    with _file_lock(None if self.read_only else _init_lock(db)):
+                    with _file_lock(None if self.must_exist else _init_lock(db)):
                         try:
                             self._direct_store = SqliteWriter.open(db, self.uri)
                         except Declined as declined:
@@ -478,7 +482,7 @@ class Store:
 
     def sql_writer(self) -> SqliteWriter | None:
         """The direct writer of this store, for the trace writer (None: write through MLflow)."""
-        return None if self.read_only else self._direct()
+        return None if self.must_exist else self._direct()
 
     @native("get_run")
     def get_run(self, run_id: str) -> RunRecord:

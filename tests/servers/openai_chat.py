@@ -9,7 +9,10 @@ POST /v1/chat/completions  {"model", "messages", "stream"?}; Authorization: Bear
   stream false: {"id", "object": "chat.completion", "created", "model", "choices": [{"index",
   "message": {"role", "content"}, "finish_reason"}], "usage"}.
   stream true: ``data: {...}`` chat.completion.chunk events (the first delta holds the role and
-  empty content, the last one an empty delta and finish_reason "stop"), then ``data: [DONE]``.
+  empty content, the last one an empty delta and finish_reason "stop"), then ``data: [DONE]``;
+  with "stream_options": {"include_usage": true}, every chunk has "usage": null and one more
+  chunk with empty "choices" and the "usage" comes before ``data: [DONE]``.
+  usage: prompt_tokens 20 + the question's length // 4, completion_tokens the answer's length // 4 + 1.
 The answer is the knowledge's answer to the last user message; a question containing "long" is
 400 context_length_exceeded. Streams that end the ways real servers and gateways end them:
 "silent" streams the role delta and finish_reason but no text, "doneonly" only ``data: [DONE]``;
@@ -64,9 +67,12 @@ class Handler(StreamingHandler):
             return self.reply(400, error(message, "invalid_request_error", "context_length_exceeded"))
         answer, _ = knowledge(question)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
+        prompt, completion = 20 + len(question) // 4, len(answer) // 4 + 1
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
         if not body.get("stream") or "blocking" in question:
             choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
-            usage = {"prompt_tokens": 20, "completion_tokens": 6, "total_tokens": 26}
             return self.reply(
                 200,
                 {
@@ -84,12 +90,16 @@ class Handler(StreamingHandler):
         if "doneonly" in question:
             self.chunk(b"data: [DONE]\n\n")
             return self.end_stream()
-        base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": MODEL}
+        base: dict[str, Any] = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": MODEL}
+        if with_usage:
+            base["usage"] = None
         said = [] if "silent" in question else pieces(answer)
         deltas = [{"role": "assistant", "content": ""}, *({"content": piece} for piece in said)]
         for delta in deltas:
             self.event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
         self.event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if with_usage:
+            self.event({**base, "choices": [], "usage": usage})
         self.chunk(b"data: [DONE]\n" if "lastdone" in question else b"data: [DONE]\n\n")
         self.end_stream()
 

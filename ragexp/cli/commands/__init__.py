@@ -13,6 +13,7 @@ COMMANDS = (
     "runs",
     "gate",
     "diff",
+    "sweep",
     "report",
     "demo",
     "power",

@@ -15,6 +15,7 @@ def demo(
     """The whole loop on the bundled sample system: baseline, candidate, diff, gate (fails on purpose), report."""
     from pathlib import Path
 
-    from ragexp.cli.demo import run_demo
+    from ragexp.cli.demo import DemoScreen
+    from ragexp.demo import run_demo
 
-    run_demo(Path(store))
+    run_demo(Path(store), DemoScreen())

@@ -9,6 +9,23 @@ import typer
 from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import JsonFlag, TrackingUri, store_option
 
+Metrics = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        help="Comma-separated metrics to label (default: the run's judge metrics and "
+        "answer accuracy: every metric of it that people can score).",
+    ),
+]
+Sample = Annotated[
+    int | None,
+    typer.Option("--sample", help="Queue this many cases, drawn uniformly at random (already labelled ones kept)."),
+]
+UiUrl = Annotated[
+    str | None,
+    typer.Option("--ui-url", help="MLflow UI address for the queue's link (default: the tracking URI if a server)"),
+]
+
 
 def label(
     target: Annotated[str, typer.Argument(help="Run id to label, or 'export' followed by the run id.")],
@@ -16,25 +33,12 @@ def label(
         list[str] | None,
         typer.Argument(help="With 'export': the run id; and tracking.uri=URI (as --tracking-uri).", show_default=False),
     ] = None,
-    metrics: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics",
-            help="Comma-separated metrics to label (default: the run's judge metrics and "
-            "answer accuracy: every metric of it that people can score).",
-        ),
-    ] = None,
-    sample: Annotated[
-        int | None,
-        typer.Option("--sample", help="Queue this many cases, drawn uniformly at random (already labelled ones kept)."),
-    ] = None,
+    metrics: Metrics = None,
+    sample: Sample = None,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of --sample.")] = 0,
     queue: Annotated[str | None, typer.Option("--queue", help="Review queue name (default: 'ragexp RUN_ID').")] = None,
     out: Annotated[str | None, typer.Option("--out", help="With 'export': the JSONL file to write.")] = None,
-    ui_url: Annotated[
-        str | None,
-        typer.Option("--ui-url", help="MLflow UI address for the queue's link (default: the tracking URI if a server)"),
-    ] = None,
+    ui_url: UiUrl = None,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -8,12 +8,16 @@ import typer
 
 from ragexp.cli.console import info
 from ragexp.cli.options import AllowIncomparable, StoreOverrides, TrackingUri, store_option
+from ragexp.errors import ConfigError
 
 
 def report(
-    run_id: Annotated[str, typer.Argument(help="Run id to report on.")],
+    run_id: Annotated[str | None, typer.Argument(help="Run id to report on.", show_default=False)] = None,
     overrides: StoreOverrides = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this run.")] = None,
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Report on this sweep (its parent run id) instead of one run.")
+    ] = None,
     out: Annotated[
         str | None, typer.Option("--out", help="Folder for report.md, report.html and plots (default: reports/RUN_ID).")
     ] = None,
@@ -25,8 +29,21 @@ def report(
 ) -> None:
     """Markdown + self-contained HTML report with plots, also logged to the run."""
     from ragexp.cli.views import report_line
-    from ragexp.report.publish import publish_report
+    from ragexp.report.publish import publish_report, publish_sweep_report
 
+    if sweep is not None and run_id is None:
+        done = publish_sweep_report(
+            sweep,
+            baseline=baseline,
+            out=out,
+            language=language,
+            tracking_uri=store_option("report", tracking_uri, overrides),
+            say=info,
+        )
+        print(report_line(sweep, done))
+        return
+    if run_id is None or sweep is not None:
+        raise ConfigError("ragexp report: give a run id, or --sweep PARENT_RUN (one of them)")
     done = publish_report(
         run_id,
         baseline=baseline,

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
+from ragexp.cli.options import (
+    AllowDraft,
+    ConfigDir,
+    DecidedAgainst,
+    JsonFlag,
+    Multirun,
+    Overrides,
+    Resume,
+    RetryErrors,
+    TrackingUri,
+    UntilDecided,
+    use_config_dir,
+)
+from ragexp.errors import ConfigError
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -18,71 +31,59 @@ def _interrupt(signum: int, frame: Any) -> None:
 def run(
     overrides: Overrides = None,
     config_dir: ConfigDir = None,
-    resume: Annotated[
-        str | None,
-        typer.Option(
-            "--resume", help="Continue this interrupted run (same config): only the cases it lacks are evaluated."
-        ),
-    ] = None,
-    multirun: Annotated[
-        bool,
-        typer.Option(
-            "--multirun",
-            "-m",
-            help="Sweep: one run per point of comma-separated values (k=3,5,10), grouped under a parent run.",
-        ),
-    ] = False,
-    retry_errors: Annotated[
-        bool,
-        typer.Option(
-            "--retry-errors",
-            help="With --resume: also ask again the cases that failed for other reasons than the transport.",
-        ),
-    ] = False,
+    resume: Resume = None,
+    multirun: Multirun = False,
+    retry_errors: RetryErrors = False,
     allow_draft: AllowDraft = False,
     tracking_uri: TrackingUri = None,
+    baseline: DecidedAgainst = None,
+    until_decided: UntilDecided = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compose the config, validate the dataset, evaluate every case and log one MLflow run."""
     use_config_dir(config_dir)
     if multirun:
+        if until_decided:
+            raise ConfigError("--until-decided decides one run against its baseline; it cannot be combined with -m")
         _sweep(overrides or [], resume, as_json, tracking_uri)
         return
     import shlex
     import signal
 
-    from ragexp.cli.views import run_warning, show_next, show_run
+    from ragexp.cli.views import run_warning, show_next, show_run, show_sequential
     from ragexp.runner import Interrupted, Stopped, run_config
+    from ragexp.sequential import run_until_decided
 
+    if baseline is not None and not until_decided:
+        raise ConfigError("--baseline goes with --until-decided (ragexp gate --baseline compares finished runs)")
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    given: dict[str, Any] = {"resume": resume, "retry_errors": retry_errors, "allow_draft": allow_draft}
+    given["tracking_uri"] = tracking_uri
     try:
-        evaluation = run_config(
-            overrides or [],
-            resume=resume,
-            retry_errors=retry_errors,
-            allow_draft=allow_draft,
-            tracking_uri=tracking_uri,
-        )
+        decided = run_until_decided(overrides or [], baseline=baseline, **given) if until_decided else None
+        evaluation = decided.evaluation if decided else run_config(overrides or [], **given)
     except Stopped as exc:
         if as_json and isinstance(exc, Interrupted):
             emit_json({"status": "interrupted", "run_id": exc.run_id})
         store = ["--tracking-uri", tracking_uri] if tracking_uri else []
-        command = " ".join(["ragexp", "run", *map(shlex.quote, [*(overrides or []), *store]), "--resume", exc.run_id])
+        words = [*(overrides or []), *store, *(["--until-decided"] if until_decided else [])]
+        command = " ".join(["ragexp", "run", *map(shlex.quote, words), "--resume", exc.run_id])
         exc.args = (f"{exc}; continue with: {command}",)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     run_warning(evaluation.outcome)
     if as_json:
-        emit_json(evaluation.outcome.to_json())
+        emit_json({**evaluation.outcome.to_json(), **({"sequential": decided.sequential.to_json()} if decided else {})})
         return
     show_run(evaluation)
+    if decided:
+        show_sequential(decided.sequential)
     show_next(evaluation)
 
 
 def _sweep(overrides: list[str], resume: str | None, as_json: bool, tracking_uri: str | None) -> None:
     from ragexp.cli.views import show_sweep, sweep_json
-    from ragexp.errors import ConfigError
     from ragexp.sweep import run_sweep
 
     if resume:

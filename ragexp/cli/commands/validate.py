@@ -9,6 +9,30 @@ import typer
 from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
 
+Corpus = Annotated[
+    str | None,
+    typer.Option(
+        "--corpus",
+        help="Audit the labels against this JSONL of {id, text} chunks (default: the configured dataset.corpus).",
+    ),
+]
+Probe = Annotated[
+    bool,
+    typer.Option(
+        "--probe",
+        help="Ask the configured system about the first case, once: show the raw reply and what each "
+        "response expression read from it.",
+    ),
+]
+Anchor = Annotated[
+    bool,
+    typer.Option(
+        "--anchor",
+        help="Write the dataset with its relevant ids turned into evidence anchored to documents (relevant), "
+        "from the --corpus chunks' texts and document ids, to --out.",
+    ),
+]
+
 
 def validate(
     overrides: Overrides = None,
@@ -17,30 +41,10 @@ def validate(
         str | None, typer.Option("--path", help="Check this file instead of the configured dataset.")
     ] = None,
     fmt_: Annotated[str, typer.Option("--format", help="auto, jsonl or columns")] = "auto",
-    corpus: Annotated[
-        str | None,
-        typer.Option(
-            "--corpus",
-            help="Audit the labels against this JSONL of {id, text} chunks (default: the configured dataset.corpus).",
-        ),
-    ] = None,
+    corpus: Corpus = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when the label audit finds anything.")] = False,
-    probe: Annotated[
-        bool,
-        typer.Option(
-            "--probe",
-            help="Ask the configured system about the first case, once: show the raw reply and what each "
-            "response expression read from it.",
-        ),
-    ] = False,
-    anchor: Annotated[
-        bool,
-        typer.Option(
-            "--anchor",
-            help="Write the dataset with its relevant ids turned into evidence anchored to documents (relevant), "
-            "from the --corpus chunks' texts and document ids, to --out.",
-        ),
-    ] = False,
+    probe: Probe = False,
+    anchor: Anchor = False,
     out: Annotated[str | None, typer.Option("--out", help="Where --anchor writes the new dataset.")] = None,
     allow_draft: AllowDraft = False,
     tracking_uri: TrackingUri = None,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp import limits
 from ragexp.case_traces import TRACE_NAME
+from ragexp.tracking.mlflow_sql import internals
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, check_mlflow, check_revision, installed_mlflow
 
 if TYPE_CHECKING:
@@ -181,19 +182,11 @@ def insert_sqlalchemy(
     transaction. ``start_trace`` + ``log_spans`` run dozens of statements and a flush per trace;
     the rows are the same, and the read side (search, get_trace, the UI) is MLflow's own."""
     check_mlflow()
+    models, tag_of, session_maker = internals.trace_tables(backend)
     try:
-        from mlflow.store.tracking.dbmodels.models import (
-            SqlAssessments,
-            SqlSpan,
-            SqlTraceInfo,
-            SqlTraceMetadata,
-            SqlTraceTag,
-        )
         from sqlalchemy import insert, text
 
         experiment = backend.get_experiment(experiment_id)
-        tag_of = backend._get_trace_artifact_location_tag
-        session_maker = backend.ManagedSessionMaker
     except (ImportError, AttributeError):
         from ragexp.tracking.mlflow_sql.schema import Declined
 
@@ -201,12 +194,6 @@ def insert_sqlalchemy(
     rows = rows_of(lambda tid: str(tag_of(experiment, tid).value), backend.db_type == "mssql")
     with session_maker(read_only=False) as session:
         check_revision(session.execute(text(REVISION_SQL)).scalar(), str(backend.db_uri))
-        for model, table in (
-            (SqlTraceInfo, "trace_info"),
-            (SqlTraceTag, "trace_tags"),
-            (SqlTraceMetadata, "trace_request_metadata"),
-            (SqlAssessments, "assessments"),
-            (SqlSpan, "spans"),
-        ):
+        for table, model in models.items():
             if rows[table]:
                 session.execute(insert(model.__table__), rows[table])

@@ -1,0 +1,344 @@
+"""``ragexp run --baseline RUN --until-decided``: evaluate until the gate's verdict is known.
+
+The cases are evaluated in a seeded random order, in batches (``sequential.batch``), by the
+runner's own evaluation: the system's concurrency, retries, error rules and checkpoint. After
+each batch every rule of the selected gate that a confidence sequence can decide (``max_drop``,
+``min`` and ``max`` on a metric with a known range) is decided on the anytime-valid interval of
+:mod:`ragexp.compare.sequential`, computed from the cases evaluated so far paired with the
+baseline's. The evaluation stops when a rule has failed (the verdict is then known) or every such
+rule has passed, else when the cases run out. The run is logged as any run, over the cases it
+evaluated, in the order it evaluated them, and tagged ``ragexp.sequential.*``; ``ragexp gate``
+recomputes the same bounds from that order (:func:`ragexp.compare.gate.with_sequential`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ragexp import artifacts, limits, strict_json
+from ragexp.checkpoint import Checkpoint
+from ragexp.compare.data import RunData, load_run
+from ragexp.compare.gate import (
+    RuleResult,
+    SequentialValues,
+    check_gate,
+    is_sequential,
+    looks_of,
+    sequential_bounded,
+    sequential_rules,
+)
+from ragexp.compare.select import IDENTITY, parse_selector, resolve_baseline
+from ragexp.compare.sequential import METHOD
+from ragexp.config.compose import compose
+from ragexp.config.tracking import chosen_uri
+from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
+from ragexp.errors import ConfigError, IncomparableRunsError
+from ragexp.metrics.judge.scorer import JudgeOutcome
+from ragexp.metrics.judge.usage import Usage
+from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
+from ragexp.progress import Phase
+from ragexp.records import Case, CaseResult
+from ragexp.runner import Evaluation, Judging, Plan, evaluate_cases, execute, info, plan_run, score_results
+from ragexp.secrets import register_url
+from ragexp.tracking.store import TAG_PREFIX, Store
+
+PREFIX = TAG_PREFIX + "sequential."
+
+
+def batch_size(setting: float, total: int) -> int:
+    """Cases per batch: ``setting`` of the dataset below 1, else that many cases (at least one)."""
+    if setting < 1:
+        return max(1, round(setting * total))
+    if setting != int(setting):
+        raise ConfigError(
+            f"sequential.batch={setting:g}: a number of cases is a whole number (or give a share below 1)"
+        )
+    return int(setting)
+
+
+def evaluation_order(total: int, seed: int) -> list[int]:
+    """The dataset positions in the seeded random order the cases are evaluated in."""
+    return [int(i) for i in np.random.default_rng(seed).permutation(total)]
+
+
+@dataclass
+class SequentialOutcome:
+    """Where a sequential run stopped, and why."""
+
+    baseline: str
+    evaluated: int
+    total: int
+    batch: int
+    decision: str
+    """``passed`` (every rule passed), ``failed`` (a rule failed) or ``inconclusive`` (the cases
+    ran out with a rule still reaching both sides of its threshold)."""
+    rules: list[RuleResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """``run --until-decided --json``'s ``sequential``."""
+        return {
+            "evaluated": self.evaluated,
+            "total": self.total,
+            "decision": self.decision,
+            "baseline": self.baseline,
+            "batch": self.batch,
+            "method": METHOD,
+            "rules": [
+                {
+                    "metric": r.metric,
+                    "rule": r.rule,
+                    "threshold": r.threshold,
+                    "decision": r.sequential.decision if r.sequential else r.outcome,
+                    "low": r.sequential.low if r.sequential else None,
+                    "high": r.sequential.high if r.sequential else None,
+                    "pairs": r.sequential.pairs if r.sequential else None,
+                    "detectable_effect": r.detectable_effect,
+                    "message": r.message,
+                }
+                for r in self.rules
+            ],
+        }
+
+    def tags(self) -> dict[str, str]:
+        """The ``ragexp.sequential.*`` tags of the stop: cases evaluated, decision, each rule's bound."""
+        found = {
+            PREFIX + "evaluated": str(self.evaluated),
+            PREFIX + "decision": self.decision,
+        }
+        for r in self.rules:
+            key = limits.safe_segment(f"{r.metric}.{r.rule}", limits.TAG_KEY.chars - len(PREFIX + "rule."))
+            bound = r.sequential
+            text = (
+                r.outcome if bound is None else f"{bound.decision} [{bound.low:.6g}, {bound.high:.6g}] on {bound.pairs}"
+            )
+            found[PREFIX + "rule." + key] = limits.fit(limits.TAG_VALUE, text)
+        return found
+
+
+def decision_of(rules: Sequence[RuleResult]) -> str:
+    """``failed`` once a rule failed, ``passed`` when every rule passed, else ``inconclusive``."""
+    decisions = [r.sequential.decision if r.sequential else "inconclusive" for r in rules]
+    if "failed" in decisions:
+        return "failed"
+    return "passed" if decisions and all(d == "passed" for d in decisions) else "inconclusive"
+
+
+class RememberingJudge:
+    """The run's judge, asked once per case: a batch's scores are kept by case id, so the run's
+    final scoring of every evaluated case costs no second call (with or without the judge cache)."""
+
+    def __init__(self, inner: Judging) -> None:
+        self.inner = inner
+        self.adaptation_usage = inner.adaptation_usage
+        self.usage = Usage()
+        self.cache_hits = 0
+        self.kept: dict[str, tuple[dict[str, float], dict[str, float], dict[str, str], dict[str, str]]] = {}
+
+    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+        new = [i for i, case in enumerate(cases) if case.id not in self.kept]
+        if new:
+            found = self.inner.score([cases[i] for i in new], [results[i] for i in new], progress=progress)
+            for j, i in enumerate(new):
+                self.kept[cases[i].id] = (
+                    {name: float(values[j]) for name, values in found.scores.items()},
+                    {name: float(values[j]) for name, values in found.spread.items()},
+                    found.errors.get(j, {}),
+                    found.rationales.get(j, {}),
+                )
+            self.usage.add(found.usage)
+            self.cache_hits += found.cache_hits
+        rows = [self.kept[case.id] for case in cases]
+        names = {name for row in rows for name in row[0]}
+        spread_names = {name for row in rows for name in row[1]}
+        usage = Usage()
+        usage.add(self.usage)  # the run's calls so far: what its last scoring logs
+        return JudgeOutcome(
+            scores={name: np.array([row[0].get(name, np.nan) for row in rows]) for name in names},
+            errors={i: dict(row[2]) for i, row in enumerate(rows) if row[2]},
+            spread={name: np.array([row[1].get(name, np.nan) for row in rows]) for name in spread_names},
+            usage=usage,
+            cache_hits=self.cache_hits,
+            rationales={i: dict(row[3]) for i, row in enumerate(rows) if row[3]},
+        )
+
+
+def check_baseline(plan: Plan, baseline: RunData) -> None:
+    """The baseline must be a whole run of the same cases, K, metrics and judge (exit 3 otherwise)."""
+    if is_sequential(baseline):
+        raise ConfigError(
+            f"--baseline {baseline.run_id} is a run of --until-decided that evaluated "
+            f"{len(baseline.case_ids)} of {baseline.record.tag('sequential.total')} cases: use a run of every case"
+        )
+    tags = plan.tags()
+    found = []
+    both = bool(baseline.record.tag("cases_hash"))
+    for tag, what in IDENTITY:
+        if tag == "dataset_hash" and both:
+            tag = "cases_hash"
+        if baseline.record.tag(tag) != tags.get(TAG_PREFIX + tag, ""):
+            found.append(f"{what} differs")
+    missing = {case.id for case in plan.dataset.cases} - set(baseline.case_ids)
+    if missing:
+        found.append(f"{len(missing)} cases are not in the baseline")
+    if found:
+        raise IncomparableRunsError(f"--baseline {baseline.run_id} is not comparable with this run: {'; '.join(found)}")
+
+
+def check_decidable(plan: Plan) -> None:
+    """The gate must have a rule a confidence sequence can decide, else nothing would stop the run."""
+    gates = plan.config.gates
+    check_gate(gates)
+    specs = {spec.name: spec for spec in plan.specs}
+    specs.setdefault(case_values_metric("errored").name, case_values_metric("errored"))
+    for name, rule in gates.rules.items():
+        kinds = [kind for kind in ("max_drop", "min", "max") if getattr(rule, kind) is not None]
+        if kinds and sequential_bounded(specs.get(name) or METRICS.get(name)):
+            return
+    raise ConfigError(
+        f"gates {gates.name}: no rule a confidence sequence can decide (max_drop, min or max on a metric with a "
+        "known range); run without --until-decided, or add such a rule"
+    )
+
+
+class Batches:
+    """The evaluation of ``run --until-decided`` (a :class:`ragexp.runner.Evaluate`)."""
+
+    def __init__(self, baseline: RunData, order: list[int], batch: int, store: Store) -> None:
+        self.baseline = baseline
+        self.order = order
+        self.batch = batch
+        self.store = store
+        self.outcome: SequentialOutcome | None = None
+
+    def __call__(
+        self,
+        plan: Plan,
+        run_id: str,
+        done: dict[str, CaseResult],
+        checkpoint: Checkpoint | None,
+        arrived: list[CaseResult],
+    ) -> tuple[Plan, list[CaseResult]]:
+        judge = RememberingJudge(plan.scorer) if plan.scorer is not None else None
+        scoring = dataclasses.replace(plan, scorer=judge)
+        ordered = [plan.dataset.cases[i] for i in self.order]
+        total = len(ordered)
+        specs: dict[str, MetricSpec | None] = {spec.name: spec for spec in plan.specs}
+        errors_name = case_values_metric("errored").name
+        specs.setdefault(errors_name, case_values_metric("errored"))
+        results: list[CaseResult] = []
+        columns: dict[str, list[np.ndarray]] = {}
+        rules: list[RuleResult] = []
+        for start in range(0, total, self.batch):
+            chunk = ordered[start : start + self.batch]
+            got = evaluate_cases(scoring, chunk, done, checkpoint, arrived)
+            results.extend(got)
+            part = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=chunk))
+            scored = score_results(part, got)
+            for name, values in scored.scores.items():
+                columns.setdefault(name, []).append(values)
+            columns.setdefault(errors_name, []).append(scored.errored.astype(np.float64))
+            evaluated = len(results)
+            base = self.baseline.select([case.id for case in ordered[:evaluated]])
+            candidate = {name: np.concatenate(parts) for name, parts in columns.items()}
+            paired = SequentialValues(
+                {name: found for name in candidate if (found := base.per_case(name)) is not None},
+                candidate,
+                specs,
+                base.unanswerable,
+                looks_of(evaluated, self.batch),
+                total,
+            )
+            rules = sequential_rules(plan.config.gates, paired)
+            decision = decision_of(rules)
+            self.store.set_tags(run_id, {PREFIX + "evaluated": str(evaluated)})
+            info(f"until decided: {evaluated} of {total} cases evaluated, {_state(rules)}")
+            if decision in ("passed", "failed"):
+                break
+        outcome = SequentialOutcome(self.baseline.run_id, len(results), total, self.batch, decision_of(rules), rules)
+        self.outcome = outcome
+        self.store.set_tags(run_id, outcome.tags())
+        record = strict_json.dumps(outcome.to_json(), indent=1).encode("utf-8")
+        self.store.log_files(run_id, {artifacts.SEQUENTIAL: record})
+        logged = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=ordered[: len(results)]))
+        return logged, results
+
+
+def _state(rules: Sequence[RuleResult]) -> str:
+    counts = {"passed": 0, "failed": 0, "inconclusive": 0}
+    for r in rules:
+        counts[r.sequential.decision if r.sequential else "inconclusive"] += 1
+    return f"{counts['failed']} rules failed, {counts['passed']} passed, {counts['inconclusive']} open"
+
+
+@dataclass(frozen=True)
+class SequentialEvaluation:
+    """A finished ``run --until-decided``: the run, and where and why it stopped."""
+
+    evaluation: Evaluation
+    sequential: SequentialOutcome
+
+
+def run_until_decided(
+    overrides: Sequence[str],
+    *,
+    baseline: str | None,
+    resume: str | None = None,
+    retry_errors: bool = False,
+    allow_draft: bool = False,
+    tracking_uri: str | None = None,
+) -> SequentialEvaluation:
+    """``ragexp run --baseline RUN --until-decided``: plan as ``run`` does, check the baseline and
+    the gate, then evaluate batch by batch until the gate is decided; ``resume`` continues a
+    sequential run that was stopped (same order, same batches, same baseline)."""
+    if retry_errors and not resume:
+        raise ConfigError("--retry-errors goes with --resume RUN_ID")
+    config = compose(list(overrides))
+    uri = chosen_uri(tracking_uri, overrides, config.tracking.uri)
+    store = Store(uri, timeout_s=config.tracking.timeout_s)
+    register_url(store.uri)
+    with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
+        plan = plan_run(config, store.state_dir())
+    if not allow_draft:
+        refuse_unscreened(plan.dataset)
+    check_decidable(plan)
+    total = len(plan.dataset.cases)
+    if resume is not None:
+        record = store.get_run(resume)
+        if not record.tag("sequential.total"):
+            raise ConfigError(f"run {resume} is not a run of --until-decided: resume it without --until-decided")
+        baseline_id = record.tag("sequential.baseline")
+        if baseline is not None:
+            chosen = resolve_baseline(store, parse_selector(baseline), candidate=None).run_id
+            if chosen != baseline_id:
+                raise ConfigError(f"run {resume} is decided against baseline {baseline_id}, not {chosen}")
+        batch, seed = int(record.tag("sequential.batch")), int(record.tag("sequential.seed"))
+    else:
+        if baseline is None:
+            raise ConfigError("--until-decided needs --baseline RUN: the run its gate compares with")
+        selection = resolve_baseline(store, parse_selector(baseline), candidate=None)
+        if selection.asked:
+            info(selection.how)
+        baseline_id = selection.run_id
+        batch, seed = batch_size(config.sequential.batch, total), config.sequential.seed
+    base = load_run(store, baseline_id)
+    check_baseline(plan, base)
+    tags = {
+        PREFIX + "total": str(total),
+        PREFIX + "batch": str(batch),
+        PREFIX + "seed": str(seed),
+        PREFIX + "baseline": baseline_id,
+        PREFIX + "evaluated": "0",
+        PREFIX + "gates": limits.fit(limits.TAG_VALUE, config.gates.name),
+    }
+    if unscreened(plan.dataset):
+        tags[DRAFT_TAG] = "true"
+    batches = Batches(base, evaluation_order(total, seed), batch, store)
+    outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=tags, evaluate=batches)
+    if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
+        raise RuntimeError("the sequential evaluation did not run")
+    return SequentialEvaluation(Evaluation(plan, outcome), batches.outcome)
