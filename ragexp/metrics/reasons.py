@@ -21,7 +21,7 @@ import numpy as np
 from ragexp.metrics.evidence import Matcher, Rule
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
-from ragexp.phrases import t
+from ragexp.phrases import PHRASES
 from ragexp.records import Case, CaseResult, SystemOutput
 
 LISTED = 8
@@ -41,6 +41,10 @@ class Facts:
     refusals: Sequence[tuple[str, str]]
     """The refusal phrases as configured, each with its folded form (the one matched)."""
     matcher: Matcher | None
+    words: dict[str, str]
+    """The run language's phrases, looked up once per run (:data:`ragexp.phrases.PHRASES`)."""
+    memo: dict[tuple[object, ...], str]
+    """Rationales that depend only on a few counts, built once per run and shared by the cases."""
     _ranks: dict[str, int] | None = field(default=None)
 
     def ranks(self) -> dict[str, int]:
@@ -73,11 +77,11 @@ class Facts:
         return first
 
 
-def _listed(items: Sequence[str], language: str) -> str:
+def _listed(items: Sequence[str], facts: Facts) -> str:
     """``a, b, c`` (``a、b、c`` in Chinese), the first :data:`LISTED`, then how many more."""
-    shown = ("、" if language == "zh" else ", ").join(items[:LISTED])
+    shown = ("、" if facts.language == "zh" else ", ").join(items[:LISTED])
     rest = len(items) - LISTED
-    return shown + t("reason_more", language, n=rest) if rest > 0 else shown
+    return shown + facts.words["reason_more"].format(n=rest) if rest > 0 else shown
 
 
 def _quoted(text: str, language: str) -> str:
@@ -89,8 +93,8 @@ def _retrieved(facts: Facts) -> str:
     """What an unanswerable case retrieved: the article's rule scores it on that alone."""
     n = len(facts.output.ranked_ids) or len(facts.output.contexts)
     if not n:
-        return t("reason_retrieved_nothing", facts.language)
-    return t("reason_retrieved_some", facts.language, n=n)
+        return facts.words["reason_retrieved_nothing"]
+    return facts.words["reason_retrieved_some"].format(n=n)
 
 
 def recall_reason(facts: Facts, score: float) -> str:
@@ -102,21 +106,22 @@ def recall_reason(facts: Facts, score: float) -> str:
     if case.relevant and facts.matcher is not None:
         return _spans_reason(facts, score)
     ranks = facts.ranks()
-    relevant = list(dict.fromkeys(case.relevant_ids))
-    found = [f"{item} (#{ranks[item]})" for item in relevant if item in ranks and ranks[item] <= k]
-    missed = []
-    for item in relevant:
+    words = facts.words
+    found: list[str] = []
+    missed: list[str] = []
+    for item in dict.fromkeys(case.relevant_ids):
         rank = ranks.get(item)
         if rank is None:
-            missed.append(f"{item} ({t('reason_not_retrieved', language)})")
+            missed.append(f"{item} ({words['reason_not_retrieved']})")
         elif rank > k:
-            missed.append(f"{item} ({t('reason_below_k', language, rank=rank, k=k)})")
-    head = t("reason_recall", language, found=len(found), n=len(relevant), k=k)
-    parts = [head]
+            missed.append(f"{item} ({words['reason_below_k'].format(rank=rank, k=k)})")
+        else:
+            found.append(f"{item} (#{rank})")
+    parts = [words["reason_recall"].format(found=len(found), n=len(found) + len(missed), k=k)]
     if found:
-        parts.append(t("reason_found", language, items=_listed(found, language)))
+        parts.append(facts.words["reason_found"].format(items=_listed(found, facts)))
     if missed:
-        parts.append(t("reason_missed", language, items=_listed(missed, language)))
+        parts.append(facts.words["reason_missed"].format(items=_listed(missed, facts)))
     return ("；" if language == "zh" else "; ").join(parts)
 
 
@@ -128,7 +133,7 @@ def _spans_reason(facts: Facts, score: float) -> str:
     for item, rank in zip(facts.case.relevant, first, strict=True):
         docs.setdefault(item.doc, []).append(rank)
     covered_docs = [
-        t("reason_doc_spans", language, doc=doc, covered=sum(1 for r in ranks if r), n=len(ranks))
+        facts.words["reason_doc_spans"].format(doc=doc, covered=sum(1 for r in ranks if r), n=len(ranks))
         for doc, ranks in docs.items()
         if any(ranks)
     ]
@@ -137,34 +142,34 @@ def _spans_reason(facts: Facts, score: float) -> str:
         for item, rank in zip(facts.case.relevant, first, strict=True)
         if not rank
     ]
-    parts = [t("reason_spans", language, found=sum(1 for r in first if r), n=len(first), k=facts.k)]
+    parts = [facts.words["reason_spans"].format(found=sum(1 for r in first if r), n=len(first), k=facts.k)]
     if covered_docs:
-        parts.append(t("reason_covered", language, items=_listed(covered_docs, language)))
+        parts.append(facts.words["reason_covered"].format(items=_listed(covered_docs, facts)))
     if missed:
-        parts.append(t("reason_not_covered", language, items=_listed(missed, language)))
+        parts.append(facts.words["reason_not_covered"].format(items=_listed(missed, facts)))
     return ("；" if language == "zh" else "; ").join(parts)
 
 
 def mrr_reason(facts: Facts, score: float) -> str:
     """The rank of the first relevant id (for evidence: of the first chunk matching a span), or
     that the ranking holds none."""
-    case, language = facts.case, facts.language
+    case = facts.case
     if case.unanswerable:
         return _retrieved(facts)
     if case.relevant and facts.matcher is not None:
         if score > 0:
-            return t("reason_first_chunk", language, rank=round(1 / score))
-        return t("reason_no_relevant", language, n=len(facts.output.contexts))
+            return facts.words["reason_first_chunk"].format(rank=round(1 / score))
+        return facts.words["reason_no_relevant"].format(n=len(facts.output.contexts))
     ranks = facts.ranks()
     if not ranks:
-        return t("reason_no_relevant", language, n=len(facts.output.ranked_ids))
+        return facts.words["reason_no_relevant"].format(n=len(facts.output.ranked_ids))
     item, rank = min(ranks.items(), key=lambda pair: pair[1])
-    return t("reason_first", language, item=item, rank=rank)
+    return facts.words["reason_first"].format(item=item, rank=rank)
 
 
 def ndcg_reason(facts: Facts, score: float) -> str:
     """The ranks in the top K that gained, against the ideal ranking's."""
-    case, language, k = facts.case, facts.language, facts.k
+    case, k = facts.case, facts.k
     if case.unanswerable:
         return _retrieved(facts)
     if case.relevant and facts.matcher is not None:
@@ -174,24 +179,35 @@ def ndcg_reason(facts: Facts, score: float) -> str:
         gained = sorted(rank for rank in facts.ranks().values() if rank <= k)
         n = len(set(case.relevant_ids))
     ideal = min(n, k)
-    ranks = ", ".join(str(rank) for rank in gained) if gained else t("none", language)
-    return t("reason_ndcg", language, ranks=ranks, k=k, ideal=ideal)
+    key = ("ndcg", ideal, *gained)
+    said = facts.memo.get(key)
+    if said is None:
+        ranks = ", ".join(str(rank) for rank in gained) if gained else facts.words["none"]
+        said = facts.memo[key] = facts.words["reason_ndcg"].format(ranks=ranks, k=k, ideal=ideal)
+    return said
 
 
 def citation_reason(facts: Facts, score: float) -> str:
     """The cited numbers that do not point at a relevant id (or a chunk matching the evidence)."""
-    case, output, language = facts.case, facts.output, facts.language
+    case, output = facts.case, facts.output
     citations = output.citations
     if not citations:
         key = "reason_no_citation_unanswerable" if case.unanswerable else "reason_no_citation"
-        return t(key, language)
+        return facts.words[key]
+    if score == 1.0:  # every citation supports (the score says so): the words depend on the count alone
+        said = facts.memo.get(("citations", len(citations)))
+        if said is None:
+            said = facts.memo["citations", len(citations)] = facts.words["reason_citations_all"].format(
+                n=len(citations)
+            )
+        return said
     size = len(output.contexts) if case.relevant else len(output.ranked_ids)
     relevant = set(case.relevant_ids)
     docs = output.doc_ids if facts.matcher is not None and facts.matcher.same_doc else []
     bad = []
     for cited in citations:
         if not 0 < cited <= size:
-            bad.append(f"[{cited}] ({t('reason_no_such_rank', language)})")
+            bad.append(f"[{cited}] ({facts.words['reason_no_such_rank']})")
             continue
         if case.relevant and facts.matcher is not None:
             position = cited - 1
@@ -202,8 +218,8 @@ def citation_reason(facts: Facts, score: float) -> str:
         elif output.ranked_ids[cited - 1] not in relevant:
             bad.append(f"[{cited}] {output.ranked_ids[cited - 1]}")
     if not bad:
-        return t("reason_citations_all", language, n=len(citations))
-    return t("reason_citations_bad", language, bad=len(bad), n=len(citations), items=_listed(bad, language))
+        return facts.words["reason_citations_all"].format(n=len(citations))
+    return facts.words["reason_citations_bad"].format(bad=len(bad), n=len(citations), items=_listed(bad, facts))
 
 
 def _fold(text: str) -> str:
@@ -213,19 +229,27 @@ def _fold(text: str) -> str:
 def accuracy_reason(facts: Facts, score: float) -> str:
     """The expected facts missing from the answer; for an unanswerable case, the refusal phrase found."""
     case, language = facts.case, facts.language
+    if score == 1.0 and not case.unanswerable:  # every fact found (the score says so)
+        n = len(case.expected_facts)
+        said = facts.memo.get(("facts", n))
+        if said is None:
+            said = facts.memo["facts", n] = facts.words["reason_facts_all"].format(n=n)
+        return said
     answer = _fold(facts.output.answer)
     if case.unanswerable:
         for phrase, folded in facts.refusals:
             if folded in answer:
-                return t("reason_refusal_found", language, phrase=_quoted(phrase, language))
-        return t("reason_refusal_missing", language)
+                return facts.words["reason_refusal_found"].format(phrase=_quoted(phrase, language))
+        return facts.words["reason_refusal_missing"]
     expected = case.expected_facts
     if not expected:
-        return t("reason_no_facts", language)
+        return facts.words["reason_no_facts"]
     missing = [_quoted(fact, language) for fact in expected if _fold(fact) not in answer]
     if not missing:
-        return t("reason_facts_all", language, n=len(expected))
-    return t("reason_facts_missing", language, missing=len(missing), n=len(expected), items=_listed(missing, language))
+        return facts.words["reason_facts_all"].format(n=len(expected))
+    return facts.words["reason_facts_missing"].format(
+        missing=len(missing), n=len(expected), items=_listed(missing, facts)
+    )
 
 
 BUILDERS: dict[str, Callable[[Facts, float], str]] = {
@@ -257,21 +281,27 @@ def fill_rationales(
         return
     language = language if language in ("en", "zh") else "en"
     unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
-    rule = t("unanswerable_row", language)
+    words = {key: text[language] for key, text in PHRASES.items()}
+    rule = words["unanswerable_row"]
     join = "；" if language == "zh" else "; "
     outside = {spec.name: ~covered(spec, unanswerable) for spec, _ in chosen}
     columns = [(spec.name, build, scores[spec.name].tolist(), outside[spec.name].tolist()) for spec, build in chosen]
     refusals = [(phrase, _fold(phrase)) for phrase in refusal_phrases]
     matcher = Matcher(match) if any(case.relevant for case in cases) else None
+    facts: Facts | None = None
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         output = result.output
         if output is None:
             continue
-        facts = Facts(case, output, k, language, refusals, matcher)
+        if facts is None:
+            facts = Facts(case, output, k, language, refusals, matcher, words, {})
+        else:  # one object reused: building one per case costs as much as a rationale
+            facts.case, facts.output, facts._ranks = case, output, None
         rationale = result.rationale
+        errors = result.metric_errors
         for name, build, values, apart in columns:
             score = values[i]
-            if score != score or name in result.metric_errors:
+            if score != score or (errors and name in errors):
                 continue
             said = build(facts, score)
             rationale[name] = f"{said}{join}{rule}" if apart[i] else said
