@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,14 @@ bench-sequential: setup
 # Scoring 100,000 cases at K=10 on evidence anchored to documents, beside the id path, in one run.
 bench-evidence: setup
 	$(BIN)/python tests/benchmarks/bench_evidence.py
+
+# diff --attribute: replaying 1,000 changed cases (50 ms generator, concurrency 32) vs the ideal replay time.
+bench-attribution: setup
+	$(BIN)/python tests/benchmarks/bench_attribution.py
+
+# 200 conversations x 3 turns at 50 ms a turn, concurrency 32, against the ideal (turn latencies / concurrency).
+bench-conversations: setup
+	$(BIN)/python tests/benchmarks/bench_conversations.py
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -48,6 +48,9 @@ CUSTOM_METRICS = "custom_metrics.json"
 """What each metric of the user's own config was in this run (``metrics.custom``): commands that
 read the run know its direction, range and definition without the user's config."""
 
+CONVERSATIONS = "conversations.jsonl"
+"""One row per conversation: its turns, whether all were correct, the first that was not."""
+
 
 def nullable(values: np.ndarray) -> list[float | None]:
     """A float column as JSON can hold it: NaN (no score) becomes null."""
@@ -71,7 +74,8 @@ def write_cases(
     latency: list[float | None],
     spread: Mapping[str, list[float | None]],
 ) -> None:
-    """``cases.jsonl``: per case its id, question, scores, error, system output and latency."""
+    """``cases.jsonl``: per case its id, question, scores, error, system output and latency; a
+    turn of a conversation also its ``conversation`` id and 1-based ``turn``."""
     names = list(columns)
     # One pass over the rows of a transposed table instead of a dict lookup per metric and case,
     # and one write per chunk instead of one per case: this file is written for every case.
@@ -95,6 +99,9 @@ def write_cases(
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors
+            if case.conversation is not None:
+                row["conversation"] = case.conversation
+                row["turn"] = case.turn
             if result.rationale:
                 row["rationale"] = result.rationale
             if spread:
@@ -120,7 +127,9 @@ def write_scores(
     ttft: np.ndarray | None = None,
 ) -> None:
     """``scores.json``: the per-case columns comparisons read (null: no score); ``ttft_seconds``
-    when some case was streamed (what the time-to-first-token metrics are compared on)."""
+    when some case was streamed (what the time-to-first-token metrics are compared on); with
+    conversations, ``conversations``: each case's conversation id (null for a single question),
+    the unit comparisons pair and resample by."""
     payload: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "case_ids": [case.id for case in cases],
@@ -132,6 +141,8 @@ def write_scores(
     }
     if ttft is not None and np.isfinite(ttft).any():
         payload["ttft_seconds"] = nullable(ttft)
+    if any(case.conversation is not None for case in cases):
+        payload["conversations"] = [case.conversation for case in cases]
     path.write_bytes(orjson.dumps(payload))
 
 
@@ -176,6 +187,12 @@ def write_audit(path: Path, findings: Sequence[Mapping[str, Any]]) -> None:
     path.write_bytes(orjson.dumps({"findings": list(findings)}, option=orjson.OPT_INDENT_2))
 
 
+def write_conversations(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``conversations.jsonl``: per conversation its id, turn count, ``all_correct``,
+    ``first_failed_turn`` and ``errored_turn`` (null where it has none)."""
+    path.write_bytes(b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows))
+
+
 def check_version(payload: Mapping[str, Any], artifact: str, run_id: str) -> int:
     """The payload's format version, or one line saying this ragexp cannot read it."""
     version = payload.get("format_version", 1)
@@ -212,6 +229,8 @@ class ScoreColumns:
     format_version: int
     ttft: np.ndarray | None = None
     """Seconds to the first piece of a streamed answer (None: no case was streamed)."""
+    conversations: list[str | None] | None = None
+    """Each case's conversation id (None: a single question); None when the run has none."""
 
 
 def read_scores(data: bytes, run_id: str) -> ScoreColumns:
@@ -228,6 +247,7 @@ def read_scores(data: bytes, run_id: str) -> ScoreColumns:
             human={name: np.array(v, dtype=np.float64) for name, v in payload.get("human", {}).items()},
             format_version=version,
             ttft=np.array(payload["ttft_seconds"], dtype=np.float64) if "ttft_seconds" in payload else None,
+            conversations=payload.get("conversations"),
         )
     except KeyError as exc:
         raise TrackingError(f"run {run_id}: {SCORES} has no field {exc.args[0]!r}") from None

@@ -28,6 +28,8 @@ TRACE_NAME = "rag_case"
 SOURCE_ID = "ragexp"
 CASE_METADATA = "ragexp.case_id"
 """Trace metadata key holding the whole case id."""
+SESSION_METADATA = "mlflow.trace.session"
+"""Trace metadata key MLflow groups a session's traces by: a turn's conversation id."""
 PREVIEW_CHARS = limits.PREVIEW.chars
 """Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
 SPAN_TEXT_CHARS = 20_000
@@ -71,6 +73,11 @@ class CaseTrace:
     """What each stage produced (``SystemOutput.stages``), shown on its span."""
     language: str = "en"
     """The run's ``report.language``: the words of the response preview a reviewer reads."""
+    session: str | None = None
+    """The conversation the case is a turn of: the trace's ``mlflow.trace.session``, so MLflow's
+    session view groups a conversation's turns (None: a single question)."""
+    history: list[dict[str, str]] | None = None
+    """The turns before this one as ``{"role", "content"}`` messages, shown on the root span."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -256,6 +263,7 @@ def build_traces(
     judge: str,
     cap: int,
     language: str = "en",
+    histories: Sequence[list[dict[str, str]] | None] | None = None,
 ) -> TracePlan:
     """One :class:`CaseTrace` per selected case.
 
@@ -302,6 +310,8 @@ def build_traces(
                 doc_ids=list(output.doc_ids) if output is not None else [],
                 stages=dict(output.stages or {}) if output is not None else {},
                 language=language,
+                session=case.conversation,
+                history=histories[index] if histories is not None else None,
             )
         )
     return TracePlan(traces, len(cases), capped)
@@ -356,7 +366,12 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
     what the stage produced (its ranked ids with their scores; a reranker's order in, too)."""
     root_id = _span_id()
     error = case.error
-    root_inputs = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
+    root_inputs: dict[str, Any] = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
+    if case.history is not None:
+        root_inputs["history"] = [
+            {"role": message["role"], "content": cut(message["content"], SPAN_TEXT_CHARS)}
+            for message in case.history[-SPAN_ITEMS:]
+        ]
     root_outputs: Any = {"error": cut(error, SPAN_TEXT_CHARS)} if error else cut(case.answer or "", SPAN_TEXT_CHARS)
     end_ns = start_ns + max(duration_ns, 1)
     spans = [PlannedSpan(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]

@@ -141,7 +141,7 @@ def _candidate(demo: Demo, say: Callable[[str], None]) -> None:
 
 
 def _diff(demo: Demo, say: Callable[[str], None]) -> None:
-    demo.compared = compare_runs(demo.baseline, demo.candidate, top=5, tracking_uri=demo.uri, say=say)
+    demo.compared = compare_runs(demo.baseline, demo.candidate, top=5, tracking_uri=demo.uri, say=say, attribute=True)
 
 
 def _gate(demo: Demo, say: Callable[[str], None]) -> None:

@@ -347,6 +347,26 @@ PHRASES: dict[str, dict[str, str]] = {
     "error": {"en": "Candidate error", "zh": "候选的错误"},
     "errored": {"en": "errored", "zh": "出错"},
     "stage": {"en": "Likely stage", "zh": "可能出问题的环节"},
+    "attribution": {"en": "Attribution by replay", "zh": "回放归因"},
+    "attribution_about": {
+        "en": "Each answer metric's change split into what the candidate retrieved, how it answered, and "
+        "their interaction (2×2 factorial decomposition, baseline as reference cell: retrieval + "
+        "generation + interaction = total); {replayed} cases replayed; {level}% paired bootstrap intervals.",
+        "zh": "把每个回答类指标的变化拆成：候选版本检索到的内容、它的回答方式，以及两者的交互（2×2 析因分解，"
+        "以基线为参照格：检索 + 生成 + 交互 = 总变化）；回放了 {replayed} 条用例；区间为 {level}% 配对自助法区间。",
+    },
+    "attribution_bar": {"en": "Parts of each change (total: the dot)", "zh": "各指标变化的组成（圆点：总变化）"},
+    "attribution_causes": {"en": "Cases by cause", "zh": "按原因分组的用例"},
+    "attribution_errors": {
+        "en": "{n} cases could not be attributed (a replay failed): they are left out of every part.",
+        "zh": "{n} 条用例无法归因（回放失败），它们不计入任何一部分。",
+    },
+    "part_total": {"en": "Total", "zh": "总变化"},
+    "part_retrieval": {"en": "Retrieval", "zh": "检索"},
+    "part_generation": {"en": "Generation", "zh": "生成"},
+    "part_interaction": {"en": "Interaction", "zh": "交互"},
+    "cause": {"en": "Cause", "zh": "原因"},
+    "case_ids": {"en": "Cases", "zh": "用例"},
     "detectable": {"en": "Detectable", "zh": "可检测变化"},
     "underpowered": {"en": "What this gate cannot see", "zh": "该门禁看不出的变化"},
     "detectable_note": {
@@ -363,9 +383,11 @@ PHRASES: dict[str, dict[str, str]] = {
     "most_regressed": {"en": "Most regressed cases", "zh": "退步最多的样本"},
     # Under a gate rule too weak to see the drop it allows (ragexp.compare.power).
     "cannot_tell": {
-        "en": "this gate cannot tell a drop of {drop} from noise with {n} cases (detectable: {detectable}; {needed})",
-        "zh": "该门禁在 {n} 条样本上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
+        "en": "this gate cannot tell a drop of {drop} from noise with {n} {units} (detectable: {detectable}; {needed})",
+        "zh": "该门禁在 {n} {units}上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
     },
+    "units_case": {"en": "cases", "zh": "条样本"},
+    "units_conversation": {"en": "conversations", "zh": "段对话"},
     "needed_some": {"en": "about {needed} cases would be needed", "zh": "约需 {needed} 条样本"},
     "needed_none": {"en": "no number of cases would be enough", "zh": "样本再多也不够"},
     "too_few": {"en": "none below {floor} paired cases", "zh": "少于 {floor} 条配对样本时无法检测任何变化"},

@@ -39,6 +39,9 @@ class SystemOutput:
     doc_ids: list[str] = field(default_factory=list)
     """The document each retrieved chunk comes from, aligned with ``ranked_ids``/``contexts``
     (empty: the system does not say; an empty string: it does not say for that chunk)."""
+    conversation_id: str | None = None
+    """The service's id of the conversation this reply belongs to (``response.conversation_id``):
+    sent with the conversation's next turn as ``{conversation_id}``."""
     stages: dict[str, dict[str, list[Any]]] | None = None
     """What each stage produced, by stage name (the names of ``timings``): ``ids`` (its order,
     best first), ``scores`` (aligned with ``ids``) and ``ids_in`` (the order it was given, for a
@@ -66,6 +69,8 @@ class SystemOutput:
             data["doc_ids"] = self.doc_ids
         if self.stages is not None:
             data["stages"] = self.stages
+        if self.conversation_id is not None:
+            data["conversation_id"] = self.conversation_id
         if self.tokens is not None:
             data["tokens"] = self.tokens
         return data
@@ -83,6 +88,7 @@ class SystemOutput:
             ttft_seconds=data.get("ttft_seconds"),
             doc_ids=list(data.get("doc_ids", [])),
             stages=data.get("stages"),
+            conversation_id=data.get("conversation_id"),
             tokens=data.get("tokens"),
         )
 
@@ -137,6 +143,17 @@ class Case:
     relevant: list[Evidence] = field(default_factory=list)
     """Gold anchored to documents (the ``relevant`` field), for a case that gives it instead of
     ``relevant_ids``: retrieved chunks are matched to it by document and text."""
+    conversation: str | None = None
+    """The id of the conversation this case is a turn of (``conv-7`` for ``conv-7#2``); None for a
+    single question."""
+    turn: int = 0
+    """The turn's 1-based position in its conversation (0 for a single question)."""
+    history: list[dict[str, str]] | None = None
+    """The earlier turns as ``{"role", "content"}`` messages, set when the turn is asked (see
+    :mod:`ragexp.conversations`); None for a single question."""
+    conversation_ref: str | None = None
+    """The service's own id of the conversation, read from the previous turn's reply
+    (``response.conversation_id``); None on a first turn or for a service that gives none."""
     graded: str | None = None
     """What the ``human`` scores graded: the :func:`graded_hash` of that output (``human.graded``,
     else the case's recorded output); None when the case says not, so its scores grade nothing
@@ -159,6 +176,9 @@ class Case:
             labels["human"] = {**self.human, "graded": self.graded} if self.graded_given else self.human
         if self.relevant:
             labels["relevant"] = [evidence.to_json() for evidence in self.relevant]
+        if self.conversation is not None:
+            labels["conversation"] = self.conversation
+            labels["turn"] = self.turn
         return labels
 
 

@@ -24,6 +24,7 @@ from ragexp.config.compose import compose, metric_sets
 from ragexp.config.identity import config_hash, resolved_config, run_params
 from ragexp.config.models import RagexpConfig
 from ragexp.config.tracking import chosen_uri
+from ragexp.conversations import ask_in_turns, check_history, complete, histories
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
@@ -31,6 +32,7 @@ from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
+from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
@@ -78,8 +80,16 @@ class Judging(Protocol):
     adaptation_usage: Usage
     """The judge's calls and tokens spent adapting its prompts before the run."""
 
-    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
-        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales)."""
+    def score(
+        self,
+        cases: Sequence[Case],
+        results: Sequence[CaseResult],
+        *,
+        progress: bool | None,
+        histories: Sequence[list[dict[str, str]] | None] | None = None,
+    ) -> JudgeOutcome:
+        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales);
+        ``histories``: each turn's earlier turns, read before its question."""
         ...
 
 
@@ -150,8 +160,11 @@ class RunOutcome:
     """Judge calibration and prediction-powered means from the dataset's human scores."""
     missed: Missed = field(default_factory=Missed)
     """The cases scored below full marks (the first few described)."""
+    conversations: ConversationFigures | None = None
+    """Per-conversation figures (None: the dataset has no conversation)."""
 
     def to_json(self) -> dict[str, Any]:
+        extra = {} if self.conversations is None else {"conversations": self.conversations.to_json()}
         return {
             "run_id": self.run_id,
             "experiment": self.experiment,
@@ -161,6 +174,7 @@ class RunOutcome:
             "error_count": self.error_count,
             "summary": self.summary,
             "populations": {name: population.to_json() for name, population in self.scored.items()},
+            **extra,
             **self.trust.to_json(),
         }
 
@@ -185,6 +199,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
         documents = None
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
+    check_history(dataset.cases, config.conversation.history, str(dataset.path))
     provider = check_config(config, dataset, specs)
     specs = with_stream_metrics(specs, provider.output_fields(dataset))
     provider.preflight(dataset)
@@ -571,11 +586,12 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         saved = read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
     else:
         saved = {}
-    return {
+    kept = {
         case_id: result
         for case_id, result in saved.items()
         if result.error is None or not (result.retryable or retry_errors)
     }
+    return complete(plan.dataset.cases, kept) if plan.dataset.has_conversations else kept
 
 
 def evaluate_cases(
@@ -622,7 +638,12 @@ def _evaluate(
 
     try:
         if todo:
-            plan.provider.run([cases[i] for i in todo] if done else cases, callback)
+            asked = [cases[i] for i in todo] if done else cases
+            if plan.dataset.has_conversations:
+                width = plan.provider.settings.concurrency
+                ask_in_turns(asked, plan.provider.run, callback, plan.config.conversation.history, width)
+            else:
+                plan.provider.run(asked, callback)
     finally:
         progress.close()
     missing = [cases[i].id for i, result in enumerate(results) if result is None]
@@ -674,12 +695,16 @@ def _score_and_log(
     """Score every case, weigh the scores against people's, log metrics, artifacts and traces."""
     shown = plan.config.progress
     scored = score_results(plan, results)
+    chats = score_conversations(plan.specs, scored.scores, plan.dataset.cases, scored.errored)
     with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
         human = _human_scores(plan, store, run_id, results, scored, resumed)
         trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
         timings = stage_timings(results)
-        store.log_metrics(run_id, run_metrics(plan, results, scored, trust, timings))
-        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings)
+        figures = run_metrics(plan, results, scored, trust, timings)
+        if chats is not None:
+            figures.update(chats.as_metrics())
+        store.log_metrics(run_id, figures)
+        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
     if plan.config.tracking.traces:
         with Phase("logging the cases' traces", enabled=shown):
             _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
@@ -697,6 +722,7 @@ def _score_and_log(
         timings,
         trust,
         missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
+        chats,
     )
 
 
@@ -724,7 +750,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:
         started = time.perf_counter()
-        judged = plan.scorer.score(cases, results, progress=cfg.progress)
+        asked_after = histories(cases, results, cfg.conversation.history) if plan.dataset.has_conversations else None
+        judged = plan.scorer.score(cases, results, progress=cfg.progress, histories=asked_after)
         judge_seconds = time.perf_counter() - started
         scores.update(judged.scores)
         for index, reasons in judged.errors.items():
@@ -827,6 +854,7 @@ def _log_artifacts(
     human: dict[str, np.ndarray],
     trust: Trust,
     timings: dict[str, dict[str, float]],
+    chats: ConversationFigures | None = None,
 ) -> None:
     cfg = plan.config
     cases = plan.dataset.cases
@@ -856,6 +884,8 @@ def _log_artifacts(
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         if plan.custom.specs:
             artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
+        if chats is not None:
+            artifacts.write_conversations(folder / artifacts.CONVERSATIONS, [row.to_json() for row in chats.rows])
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])
 
 
@@ -874,6 +904,9 @@ def _log_case_traces(
         judge=plan.judge,
         cap=plan.config.tracking.traces_max_cases,
         language=plan.config.report.language,
+        histories=histories(plan.dataset.cases, results, plan.config.conversation.history)
+        if plan.dataset.has_conversations
+        else None,
     )
     _log_traces(store, run_id, plan.config.experiment, traced, resumed=resumed, info=info)
 

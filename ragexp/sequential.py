@@ -139,10 +139,20 @@ class RememberingJudge:
         self.cache_hits = 0
         self.kept: dict[str, tuple[dict[str, float], dict[str, float], dict[str, str], dict[str, str]]] = {}
 
-    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+    def score(
+        self,
+        cases: Sequence[Case],
+        results: Sequence[CaseResult],
+        *,
+        progress: bool | None,
+        histories: Sequence[list[dict[str, str]] | None] | None = None,
+    ) -> JudgeOutcome:
         new = [i for i, case in enumerate(cases) if case.id not in self.kept]
         if new:
-            found = self.inner.score([cases[i] for i in new], [results[i] for i in new], progress=progress)
+            asked_after = [histories[i] for i in new] if histories is not None else None
+            found = self.inner.score(
+                [cases[i] for i in new], [results[i] for i in new], progress=progress, histories=asked_after
+            )
             for j, i in enumerate(new):
                 self.kept[cases[i].id] = (
                     {name: float(values[j]) for name, values in found.scores.items()},

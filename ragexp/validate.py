@@ -12,6 +12,7 @@ from typing import Any
 from ragexp.config.compose import compose
 from ragexp.config.models import MatchConfig, RagexpConfig
 from ragexp.config.tracking import chosen_uri
+from ragexp.conversations import check_history
 from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import Anchored, anchor_file, resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, resolve_path
@@ -80,6 +81,7 @@ def check_dataset(
         specs = with_cost(
             parse_metric_names(config.metrics.names, load_custom(config.metrics.custom).specs), config.cost
         )
+        check_history(dataset.cases, config.conversation.history, str(dataset.path))
         provider = check_config(config, dataset, specs, concurrency=1)
     findings = None
     if chunks is not None:

@@ -48,6 +48,7 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
     table: dict[tuple[str, str], list[str]] = {
         ("dataset", "kb_zh"): [],
         ("dataset", "kb_zh_spans"): [],
+        ("dataset", "kb_zh_chat"): [],
         ("dataset", "scifacts_zh"): ["provider=replay"],
         ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
         ("metrics", "offline"): [],

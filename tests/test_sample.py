@@ -205,9 +205,14 @@ def test_demo_end_to_end(ragexp: Any, tmp_path: Path) -> None:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("ragexp-demo")
     assert experiment is not None
-    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    found = client.search_runs([experiment.experiment_id])
+    runs = {r.info.run_name: r for r in found if "ragexp.attribution.of" not in r.data.tags}
     assert set(runs) == {"baseline: sample as shipped", "candidate: chunking=sentence"}
     base, cand = runs["baseline: sample as shipped"], runs["candidate: chunking=sentence"]
+    # The diff step attributes the drop by replay: two swapped cells of the candidate, all retrieval's.
+    cells = {r.data.tags["ragexp.attribution.cell"] for r in found if "ragexp.attribution.of" in r.data.tags}
+    assert cells == {"candidate/baseline", "baseline/candidate"}
+    assert "attribution by replay" in out and "cause retrieval" in out
     assert base.info.status == cand.info.status == "FINISHED"
     # Comparable: same dataset, K and metrics; the configs differ by the one knob alone.
     assert base.data.tags["ragexp.dataset_hash"] == cand.data.tags["ragexp.dataset_hash"]
@@ -249,7 +254,9 @@ def test_demo_end_to_end(ragexp: Any, tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert {run["run_id"] for run in json.loads(listing.stdout)["runs"]} == set(ids)  # only the new demo's runs
+    listed = json.loads(listing.stdout)["runs"]
+    demo_runs = {run["run_id"] for run in listed if not run["name"].startswith("attribution ")}
+    assert demo_runs == set(ids) and len(listed) == 4  # only the new demo's runs and their attribution cells
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")

@@ -114,8 +114,8 @@ def test_check_template_refuses_a_placeholder_no_case_fills() -> None:
     with pytest.raises(ConfigError) as info:
         check_template({"lang": "{lang}"}, "provider.system.request", [case(lang="zh"), case("c2")])
     assert str(info.value) == (
-        "provider.system.request: unknown placeholder {lang}: not one of question, k, case_id "
-        "and not a metadata field of case 'c2' (line 3)"
+        "provider.system.request: unknown placeholder {lang}: not one of question, k, case_id, history, "
+        "messages, conversation_id and not a metadata field of case 'c2' (line 3)"
     )
     with pytest.raises(ConfigError, match=r"unknown placeholder \{questoin\}"):
         check_template({"q": "{questoin}"}, "provider.system.request")
@@ -508,8 +508,8 @@ def test_an_unknown_placeholder_is_refused_before_the_run(
     result = ragexp("run", *base, "+provider.system.request={q: '{question}', lang: '{lang}'}")
     assert result.code == 1
     assert result.stderr.strip() == (
-        "ragexp: error: provider.system.request: unknown placeholder {lang}: not one of question, k, case_id "
-        f"and not a metadata field of case 'c2' ({data}:2)"
+        "ragexp: error: provider.system.request: unknown placeholder {lang}: not one of question, k, case_id, "
+        f"history, messages, conversation_id and not a metadata field of case 'c2' ({data}:2)"
     )
     bad = ragexp("run", *base, "provider.system.response.answer='data.[x'")
     assert bad.code == 1 and bad.stderr.startswith(

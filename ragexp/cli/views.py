@@ -21,6 +21,7 @@ from ragexp.phrases import t
 from ragexp.secrets import mask_url
 
 if TYPE_CHECKING:
+    from ragexp.compare.data import RunData
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
@@ -49,6 +50,8 @@ def show_run(evaluation: Evaluation) -> None:
     unscored = [spec.name for spec in outcome.specs if outcome.summary.get(spec.name) is None]
     if unscored:
         print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
+    if outcome.conversations is not None:
+        print(outcome.conversations.line())
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -270,7 +273,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
 
 def show_diff(result: DiffResult) -> None:
     base, cand = result.baseline, result.candidate
-    print(f"baseline {base.run_id}  candidate {cand.run_id}  ({len(base.case_ids)} cases)")
+    print(f"baseline {base.run_id}  candidate {cand.run_id}  ({population(base)})")
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
@@ -288,9 +291,11 @@ def show_diff(result: DiffResult) -> None:
                 f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.diagnosis:
-        print("\nlikely stage:")
+        print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
         for hint in result.diagnosis:
             print(f"  - {terminal(hint.text())}")
+    if result.attribution is not None:
+        show_attribution(result.attribution)
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
         for case in result.cases:
@@ -311,6 +316,46 @@ def show_diff(result: DiffResult) -> None:
                         print(terminal(f"      {name}: {said}"))
         for line in case_legend(result.cases):
             print(f"  {line}")
+
+
+def show_attribution(found: dict[str, Any]) -> None:
+    """``diff --attribute``: per metric the total delta and its three parts with intervals, then
+    the cases by cause and the cases whose attribution failed."""
+    level = round(100 * float(found["confidence"]))
+    print(f"\nattribution by replay ({found['replayed']} cases replayed; {level}% paired bootstrap intervals):")
+
+    def part(row: dict[str, Any], key: str) -> str:
+        if row[key] is None:
+            return "—"
+        low, high = row[f"{key}_ci"]
+        return f"{signed(row[key])} [{signed(low)}, {signed(high)}]"
+
+    print(f"  {'metric':22} {'cases':>5}  {'total':28} {'retrieval':28} {'generation':28} interaction")
+    for row in found["metrics"]:
+        note = "  (retrieval's by definition)" if row["by_definition"] else ""
+        cells = "".join(f"{part(row, key):29}" for key in ("total", "retrieval", "generation"))
+        print(terminal(f"  {row['name']:22} {row['cases']:>5}  {cells}{part(row, 'interaction')}{note}"))
+    by_cause: dict[str, list[str]] = {}
+    for case in found["cases"]:
+        by_cause.setdefault(case["cause"], []).append(case["id"])
+    for cause, ids in by_cause.items():
+        shown = ", ".join(ids[:20]) + (f" (+{len(ids) - 20} more)" if len(ids) > 20 else "")
+        print(terminal(f"  cause {cause} ({len(ids)}): {shown}"))
+    for error in found["errors"][:20]:
+        print(terminal(f"  error {error['id']}: {error['error']}"))
+    if len(found["errors"]) > 20:
+        print(f"  ... {len(found['errors']) - 20} more errors")
+
+
+def population(run: RunData) -> str:
+    """``35 cases``, or for a run of conversations ``12 conversations, 38 turns (paired by conversation)``."""
+    if run.conversations is None:
+        return f"{len(run.case_ids)} cases"
+    chats = {conversation for conversation in run.conversations if conversation is not None}
+    singles = run.conversations.count(None)
+    turns = len(run.conversations) - singles
+    alone = f", {singles} single question{'s' if singles > 1 else ''}" if singles else ""
+    return f"{len(chats)} conversations, {turns} turns{alone} (paired by conversation)"
 
 
 def legend(lines: Sequence[str]) -> None:
@@ -388,8 +433,9 @@ def print_gate_power(result: GateResult) -> None:
     for rule in result.rules:
         if rule.power is not None and rule.metric not in seen:
             power = rule.power
+            units = t(f"units_{power.unit}", "en")
             seen[rule.metric] = (
-                f"{fmt(power.detectable)} with {power.n} cases"
+                f"{fmt(power.detectable)} with {power.n} {units}"
                 if power.detectable is not None
                 else f"{detectable_words(power)} ({power.n} here)"
             )
@@ -464,10 +510,11 @@ def show_calibration(calibrated: Calibrated) -> None:
 
 def show_power(found: BaselinePower) -> None:
     run, effect, confidence = found.baseline, found.effect, found.confidence
-    print(f"baseline {run.run_id}  ({len(run.case_ids)} cases)")
-    headers = ["metric", "cases", "sd of difference", "detectable"]
+    print(f"baseline {run.run_id}  ({population(run)})")
+    units = t(f"units_{run.unit}", "en")
+    headers = ["metric", units, "sd of difference", "detectable"]
     if effect is not None:
-        headers.append(f"cases for {effect:g}")
+        headers.append(f"{units} for {effect:g}")
     rows = []
     for p in found.plans:
         row = [p.metric, str(p.n), fmt(p.sd), fmt(p.detectable)]

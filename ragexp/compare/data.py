@@ -38,6 +38,25 @@ class RunData:
     """The run's metrics of the user's own config, as the run recorded them."""
     ttft: np.ndarray | None = None
     """(n,) seconds to the first piece of a streamed answer, NaN where none (None: not streamed)."""
+    conversations: list[str | None] | None = None
+    """Each case's conversation id (None: a single question); None when the run has none."""
+
+    @property
+    def unit(self) -> str:
+        """What comparisons pair and resample: ``conversation`` when the run has any, else ``case``."""
+        return "case" if self.conversations is None else "conversation"
+
+    def units(self) -> np.ndarray | None:
+        """(n,) int: the unit each case belongs to (a conversation's turns share one, a single
+        question is one of its own); None when the run has no conversation."""
+        if self.conversations is None:
+            return None
+        labels: dict[str, int] = {}
+        out = np.empty(len(self.conversations), dtype=np.int64)
+        for position, conversation in enumerate(self.conversations):
+            key = conversation if conversation is not None else f"\0{position}"
+            out[position] = labels.setdefault(key, len(labels))
+        return out
 
     @property
     def run_id(self) -> str:
@@ -104,6 +123,7 @@ class RunData:
             {name: values[order] for name, values in self.human.items()},
             self.custom,
             self.ttft[order] if self.ttft is not None else None,
+            [self.conversations[i] for i in order.tolist()] if self.conversations is not None else None,
         )
 
 
@@ -132,6 +152,7 @@ def load_run(store: Store, run: str | RunRecord) -> RunData:
         human=columns.human,
         custom=custom_specs(store, record),
         ttft=columns.ttft,
+        conversations=columns.conversations,
     )
 
 

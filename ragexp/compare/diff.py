@@ -12,7 +12,7 @@ from ragexp.compare.figures import fmt, signed
 from ragexp.compare.missing import metric_why
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
-from ragexp.compare.stats import paired
+from ragexp.compare.stats import paired, paired_by_unit, unit_means
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.population import Population, answerable_only, covered
@@ -59,6 +59,11 @@ class MetricDiff:
     population: Population | None = None
     """The cases compared: the pairs with both scores, of the cases the metric's mean covers
     (None for a run-level figure)."""
+    n: int = 0
+    """Paired units the test ran on: conversations (a single question counting as one) when the
+    runs have conversations, else cases."""
+    unit: str = "case"
+    """``conversation`` or ``case``: what the paired test and its interval resample."""
 
     @property
     def detectable_effect(self) -> float | None:
@@ -122,6 +127,8 @@ class MetricDiff:
             "unchanged": self.unchanged,
             "detectable_effect": self.detectable_effect,
             "population": self.population.to_json() if self.population is not None else None,
+            "n": self.n,
+            "unit": self.unit,
             **extra,
         }
 
@@ -138,6 +145,9 @@ class DiffResult:
     """What makes the runs incomparable (empty when comparable)."""
     confidence: float = 0.95
     """Confidence level of the intervals."""
+    attribution: dict[str, Any] | None = None
+    """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
+    the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -151,6 +161,7 @@ class DiffResult:
             "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
             "diagnosis": [hint.text() for hint in self.diagnosis],
+            **({"attribution": self.attribution} if self.attribution is not None else {}),
         }
 
 
@@ -222,8 +233,9 @@ def _metric_diff(
         )
     delta = c_value - b_value if b_value is not None and c_value is not None else None
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
-    improved = regressed = unchanged = pairs = 0
+    improved = regressed = unchanged = pairs = n = 0
     compared: Population | None = None
+    units = base.units()
     ci_low = ci_high = p_value = None
     power = None
     if b_cases is not None and c_cases is not None:
@@ -239,11 +251,22 @@ def _metric_diff(
         if spec is not None and spec.per_case:
             name_of = "answerable" if answerable_only(spec, base.unanswerable) else "all"
             compared = Population(pairs, int(within.sum()), int(within.size), name_of)
+        n = pairs if units is None else int(np.unique(units[mask]).size)
         if spec is not None and spec.mean_of_cases:
-            stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
+            if units is None:
+                stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
+                power = paired_power(change, confidence=confidence)
+            else:
+                stats = paired_by_unit(
+                    b_cases[mask], c_cases[mask], units[mask], resamples=resamples, confidence=confidence, seed=seed
+                )
+                power = (
+                    paired_power(unit_means(change, units[mask]), confidence=confidence, unit="conversation")
+                    if pairs
+                    else None
+                )
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
-            power = paired_power(change, confidence=confidence)
     ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
     return MetricDiff(
         name,
@@ -262,6 +285,8 @@ def _metric_diff(
         power,
         spec=spec,
         population=compared,
+        n=n,
+        unit=base.unit,
     )
 
 

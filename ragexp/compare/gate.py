@@ -409,7 +409,7 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
         return result("passed", f"{move}, {_moved(worse_by)} (allowed drop {threshold:g})")
     if kind == "max_increase":
         if direction != "lower":
-            return result("undecided", f"{name}: higher is better, so 'max_increase' bounds nothing bad (use max_drop)")
+            return result("undecided", f"{name}: higher is better, so a rise is no regression; bound it with max_drop")
         if worse_by > threshold + EPSILON:
             return result("failed", f"{move}, up by {fmt(worse_by)} (allowed increase {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed increase {threshold:g})")

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragexp.compare.figures import fmt
+from ragexp.compare.stats import unit_means
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec
@@ -345,6 +346,8 @@ class Power:
     confidence: float
     discordant: float | None = None
     """Pass/fail differences: the share of discordant pairs (None: a continuous metric)."""
+    unit: str = "case"
+    """What ``n`` counts: ``case``, or ``conversation`` (the differences are per-conversation means)."""
 
     def needed(self, effect: float) -> int | None:
         """Cases needed to detect ``effect`` with this spread."""
@@ -357,8 +360,8 @@ class Power:
         return self.detectable is None or allowed < self.detectable - 1e-12
 
 
-def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
-    """:class:`Power` of the per-case differences ``diffs`` (non-finite ones dropped); None
+def paired_power(diffs: np.ndarray, *, confidence: float, unit: str = "case") -> Power | None:
+    """:class:`Power` of the per-unit differences ``diffs`` (non-finite ones dropped); None
     without any pair."""
     finite = diffs[np.isfinite(diffs)]
     if finite.size == 0:
@@ -367,8 +370,8 @@ def paired_power(diffs: np.ndarray, *, confidence: float) -> Power | None:
     n = int(finite.size)
     if is_pass_fail(finite):
         discordant = float(np.count_nonzero(finite)) / n
-        return Power(n, sd, pass_fail_effect(n, discordant, confidence=confidence), confidence, discordant)
-    return Power(n, sd, detectable_effect(sd, n, confidence=confidence), confidence)
+        return Power(n, sd, pass_fail_effect(n, discordant, confidence=confidence), confidence, discordant, unit)
+    return Power(n, sd, detectable_effect(sd, n, confidence=confidence), confidence, unit=unit)
 
 
 def detectable_words(power: Power, language: str = "en") -> str:
@@ -387,7 +390,8 @@ def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
     needed = power.needed(allowed)
     more = t("needed_some", language, needed=f"{needed:,}") if needed is not None else t("needed_none", language)
     detectable = detectable_words(power, language)
-    return t("cannot_tell", language, drop=f"{allowed:g}", n=power.n, detectable=detectable, needed=more)
+    units = t(f"units_{power.unit}", language)
+    return t("cannot_tell", language, drop=f"{allowed:g}", n=power.n, units=units, detectable=detectable, needed=more)
 
 
 @dataclass(frozen=True)
@@ -406,11 +410,15 @@ class Plan:
     why: dict[str, str] = field(default_factory=dict)
     """Why a figure is missing, in words, for each of ``sd``, ``detectable_effect`` and
     ``cases_needed`` that is None (an ``effect`` was asked for but no number of cases reaches it...)."""
+    unit: str = "case"
+    """What ``n`` and ``needed`` count: ``case``, or ``conversation`` (a run of conversations)."""
 
     def to_json(self) -> dict[str, object]:
         return {
             "name": self.metric,
             "cases": self.n,
+            "n": self.n,
+            "unit": self.unit,
             "sd": self.sd,
             "detectable_effect": self.detectable,
             "effect": self.effect,
@@ -451,8 +459,14 @@ def baseline_plan(
         values = run.per_case(name)
         if spec is None or not spec.mean_of_cases or values is None:
             continue
-        values = values[covered(spec, run.unanswerable)]
-        values = values[np.isfinite(values)]
+        units = run.units()
+        within = covered(spec, run.unanswerable)
+        values, units = values[within], units[within] if units is not None else None
+        finite = np.isfinite(values)
+        values = values[finite]
+        if units is not None and values.size:
+            # Conversations are the unit: the spread, and the cases needed, are those of their means.
+            values = unit_means(values, units[finite])
         sd = paired_sd_from_baseline(values, correlation)
         n = int(values.size)
         why: dict[str, str] = {}
@@ -498,7 +512,7 @@ def baseline_plan(
             )
         elif effect is not None and needed is None and "cases_needed" not in why:
             why["cases_needed"] = why["detectable_effect"]
-        plans.append(Plan(name, n, sd, detectable, effect, needed, why))
+        plans.append(Plan(name, n, sd, detectable, effect, needed, why, run.unit))
     return plans
 
 

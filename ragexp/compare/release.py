@@ -123,9 +123,12 @@ def compare_runs(
     language: str | None = None,
     ui_url: str | None = None,
     say: Say = _silent,
+    attribute: bool = False,
 ) -> DiffOutcome:
     """``ragexp diff``: per-metric and per-case comparison of ``candidate`` with ``baseline`` (a run
-    id or a selector), recorded on the candidate; ``summary`` is a Markdown file to write."""
+    id or a selector), recorded on the candidate; ``summary`` is a Markdown file to write;
+    ``attribute`` replays the swapped cells (:mod:`ragexp.attribution`), refused before any work
+    when either system cannot answer from given contexts."""
     summary_path = check_writable("--summary", summary)
     check_language(language)
     selector = parse_selector(baseline)
@@ -136,6 +139,12 @@ def compare_runs(
         say(chosen.how)
     not_the_baseline(given.run_id, chosen.run_id)
     base, cand = load_run(store, chosen.record), load_run(store, given)
+    configs = None
+    if attribute:
+        from ragexp.attribution import check_can_generate
+
+        writer = Store(tracking_uri, must_exist=True)
+        configs = check_can_generate(writer, base, cand)
     result = compute_diff(
         base,
         cand,
@@ -155,8 +164,35 @@ def compare_runs(
         )
         write_file("--summary", summary_path, text.encode("utf-8"))
     result.cases = result.cases[:top]
+    if configs is not None:
+        from ragexp.attribution import ARTIFACT
+        from ragexp.attribution import attribute as attribute_runs
+
+        found = attribute_runs(
+            writer, base, cand, configs, resamples=resamples, confidence=confidence, seed=seed, say=say
+        )
+        result.attribution = found.to_json()
+        record_comparison(writer, cand.run_id, base.run_id, ARTIFACT, result.attribution, say)
     record_comparison(store, cand.run_id, base.run_id, "diff.json", result.to_json(), say)
     return DiffOutcome(result, base, cand)
+
+
+def attribution_of(
+    store: Store, baseline: str, candidate: str, *, resamples: int, confidence: float, seed: int, say: Say = _silent
+) -> dict[str, Any]:
+    """The pair's attribution by replay as ``diff --attribute`` recorded it on the candidate; else
+    measured now and recorded (refused first when either system cannot answer from given contexts)."""
+    from ragexp.attribution import ARTIFACT, attribute, check_can_generate
+
+    kept = read_comparison(store, candidate, baseline, ARTIFACT)
+    if kept is not None:
+        return kept
+    base, cand = load_run(store, baseline), load_run(store, candidate)
+    configs = check_can_generate(store, base, cand)
+    found = attribute(store, base, cand, configs, resamples=resamples, confidence=confidence, seed=seed, say=say)
+    payload = found.to_json()
+    record_comparison(store, candidate, baseline, ARTIFACT, payload, say)
+    return payload
 
 
 def promotion_tag(promote: bool, promote_tag: str | None, selector_tag: tuple[str, str] | None) -> PromotionTag | None:

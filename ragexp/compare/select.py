@@ -164,8 +164,9 @@ def choose_candidate(store: Store, baseline: RunRecord) -> Selection:
 
 
 def _ragexp_runs(records: Iterable[RunRecord], *, exclude: str | None) -> Iterator[RunRecord]:
-    """Runs logged by ``ragexp run`` (not sweep parents, not foreign runs), other than ``exclude``."""
-    return (r for r in records if r.tag("config_hash") and r.run_id != exclude)
+    """Runs logged by ``ragexp run`` (not sweep parents, not foreign runs, not the swapped cells of
+    ``diff --attribute``, which replay a subset of the cases), other than ``exclude``."""
+    return (r for r in records if r.tag("config_hash") and not r.tag("attribution.of") and r.run_id != exclude)
 
 
 def _newest_comparable(

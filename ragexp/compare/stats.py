@@ -131,6 +131,38 @@ def paired_differences(
     return p_value, ci_low, ci_high
 
 
+def unit_means(values: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """The mean of ``values`` within each unit (a conversation's turns), in order of first appearance."""
+    labels, first, inverse = np.unique(units, return_index=True, return_inverse=True)
+    sums = np.bincount(inverse, weights=values, minlength=labels.size)
+    counts = np.bincount(inverse, minlength=labels.size)
+    means = sums / counts
+    return means[np.argsort(first, kind="stable")]
+
+
+def paired_by_unit(
+    baseline: np.ndarray,
+    candidate: np.ndarray,
+    units: np.ndarray,
+    *,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> PairedStats | None:
+    """:func:`paired` with a unit (a conversation) as what is paired and resampled: the test and
+    interval run on each unit's mean difference over its turns both runs scored, so turns of one
+    conversation, which are not independent, count once together. ``n`` is the number of units."""
+    both = np.isfinite(baseline) & np.isfinite(candidate)
+    if not both.any():
+        return None
+    means = unit_means(candidate[both] - baseline[both], units[both])
+    found = paired_differences(means, resamples=resamples, confidence=confidence, seed=seed)
+    if found is None:
+        return None
+    p_value, low, high = found
+    return PairedStats(int(means.size), float(means.mean()), low, high, p_value)
+
+
 def paired(
     baseline: np.ndarray, candidate: np.ndarray, *, resamples: int, confidence: float, seed: int
 ) -> PairedStats | None:

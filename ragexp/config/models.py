@@ -201,6 +201,9 @@ class ResponseMapping(Model):
     stages: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of what each stage produced: ``{stage: {"ids", "scores", "ids_in"}}`` (stage
     names as in ``timings``), shown on the case's stage spans, never scored."""
+    conversation_id: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of the service's id of the conversation (Dify's ``conversation_id``, RAGFlow's
+    ``data.session_id``): sent with the conversation's next turn as ``{conversation_id}``."""
     error: str | None = None
     """JMESPath that yields the error message on an error envelope (e.g.
     ``code != `0` && message``): a truthy result makes the reply an error for that case."""
@@ -243,6 +246,30 @@ class SampleSystemConfig(Model):
     """Knobs of the sample system (null: its defaults)."""
 
 
+class GenerateResponse(Model):
+    """Where the answer is in a ``generate`` endpoint's reply."""
+
+    answer: str = Field("answer", min_length=1)
+    """JMESPath of the answer text (a string)."""
+    citations: str | None = None
+    """JMESPath of what the answer cites: positions in the contexts it was given, from 1 (null:
+    the endpoint gives no citations; a metric reading them is then an error for each case)."""
+
+
+class GenerateEndpoint(Model):
+    """An HTTP system's answer stage, asked to answer from given contexts (``diff --attribute``)."""
+
+    url: str = Field(min_length=1)
+    """Endpoint that answers a question from the contexts in the request (POST, JSON body); the
+    system's ``headers_env``, TLS files, timeout and retries apply to it too."""
+    request: Any = Field(default_factory=lambda: {"question": "{question}", "contexts": "{contexts}"})
+    """The JSON body. Strings may hold ``{question}``, ``{contexts}`` (a string that is exactly
+    ``"{contexts}"`` is sent as the list of texts), ``{ranked_ids}``, ``{k}``, ``{case_id}`` and the
+    case's ``metadata`` fields."""
+    response: GenerateResponse = Field(default_factory=lambda: GenerateResponse.model_validate({}))
+    """Where the answer (and the citations) are in the reply."""
+
+
 class HttpSystemConfig(Model):
     kind: Literal["http"]
     """``http``: a RAG service under test over HTTP."""
@@ -281,6 +308,9 @@ class HttpSystemConfig(Model):
     abort_after: int = runtime(8, ge=1)
     """Stop the run when this many cases in a row failed at the transport level (refused,
     reset, timed out, 5xx or 429 after every retry) with no answer between them."""
+    generate: GenerateEndpoint | None = runtime(None)
+    """The system's answer stage over given contexts, for ``diff --attribute`` (null: the
+    system cannot answer from contexts it is given, and cannot be attributed)."""
 
 
 class PythonSystemConfig(Model):
@@ -299,6 +329,12 @@ class PythonSystemConfig(Model):
     ragexp's own contract field names."""
     timeout_s: float = runtime(30.0, gt=0)
     """Deadline in seconds for one call, and for the import of the target."""
+    generate: str | None = runtime(None)
+    """``package.module:attr`` of the system's answer stage over given contexts, for ``diff
+    --attribute``: a function called as ``f(question, contexts)`` (contexts: a list of strings;
+    may be async), or an object whose ``invoke``/``ainvoke`` takes ``{"question", "contexts"}``.
+    It returns the answer text, or an object with ``answer`` (and ``citations``, positions in the
+    contexts from 1). Null: the system cannot be attributed."""
 
 
 SYSTEM_KINDS = ("fake", "replay", "sample", "http", "python")
@@ -449,6 +485,16 @@ class ReportConfig(Model):
     """Language of ``ragexp report`` (Chinese by default)."""
 
 
+class ConversationConfig(Model):
+    """How the turns of a conversation (a case with ``turns``) are asked."""
+
+    history: Literal["own", "reference"] = "own"
+    """What a turn's history holds after each earlier question: ``own``, the system's own answers
+    (what a user of the chat app sees); ``reference``, the turns' reference answers, so each turn
+    is judged apart from the system's earlier mistakes (every turn followed by another needs a
+    ``reference``)."""
+
+
 class TokenPrices(Model):
     """What tokens cost, per million tokens, in ``cost.currency``."""
 
@@ -509,6 +555,10 @@ class RagexpConfig(Model):
     """How ``ragexp report`` presents the run."""
     calibration: CalibrationConfig = Field(default_factory=lambda: CalibrationConfig())
     """How judge scores are compared with the dataset's human scores."""
+    conversation: ConversationConfig = Field(
+        default=ConversationConfig(), json_schema_extra={"identity_omit_default": True}
+    )
+    """How the turns of conversations are asked (single questions ignore it)."""
     cost: CostConfig = Field(default_factory=lambda: CostConfig(), json_schema_extra=dict(RUNTIME_ONLY))
     """Token prices, for the run's ``cost`` metric."""
 

@@ -66,6 +66,11 @@ class Dataset:
         return sum(not case.unanswerable for case in self.cases)
 
     @property
+    def has_conversations(self) -> bool:
+        """Some case is a turn of a conversation."""
+        return any(case.conversation is not None for case in self.cases)
+
+    @property
     def has_evidence(self) -> bool:
         """Some case gives its gold as evidence anchored to documents (``relevant``)."""
         return any(case.relevant for case in self.cases)
@@ -449,6 +454,13 @@ are checked by the rule of the field they fill (``user_input`` by ``question``'s
 REQUIRED = tuple((rule.name, rule.required) for rule in RULES.values() if rule.required is not None)
 KNOWN_FIELDS = frozenset(RULES)
 
+TURN_FIELDS = ("question", "relevant_ids", "relevant", "expected_facts", "unanswerable", "reference")
+"""The fields a turn of a conversation may have, each checked by its rule in :data:`RULES`."""
+CONVERSATION_FIELDS = ("id", "turns", "metadata")
+"""The fields of a conversation case (``{"id", "turns": [...]}``); ``metadata`` fills every turn's templates."""
+TURN_SEPARATOR = "#"
+"""Between a conversation's id and a turn's 1-based position: ``conv-7#2``."""
+
 
 def _relevance(unanswerable: bool, relevant: list[str], evidence: list[Any]) -> tuple[str, str] | None:
     """The one rule between fields: an answerable case is labelled once (ids or evidence), an
@@ -573,6 +585,97 @@ _NO_FIELDS: frozenset[str] = frozenset()
 _NOT_OUTPUT = KNOWN_FIELDS - set(OUTPUT_FIELDS)
 
 
+def _conversation(row: dict[str, Any], line: int, problems: _Problems) -> list[Case] | None:
+    """The turns of a conversation row as cases (``conv-7#1``, ``conv-7#2``...), each turn checked
+    by the rules of its fields; None when the row has any problem (each one added)."""
+    fine = True
+    for key in row:
+        if key not in CONVERSATION_FIELDS:
+            close = difflib.get_close_matches(key, CONVERSATION_FIELDS + TURN_FIELDS, n=1)
+            where = " (a turn's field goes inside its item of turns)" if key in TURN_FIELDS else ""
+            hint = f" (did you mean '{close[0]}'?)" if close and not where else ""
+            problems.add(line, key, f"not a field of a conversation{where or hint}: {', '.join(CONVERSATION_FIELDS)}")
+            fine = False
+    conversation_id = row.get("id")
+    reason = _case_id(conversation_id)
+    if reason is not None:
+        problems.add(line, "id", reason)
+        fine = False
+    metadata = row.get("metadata")
+    if metadata is not None and _object(metadata) is not None:
+        problems.add(line, "metadata", _object(metadata))  # type: ignore[arg-type]  # not None: checked
+        fine = False
+    turns = row.get("turns")
+    if type(turns) is not list or not turns:
+        got = "an empty list" if turns == [] else _type_name(turns)
+        problems.add(line, "turns", f"required: a non-empty list of turns ({{question, ...}}), got {got}")
+        return None
+    for index, turn in enumerate(turns):
+        at = f"turns[{index}]"
+        if type(turn) is not dict:
+            problems.add(line, at, f"expected an object {{question, ...}}, got {_type_name(turn)}")
+            fine = False
+            continue
+        bad: set[str] = set()
+        for key, value in turn.items():
+            if key not in TURN_FIELDS:
+                close = difflib.get_close_matches(key, TURN_FIELDS, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                problems.add(line, f"{at}.{key}", f"not a field of a turn{hint}: {', '.join(TURN_FIELDS)}")
+                bad.add(key)
+                continue
+            if value is None:
+                continue
+            found = RULES[key].check(value)
+            if found is not None:
+                field, words = (key, found) if isinstance(found, str) else found
+                problems.add(line, f"{at}.{field}", words)
+                bad.add(key)
+        if turn.get("question") is None:
+            problems.add(
+                line, f"{at}.question", "required: every turn asks a question (a string of 1 to 1,000,000 characters)"
+            )
+            bad.add("question")
+        if not bad & {"relevant_ids", "relevant", "unanswerable"}:
+            rule = _relevance(
+                turn.get("unanswerable") or False, turn.get("relevant_ids") or [], turn.get("relevant") or []
+            )
+            if rule is not None:
+                problems.add(line, f"{at}.{rule[0]}", rule[1])
+                bad.add(rule[0])
+        if bad:
+            fine = False
+        elif reason is None:
+            turn_id = f"{conversation_id}{TURN_SEPARATOR}{index + 1}"
+            too_long = limits.problem(limits.CASE_ID, turn_id)
+            if too_long is not None:
+                problems.add(line, "id", f"the turn id {turn_id[:60]!r} {too_long}")
+                fine = False
+    if not fine:
+        return None
+    cases = []
+    for index, turn in enumerate(turns):
+        case = Case(
+            f"{conversation_id}{TURN_SEPARATOR}{index + 1}",
+            turn["question"],
+            turn.get("relevant_ids") or [],
+            turn.get("expected_facts") or [],
+            turn.get("reference"),
+            turn.get("unanswerable") or False,
+            line,
+            metadata=metadata or {},
+            conversation=conversation_id,
+            turn=index + 1,
+        )
+        evidence = turn.get("relevant")
+        if evidence:
+            case.relevant = [
+                Evidence(item["doc"], item.get("span") or "", item.get("start"), item.get("end")) for item in evidence
+            ]
+        cases.append(case)
+    return cases
+
+
 def _parse_jsonl(name: str, data: bytes) -> list[Case]:
     """``data``: the file's bytes, known to be UTF-8, without a byte-order mark.
 
@@ -600,6 +703,21 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
                 continue
         if type(row) is not dict:
             problems.add(number, None, f"expected a JSON object, got {_type_name(row)}")
+            continue
+        if "turns" in row:
+            turns = _conversation(row, number, problems)
+            if turns is None:
+                continue
+            conversation = turns[0].conversation
+            clash = next((turn.id for turn in turns if turn.id in first_line), None)
+            if conversation in first_line or clash is not None:
+                taken = clash if clash is not None else conversation
+                problems.add(number, "id", f"duplicate id {taken!r} (first on line {first_line[taken]})")  # type: ignore[index]
+                continue
+            first_line[conversation] = number  # type: ignore[index]  # checked as a string
+            for turn in turns:
+                first_line[turn.id] = number
+            cases.extend(turns)
             continue
         case = _case(row, number, problems)
         if case is None:

@@ -63,16 +63,11 @@ class Missed:
     """The first of them, in dataset order."""
 
 
-def missed_cases(
-    specs: Sequence[MetricSpec],
-    scores: Mapping[str, np.ndarray],
-    cases: Sequence[Case],
-    results: Sequence[CaseResult],
-    k: int,
-    *,
-    first: int = MISSED_SHOWN,
-) -> Missed:
-    """The cases scored below full marks, counted; the first ``first`` of them described."""
+def below_full_marks(
+    specs: Sequence[MetricSpec], scores: Mapping[str, np.ndarray], cases: Sequence[Case]
+) -> dict[str, np.ndarray]:
+    """Metric -> (n,) bool: the case has a score below the metric's full marks (per-case scores
+    with a best value only; a case without a score is not below)."""
     n = len(cases)
     unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=n)
     masks: dict[str, np.ndarray] = {}
@@ -86,6 +81,20 @@ def missed_cases(
         if spec.population == "answerable":
             short &= ~unanswerable
         masks[spec.name] = short
+    return masks
+
+
+def missed_cases(
+    specs: Sequence[MetricSpec],
+    scores: Mapping[str, np.ndarray],
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    k: int,
+    *,
+    first: int = MISSED_SHOWN,
+) -> Missed:
+    """The cases scored below full marks, counted; the first ``first`` of them described."""
+    masks = below_full_marks(specs, scores, cases)
     if not masks:
         return Missed()
     any_missed = np.logical_or.reduce(list(masks.values()))

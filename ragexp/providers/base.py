@@ -11,7 +11,7 @@ from typing import Any
 from ragexp.config.models import DatasetConfig, SystemConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
-from ragexp.records import Case, CaseResult
+from ragexp.records import Case, CaseResult, SystemOutput
 
 OnResult = Callable[[int, CaseResult], None]
 """Called once per case as it completes, with the case's index in the input order."""
@@ -27,6 +27,22 @@ class RunSettings:
     outputs: frozenset[str] | None = None
     """The output fields the run's metrics read (``retrieved_ids``, ``citations``, ...): an
     output among them that a reply does not give is an error for that case. None: every one."""
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What a system's retrieval stage gave for one case: what its answer stage reads."""
+
+    ranked_ids: tuple[str, ...]
+    contexts: tuple[str, ...]
+    doc_ids: tuple[str, ...] = ()
+    score: float | None = None
+    """The retrieval score the answer stage reads (the sample system's threshold); None: none."""
+
+    @classmethod
+    def of(cls, output: SystemOutput) -> Retrieval:
+        """The retrieval recorded in a case's output."""
+        return cls(tuple(output.ranked_ids), tuple(output.contexts), tuple(output.doc_ids or ()))
 
 
 class Provider(ABC):
@@ -73,6 +89,21 @@ class Provider(ABC):
     @abstractmethod
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         """Evaluate every case and report each through ``on_result``."""
+
+    def generation_missing(self) -> str | None:
+        """What this system lacks to answer from given contexts (``diff --attribute``), in a
+        few words naming the key to set; None when it can."""
+        return f"provider kind {self.config.kind} cannot answer from given contexts"
+
+    def retrieval(self, case: Case, output: SystemOutput) -> Retrieval:
+        """What this system's retrieval gave for ``case``, from the case's recorded ``output``
+        (a system that can recompute it, with what its answer stage reads, does)."""
+        return Retrieval.of(output)
+
+    def generate(self, cases: Sequence[Case], retrievals: Sequence[Retrieval], on_result: OnResult) -> None:
+        """Answer each case from its retrieval, reported through ``on_result`` as ``run`` does;
+        an output keeps the retrieval it was given. Called after :meth:`preflight`."""
+        raise ProviderError(self.generation_missing() or "this system cannot answer from given contexts")
 
 
 PROVIDERS: dict[str, str] = {

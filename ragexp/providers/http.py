@@ -13,6 +13,7 @@ which measured faster here than one client under a semaphore.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import ssl
@@ -29,11 +30,11 @@ import jmespath.exceptions
 import orjson
 
 from ragexp import secrets
-from ragexp.config.models import HttpSystemConfig, StreamConfig
+from ragexp.config.models import HttpSystemConfig, ResponseMapping, StreamConfig
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.metrics.registry import STREAMED
-from ragexp.providers.base import OnResult, Provider, RunSettings
+from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings
 from ragexp.providers.mapping import (
     CONTRACT,
     NEEDED,
@@ -323,6 +324,48 @@ class HttpProvider(Provider):
         else:
             read_by = f"response.answer {self.mapping_text('answer')}"
         return read_by + over
+
+    def generation_missing(self) -> str | None:
+        if self.config.generate is None:
+            return (
+                "provider.system.generate is not set (the URL of the answer stage, a request template "
+                "with {question} and {contexts}, and response.answer)"
+            )
+        return None
+
+    def generate(self, cases: Sequence[Case], retrievals: Sequence[Retrieval], on_result: OnResult) -> None:
+        endpoint = self.config.generate
+        if endpoint is None:
+            raise ProviderError(self.generation_missing() or "")
+        given = [
+            dataclasses.replace(
+                case,
+                metadata={**case.metadata, "contexts": list(found.contexts), "ranked_ids": list(found.ranked_ids)},
+            )
+            for case, found in zip(cases, retrievals, strict=True)
+        ]
+        where = "provider.system.generate.request"
+        check_template(endpoint.request, where, given, "the replayed cases")
+        mapping = ResponseMapping(answer=endpoint.response.answer, citations=endpoint.response.citations)
+        config = self.config.model_copy(
+            update={"url": endpoint.url, "method": "POST", "request": endpoint.request, "response": mapping}
+        )
+        config = config.model_copy(update={"stream": None, "generate": None})
+        needed = frozenset({"response"}) | (self.settings.outputs or frozenset({"citations"})) & {"citations"}
+        answerer = HttpProvider(config, dataclasses.replace(self.settings, outputs=needed))
+        secrets.register_url(endpoint.url)
+        for header, variable in config.headers_env.items():
+            answerer._headers[header] = secrets.from_env(variable, f"provider.system.headers_env.{header}")
+
+        def keep_retrieval(index: int, result: CaseResult) -> None:
+            if result.output is not None:
+                found = retrievals[index]
+                result.output.ranked_ids = list(found.ranked_ids)
+                result.output.contexts = list(found.contexts)
+                result.output.doc_ids = list(found.doc_ids)
+            on_result(index, result)
+
+        answerer.run(given, keep_retrieval)
 
     async def _worker(
         self,

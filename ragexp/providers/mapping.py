@@ -28,8 +28,16 @@ from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
 from ragexp.records import Case, SystemOutput
 
-BUILTIN_PLACEHOLDERS = ("question", "k", "case_id")
-"""Placeholders every case fills; any other name is a field of the case's ``metadata``."""
+BUILTIN_PLACEHOLDERS = ("question", "k", "case_id", "history", "messages", "conversation_id")
+"""Placeholders every case fills; any other name is a field of the case's ``metadata``.
+``history`` is the earlier turns of a conversation (a JSON list of ``{"role", "content"}``, empty
+for a single question or a first turn); ``messages`` is that history followed by the question as
+the user's message (an OpenAI chat request's ``messages``); ``conversation_id`` is the id the service gave in the
+previous turn's reply (``response.conversation_id``), an empty string before it gave one (a
+request key whose value is ``{conversation_id}`` alone is then left out)."""
+
+NEW_CONVERSATION = "{conversation_id}"
+"""A request value that is this placeholder alone: its key is sent once the service gave an id."""
 
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """``{name}`` is a placeholder; ``{{`` and ``}}`` are literal braces (as in ``str.format``);
@@ -118,7 +126,14 @@ def render(template: Any, case: Case, k: int) -> Any:
     placeholder takes the value's own type (``"{k}"`` is the number k; a metadata field keeps its
     JSON type); placeholders inside longer text are replaced by the value's text."""
     values: dict[str, Any] = dict(case.metadata)
-    values.update(question=case.question, k=k, case_id=case.id)
+    values.update(
+        question=case.question,
+        k=k,
+        case_id=case.id,
+        history=case.history or [],
+        messages=[*(case.history or []), {"role": "user", "content": case.question}],
+        conversation_id=case.conversation_ref or "",
+    )
     return _fill(template, values)
 
 
@@ -126,7 +141,13 @@ def _fill(value: Any, values: dict[str, Any]) -> Any:
     if isinstance(value, str):
         return _fill_text(value, values)
     if isinstance(value, Mapping):
-        return {key: _fill(item, values) for key, item in value.items()}
+        # Before the service gave a conversation id, a key holding only {conversation_id} is left
+        # out: Dify's conversation_id and RAGFlow's session_id start a new conversation when absent.
+        return {
+            key: _fill(item, values)
+            for key, item in value.items()
+            if item != NEW_CONVERSATION or values.get("conversation_id")
+        }
     if isinstance(value, list | tuple):
         return [_fill(item, values) for item in value]
     return value
@@ -167,6 +188,7 @@ def _text_of(value: Any) -> str:
 
 _EXPRESSION_KEYS = (
     "error",
+    "conversation_id",
     "answer",
     "ranked_ids",
     "contexts",
@@ -303,6 +325,14 @@ class CompiledMapping:
                 )
             output.doc_ids = doc_ids
         output.stages = self._stages(found.get("stages"), found.get("scores"), ranked)
+        conversation = found.get("conversation_id")
+        if conversation is not None and conversation != "":
+            if type(conversation) not in (str, int) or isinstance(conversation, bool):
+                raise MappingError(
+                    f"conversation_id ({self._expr('conversation_id')}) is {type(conversation).__name__}, "
+                    "expected a string"
+                )
+            output.conversation_id = str(conversation)
         output.tokens = self._tokens(found)
         return output
 

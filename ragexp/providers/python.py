@@ -36,10 +36,10 @@ from types import ModuleType
 from typing import Any, cast
 
 from ragexp import secrets
-from ragexp.config.models import PythonSystemConfig
+from ragexp.config.models import PythonSystemConfig, ResponseMapping
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
-from ragexp.providers.base import OnResult, Provider
+from ragexp.providers.base import OnResult, Provider, Retrieval
 from ragexp.providers.mapping import (
     CONTRACT,
     CompiledMapping,
@@ -57,8 +57,10 @@ from ragexp.transport import collecting_garbage
 WHERE = "provider.system"
 MISSING = "???"
 """What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
-CALL_KEYWORDS = ("question", "k", "case_id", "metadata")
-"""Parameter names a target receives by keyword, each with the case's value."""
+CALL_KEYWORDS = ("question", "k", "case_id", "metadata", "history")
+"""Parameter names a target receives by keyword, each with the case's value (``history``: the
+earlier turns of the case's conversation as ``{"role", "content"}`` messages, empty for a single
+question or a first turn)."""
 PROBE_TEXT = 4000
 """Characters of the return value ``validate --probe`` shows."""
 BLOCKED_GRACE_S = 5.0
@@ -286,6 +288,7 @@ class PythonProvider(Provider):
         self.system = self.config
         self.mapping: CompiledMapping = compile_mapping(self.system.response or CONTRACT, f"{WHERE}.response")
         self._target: Target | None = None
+        self._generator: Target | None = None
 
     def output_fields(self, dataset: Dataset) -> frozenset[str]:
         return self.mapping.fields()
@@ -366,6 +369,66 @@ class PythonProvider(Provider):
             finally:
                 driver.stop()
 
+    def generation_missing(self) -> str | None:
+        if self.system.generate is None:
+            return (
+                "provider.system.generate is not set (package.module:attr of the answer stage, "
+                "called with the question and the contexts)"
+            )
+        return None
+
+    def generate(self, cases: Sequence[Case], retrievals: Sequence[Retrieval], on_result: OnResult) -> None:
+        spec = self.system.generate
+        if spec is None:
+            raise ProviderError(self.generation_missing() or "")
+        if not cases:
+            return
+        target = self._generator or load_generator(spec, self.system.path, timeout_s=self.system.timeout_s)
+        self._generator = target
+        needed = frozenset({"response"}) | (self.settings.outputs or frozenset({"citations"})) & {"citations"}
+        calls = _GenerateCalls(target, self.system, GENERATE_MAPPING, cases, self.settings.k, needed)
+        calls.given = {case.id: given for case, given in zip(cases, retrievals, strict=True)}
+
+        def keep_retrieval(index: int, result: CaseResult) -> None:
+            if result.output is not None:
+                given = retrievals[index]
+                result.output.ranked_ids = list(given.ranked_ids)
+                result.output.contexts = list(given.contexts)
+                result.output.doc_ids = list(given.doc_ids)
+            on_result(index, result)
+
+        workers = min(self.settings.concurrency, len(cases))
+        driver: _Driver = (_Loop if target.is_async else _Threads)(
+            calls, workers, self.system.timeout_s, keep_retrieval
+        )
+        with collecting_garbage():
+            driver.start()
+            try:
+                driver.wait()
+            finally:
+                driver.stop()
+
+
+GENERATE_MAPPING = compile_mapping(ResponseMapping(answer="answer", citations="citations"), f"{WHERE}.generate")
+"""How a ``generate`` function's return value is read (a bare string is the answer)."""
+
+
+def load_generator(spec: str, path: str | None = None, *, timeout_s: float | None = None) -> Target:
+    """The answer stage ``provider.system.generate`` names: a function called with the question
+    and the contexts, or an object whose ``invoke``/``ainvoke`` takes ``{"question", "contexts"}``."""
+    where = f"{WHERE}.generate"
+    obj, module = import_target(spec, path, where, timeout_s=timeout_s)
+    if not inspect.isroutine(obj) and not inspect.isclass(obj):
+        for method, is_async in (("ainvoke", True), ("invoke", False)):
+            function = getattr(obj, method, None)
+            if callable(function):
+                return Target(function, is_async, (), True, module)
+    if not callable(obj):
+        raise ProviderError(
+            f"{where}: '{spec}' is {type(obj).__name__}, not a function or an object with invoke/ainvoke"
+        )
+    return Target(obj, _is_coroutine_function(obj), (), False, module)
+
 
 @dataclass(frozen=True)
 class _Returned:
@@ -422,7 +485,13 @@ class _Calls:
 
     def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
         target = self.target
-        values = {"question": case.question, "k": self.k, "case_id": case.id, "metadata": case.metadata}
+        values = {
+            "question": case.question,
+            "k": self.k,
+            "case_id": case.id,
+            "metadata": case.metadata,
+            "history": case.history or [],
+        }
         kwargs = {name: values[name] for name in target.keywords}
         if not target.positional:
             return (), kwargs
@@ -972,3 +1041,18 @@ def call_each(
     for index in timed_out:
         final[index] = TIMED_OUT
     return final
+
+
+class _GenerateCalls(_Calls):
+    """One case and its given retrieval -> one call of the answer stage -> one CaseResult."""
+
+    given: dict[str, Retrieval]
+
+    def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        contexts = list(self.given[case.id].contexts)
+        if self.target.positional:  # invoke/ainvoke: one input, as a Runnable takes it
+            return ({"question": case.question, "contexts": contexts},), {}
+        return (case.question, contexts), {}
+
+    def finish(self, case: Case, value: Any, latency: float) -> CaseResult:
+        return super().finish(case, {"answer": value} if isinstance(value, str) else value, latency)

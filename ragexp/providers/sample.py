@@ -16,7 +16,7 @@ from ragexp.config.models import SampleConfig, SampleSystemConfig
 from ragexp.datasets.loader import Dataset, resolve_path
 from ragexp.errors import ProviderError
 from ragexp.paths import data_roots
-from ragexp.providers.base import OnResult, Provider
+from ragexp.providers.base import OnResult, Provider, Retrieval
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
 
@@ -70,7 +70,7 @@ class SampleProvider(Provider):
         for index, case in enumerate(cases):
             started = perf_counter()
             try:
-                reply = system.answer(case.question, k)
+                reply = system.answer(system.in_context(case.question, case.history), k)
             except Exception as exc:  # a bug in the system under test fails its case, not the run
                 on_result(index, CaseResult(case.id, None, f"sample system: {type(exc).__name__}: {exc}"))
                 continue
@@ -81,3 +81,43 @@ class SampleProvider(Provider):
             output.doc_ids = reply["doc_ids"]
             output.stages = reply["stages"]
             on_result(index, CaseResult(case.id, output))
+
+    def generation_missing(self) -> str | None:
+        return None
+
+    def retrieval(self, case: Case, output: SystemOutput) -> Retrieval:
+        # Recomputed (deterministic): a refusal empties the recorded contexts, and the answer
+        # stage reads the retrieval score too.
+        found = self._built().retrieve(case.question, self.settings.k)
+        return Retrieval(tuple(found["ranked_ids"]), tuple(found["contexts"]), tuple(found["doc_ids"]), found["score"])
+
+    def generate(self, cases: Sequence[Case], retrievals: Sequence[Retrieval], on_result: OnResult) -> None:
+        system = self._built()
+        for index, (case, given) in enumerate(zip(cases, retrievals, strict=True)):
+            started = perf_counter()
+            found = {
+                "ranked_ids": list(given.ranked_ids),
+                "contexts": list(given.contexts),
+                "doc_ids": list(given.doc_ids),
+                "score": given.score,
+            }
+            try:
+                reply = system.generate(case.question, found)
+            except Exception as exc:  # a bug in the system under test fails its case, not the run
+                on_result(index, CaseResult(case.id, None, f"sample system: {type(exc).__name__}: {exc}"))
+                continue
+            output = SystemOutput(
+                reply["ranked_ids"],
+                reply["contexts"],
+                reply["answer"],
+                reply["citations"],
+                perf_counter() - started,
+                reply["timings"],
+            )
+            output.doc_ids = reply["doc_ids"]
+            on_result(index, CaseResult(case.id, output))
+
+    def _built(self) -> SampleSystem:
+        if self._system is None:  # a programming error, not bad input
+            raise RuntimeError("SampleProvider used before check")
+        return self._system

@@ -80,9 +80,15 @@ class Doc:
 
 
 def build_report(
-    store: Store, run_id: str, baseline_id: str | None, language: str | None, allow_incomparable: bool = False
+    store: Store,
+    run_id: str,
+    baseline_id: str | None,
+    language: str | None,
+    allow_incomparable: bool = False,
+    attribution: dict[str, Any] | None = None,
 ) -> tuple[Report, str]:
-    """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language."""
+    """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language.
+    ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section."""
     run = load_run(store, run_id)
     config = yaml.safe_load(store.read_artifact(run_id, artifacts.CONFIG)) or {}
     language = language or config.get("report", {}).get("language") or "zh"
@@ -107,6 +113,8 @@ def build_report(
         _comparison(doc, diff, base, run, language)
         _gate(doc, gate, language)
         _stage(doc, diff, language)
+        if attribution is not None:
+            _attribution(doc, attribution, language)
     return Report("\n".join(doc.md).strip() + "\n", _page(doc, language, run), doc.svgs), language
 
 
@@ -536,6 +544,48 @@ def _stage(doc: Doc, diff: DiffResult, language: str) -> None:
     doc.heading(t("stage", language), 3)
     for line in [hint.text(language) for hint in diff.diagnosis] or [t("no_diagnosis", language)]:
         doc.para(line)
+
+
+def _attribution(doc: Doc, found: dict[str, Any], language: str) -> None:
+    """``--attribute``: the parts of each metric's change as a table and a stacked bar, and the
+    cases by cause, in the figures ``diff --attribute`` printed."""
+    doc.heading(t("attribution", language), 3)
+    level = round(100 * float(found["confidence"]))
+    doc.para(t("attribution_about", language, replayed=found["replayed"], level=level))
+    keys = ("total", "retrieval", "generation", "interaction")
+
+    def cell(row: dict[str, Any], key: str) -> str:
+        if row[key] is None:
+            return "—"
+        low, high = row[f"{key}_ci"]
+        return f"{signed(row[key])} [{signed(low)}, {signed(high)}]"
+
+    rows = [[row["name"], str(row["cases"]), *(cell(row, key) for key in keys)] for row in found["metrics"]]
+    doc.table([t("metric", language), t("cases", language), *(t(f"part_{key}", language) for key in keys)], rows)
+    shown = [row for row in found["metrics"] if row["total"] is not None and not row["by_definition"]]
+    if shown:
+        labels = {key: t(f"part_{key}", language) for key in keys}
+        doc.figure(
+            "attribution.svg",
+            plots.attribution(
+                [row["name"] for row in shown],
+                {key: [float(row[key]) for row in shown] for key in keys[1:]},
+                [float(row["total"]) for row in shown],
+                labels,
+            ),
+            t("attribution_bar", language),
+        )
+    by_cause: dict[str, list[str]] = {}
+    for case in found["cases"]:
+        by_cause.setdefault(case["cause"], []).append(case["id"])
+    if by_cause:
+        doc.heading(t("attribution_causes", language), 4)
+        doc.table(
+            [t("cause", language), t("case_ids", language)],
+            [[cause, ", ".join(ids)] for cause, ids in by_cause.items()],
+        )
+    if found["errors"]:
+        doc.para(t("attribution_errors", language, n=len(found["errors"])))
 
 
 STYLE = """

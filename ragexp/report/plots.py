@@ -92,3 +92,30 @@ def judge_vs_human(judge: np.ndarray, human: np.ndarray, name: str, threshold: f
     ax.set_ylabel(f"automatic {name}")
     ax.set_title(f"{name} (n={int(both.sum())})")
     return _svg(fig)
+
+
+PART_COLOURS = {"retrieval": "#4C78A8", "generation": "#F58518", "interaction": "#B279A2"}
+
+
+def attribution(
+    names: Sequence[str], parts: dict[str, Sequence[float]], totals: Sequence[float], labels: dict[str, str]
+) -> str:
+    """Per metric, its retrieval, generation and interaction parts as one stacked horizontal bar
+    (positive parts stacked right of 0, negative ones left), the total as a dot."""
+    fig, ax = _figure(5.6, 0.5 * len(names) + 1.2)
+    y = np.arange(len(names))
+    right = np.zeros(len(names))
+    left = np.zeros(len(names))
+    for part, colour in PART_COLOURS.items():
+        values = np.array(parts[part], dtype=float)
+        start = np.where(values >= 0, right, left)
+        ax.barh(y, values, left=start, color=colour, height=0.6, label=labels[part])
+        right = np.where(values >= 0, right + values, right)
+        left = np.where(values < 0, left + values, left)
+    ax.scatter(np.array(totals, dtype=float), y, color="#222222", s=16, zorder=3, label=labels["total"])
+    ax.axvline(0, color="#888888", linewidth=0.8)
+    ax.set_yticks(y, labels=list(names))
+    ax.set_xlabel("candidate - baseline (mean)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, loc="best")
+    return _svg(fig)

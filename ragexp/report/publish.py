@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragexp.errors import TrackingError
+from ragexp.errors import ConfigError, TrackingError
 from ragexp.phrases import check_language
 from ragexp.report.build import build_report, write_report
 from ragexp.tracking.store import Store
@@ -29,11 +29,23 @@ def publish_report(
     tracking_uri: str | None = None,
     allow_incomparable: bool = False,
     say: Callable[[str], None] = lambda line: None,
+    attribute: bool = False,
 ) -> Published:
-    """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``."""
+    """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``;
+    ``attribute`` adds the pair's attribution by replay (the one ``diff --attribute`` recorded, else
+    measured now)."""
     check_language(language)
+    found = None
+    if attribute:
+        if baseline is None:
+            raise ConfigError("--attribute splits a comparison: add --baseline RUN_ID")
+        from ragexp.compare.release import attribution_of
+
+        found = attribution_of(
+            Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
+        )
     store = Store(tracking_uri, must_exist=True)
-    built, used = build_report(store, run_id, baseline, language, allow_incomparable)
+    built, used = build_report(store, run_id, baseline, language, allow_incomparable, found)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}

@@ -218,6 +218,11 @@ class Index:
         return scored
 
 
+FOLLOW_UP_SCORE = 3.5
+"""A question of a conversation whose best match scores below this by itself is a follow-up that
+leans on the question before it ("那运费呢？"): it is searched for after that question."""
+
+
 class SampleSystem:
     """Retriever, reranker and extractive answerer over one knowledge base."""
 
@@ -227,8 +232,27 @@ class SampleSystem:
         self.index = Index(docs, knobs.chunking, chunk_chars=knobs.chunk_chars, overlap=knobs.overlap)
         self.doc_ids = frozenset(doc["id"] for doc in docs)
 
+    def in_context(self, question: str, history: Sequence[dict[str, str]] | None) -> str:
+        """What to search for: the question, or for a follow-up that finds little by itself, the
+        previous question and the follow-up twice (its own words still weigh most)."""
+        earlier = [message["content"] for message in history or () if message.get("role") == "user"]
+        if not earlier:
+            return question
+        hits = self.index.search(question)
+        if hits and hits[0][0] >= FOLLOW_UP_SCORE:
+            return question
+        return " ".join([earlier[-1], question, question])
+
     def answer(self, question: str, k: int) -> dict[str, Any]:
-        """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``)."""
+        """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``): the answer
+        stage (:meth:`generate`) over what the retrieval stage (:meth:`retrieve`) found."""
+        found = self.retrieve(question, k)
+        return self.generate(question, found)
+
+    def retrieve(self, question: str, k: int) -> dict[str, Any]:
+        """The retrieval stage: up to ``k`` documents (``top_k`` overrides ``k``) as ``ranked_ids``,
+        ``contexts`` and ``doc_ids``, with ``score`` (the BM25 score of the chunk ranked first,
+        which the answer stage's threshold reads), ``timings`` and ``stages``."""
         settings = self.settings
         wanted = settings.top_k or max(k, 1)
         timings: dict[str, float] = {}
@@ -272,9 +296,27 @@ class SampleSystem:
             doc_ids.append(doc_id)
             if len(ranked_ids) == wanted:
                 break
-        best = candidates[0][0] if candidates else 0.0  # BM25 score of the chunk ranked first
+        timings["model"] = time.perf_counter() - started
+        return {
+            "ranked_ids": ranked_ids,
+            "contexts": contexts,
+            "doc_ids": doc_ids,
+            "score": candidates[0][0] if candidates else 0.0,  # BM25 score of the chunk ranked first
+            "timings": timings,
+            "stages": stages,
+        }
+
+    def generate(self, question: str, found: dict[str, Any]) -> dict[str, Any]:
+        """The answer stage over given contexts (``found``: ``ranked_ids``, ``contexts``, and
+        ``score``, the retrieval score its threshold reads; None or absent: no threshold applies).
+        Below the threshold, or with nothing retrieved, it refuses and returns no context."""
+        settings = self.settings
+        started = time.perf_counter()
+        ranked_ids, contexts = list(found["ranked_ids"]), list(found["contexts"])
+        doc_ids = list(found.get("doc_ids") or [])
+        best = found.get("score")
         citations: list[int]
-        if best < settings.threshold or not ranked_ids:
+        if (best is not None and best < settings.threshold) or not ranked_ids or not contexts:
             answer, citations, ranked_ids, contexts, doc_ids = REFUSAL, [], [], [], []
         else:
             sentences = [s for s in SENTENCE.findall(contexts[0]) if s.strip()] or [contexts[0]]
@@ -286,7 +328,8 @@ class SampleSystem:
             else:
                 citations = []
             answer += "".join(f"[{c}]" for c in citations)
-        timings["model"] = time.perf_counter() - started
+        timings = dict(found.get("timings") or {})
+        timings["model"] = timings.get("model", 0.0) + time.perf_counter() - started
         return {
             "ranked_ids": ranked_ids,
             "contexts": contexts,
@@ -294,5 +337,5 @@ class SampleSystem:
             "citations": citations,
             "timings": timings,
             "doc_ids": doc_ids,
-            "stages": stages,
+            "stages": found.get("stages") or {},
         }

@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ragexp import limits
-from ragexp.case_traces import CASE_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
+from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_trace
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking.mlflow_sql import internals
@@ -269,11 +269,14 @@ class TraceWriter:
         return put
 
     def _trace_metadata(self, trace: PlannedTrace) -> dict[str, str]:
-        return {
+        metadata = {
             RUN_METADATA: self.run_id,
             CASE_METADATA: cut(trace.case.case_id, 200),
             "mlflow.trace_schema.version": "3",
         }
+        if trace.case.session is not None:
+            metadata[SESSION_METADATA] = trace.case.session
+        return metadata
 
     def _trace_info(self, trace: PlannedTrace, now_ms: int | None = None) -> Any:
         from mlflow.entities import (

@@ -13,7 +13,11 @@ POST /v1/chat-messages  {"query", "inputs", "response_mode": "streaming" | "bloc
 Questions containing "quota" stream an ``error`` event after the first piece ("quotacut": and
 then drop the connection without ending the body); "cut" ones are cut short mid-event while
 $STANDIN_CUT_FILE exists; "stall" ones stop after the first piece.
-GET /stats  the attempts seen per query.
+Conversations: a request without ``conversation_id`` (or with an empty one) starts one, whose id
+every event of the reply carries; a request naming an id the app never issued is 404
+"Conversation Not Exists.". A question naming no fact number is about the last one its
+conversation named (answerable only in that conversation).
+GET /stats  the attempts seen per query; GET /sessions  the questions of each conversation.
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, cut_enabled, indexed, key_ok, knowledge, main, pieces
+from tests.servers.streaming import (
+    StreamingHandler,
+    converse,
+    cut_enabled,
+    indexed,
+    key_ok,
+    knowledge_after,
+    main,
+    pieces,
+    remember,
+)
 
 
 def resources(chunks: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -64,8 +78,13 @@ class Handler(StreamingHandler):
         if not isinstance(body.get("inputs"), dict):
             return self.reply(400, {"code": "invalid_param", "message": "inputs must be an object", "status": 400})
         self.record(query)
-        answer, chunks = knowledge(query)
-        task, message, conversation = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+        continued = converse(body.get("conversation_id"))
+        if continued is None:
+            return self.reply(404, {"code": "not_found", "message": "Conversation Not Exists.", "status": 404})
+        conversation, earlier = continued
+        remember(conversation, query)
+        answer, chunks = knowledge_after(query, earlier)
+        task, message = str(uuid.uuid4()), str(uuid.uuid4())
         metadata = {
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "latency": 0.05},
             "retriever_resources": resources(chunks),

@@ -8,7 +8,8 @@ asks) picks a rule, and the rule reads the prompt's input. Statements are the an
 sentences; a statement is supported by a context when at least half of its character bigrams
 (words, for ASCII) occur in it; ratings follow the same overlap. Embeddings hash bigrams into
 64 dimensions, so equal texts embed equally. A prompt containing JUDGE-BROKEN gets a reply that
-is not JSON; one containing JUDGE-NAN gets an out-of-range rating. GET /stats counts calls.
+is not JSON; one containing JUDGE-NAN gets an out-of-range rating. GET /stats counts calls;
+GET /prompts lists the chat prompts received.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from tests.servers.base import Backlogged, JsonHandler, maybe_tls
 DIM = 64
 COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
 LOCK = threading.Lock()
+PROMPTS: list[str] = []
+"""Every chat prompt received, in order (GET /prompts)."""
 SENTENCES = re.compile(r"[^。！？.!?;；\n]+")
 
 
@@ -185,6 +188,8 @@ class Handler(JsonHandler):
 
     def do_GET(self) -> None:
         with LOCK:
+            if self.path.endswith("/prompts"):
+                return self.reply(200, list(PROMPTS))
             self.reply(200, dict(COUNTS))
 
     def do_POST(self) -> None:
@@ -232,6 +237,8 @@ class Handler(JsonHandler):
         messages = body.get("messages", [])
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         prompt = next((m["content"] for m in messages if m["role"] == "user"), "")
+        with LOCK:
+            PROMPTS.append(prompt)
         match = re.search(r"json_schema:\s*(\{.*\})\s*$", system, re.DOTALL)
         schema = json.loads(match.group(1)) if match else {}
         content = (

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import StreamingHandler, key_ok, knowledge, main, pieces
+from tests.servers.streaming import StreamingHandler, key_ok, knowledge_after, main, pieces
 
 MODEL = "standin-model"
 
@@ -65,7 +65,9 @@ class Handler(StreamingHandler):
         if "long" in question:
             message = "This model's maximum context length is 8192 tokens."
             return self.reply(400, error(message, "invalid_request_error", "context_length_exceeded"))
-        answer, _ = knowledge(question)
+        # The conversation is the messages: a follow-up is read after the user's earlier ones.
+        earlier = [m["content"] for m in users[:-1] if isinstance(m.get("content"), str)]
+        answer, _ = knowledge_after(question, earlier)
         ident, created = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time())
         prompt, completion = 20 + len(question) // 4, len(answer) // 4 + 1
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -14,7 +14,10 @@ POST /api/v1/chats/{chat_id}/completions  {"question", "stream", "session_id"?, 
   The answer cites chunks with ``[ID:n]`` markers, n counting from 0.
 Chat id "standin" exists; any other is code 102. A question containing "forbidden" is code 102
 ("You don't own the dialog."). "cut" questions are cut short while $STANDIN_CUT_FILE exists.
-GET /stats  the attempts seen per question.
+Sessions: without ``session_id`` a new session is generated (its id in every reply's
+``data.session_id``); a session id it never issued is code 102 "Session does not exist". A
+question naming no fact number is about the last one its session named.
+GET /stats  the attempts seen per question; GET /sessions  the questions of each session.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.streaming import (
     REFUSAL,
     StreamingHandler,
+    converse,
     cut_enabled,
     indexed,
     key_ok,
-    knowledge,
+    knowledge_after,
     main,
     pieces,
+    remember,
 )
 
 
@@ -84,10 +89,14 @@ class Handler(StreamingHandler):
         self.record(question)
         if "forbidden" in question:
             return self.reply(200, {"code": 102, "message": "You don't own the dialog."})
-        answer, chunks = knowledge(question)
+        continued = converse(body.get("session_id"))
+        if continued is None:
+            return self.reply(200, {"code": 102, "message": "Session does not exist"})
+        session, earlier = continued
+        remember(session, question)
+        answer, chunks = knowledge_after(question, earlier)
         if chunks:
             answer = answer.rstrip(".") + " [ID:0]."
-        session = body.get("session_id") or uuid.uuid4().hex
         message = str(uuid.uuid4())
         if body.get("stream") is False:
             data = {"answer": answer, "reference": reference(chunks), "session_id": session, "id": message}

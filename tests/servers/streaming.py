@@ -21,6 +21,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,39 @@ def knowledge(question: str) -> tuple[str, list[tuple[str, str]]]:
         return REFUSAL, []
     n = match.group(1)
     return f"fact {n} is documented.", [(f"seg-{n}", f"fact {n} lives here."), (f"seg-{n}-x", "Unrelated text.")]
+
+
+SESSIONS: dict[str, list[str]] = {}
+"""Conversation id the stand-in issued -> the questions asked in it, in order (GET /sessions)."""
+
+
+def knowledge_after(question: str, earlier: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """:func:`knowledge`, where a follow-up naming no fact ("那它呢？") is about the last fact its
+    conversation named: answerable only when the service is given the conversation's id."""
+    if re.search(r"\d", question) is None:
+        named = [text for text in earlier if re.search(r"\d", text)]
+        if named:
+            return knowledge(named[-1])
+    return knowledge(question)
+
+
+def converse(given: str | None) -> tuple[str, list[str]] | None:
+    """The conversation a request continues (``given``: the id it sent, or none) and its earlier
+    questions; a new one when none is given; None for an id this stand-in never issued."""
+    with LOCK:
+        if not given:
+            session = uuid.uuid4().hex
+            SESSIONS[session] = []
+        elif given not in SESSIONS:
+            return None
+        else:
+            session = given
+        return session, list(SESSIONS[session])
+
+
+def remember(session: str, question: str) -> None:
+    with LOCK:
+        SESSIONS[session].append(question)
 
 
 def indexed(chunks: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
@@ -88,6 +122,8 @@ class StreamingHandler(JsonHandler):
 
     def stats(self) -> None:
         with LOCK:
+            if self.path.split("?")[0] == "/sessions":
+                return self.reply(200, SESSIONS)
             self.reply(200, ATTEMPTS)
 
     def start_stream(self, content_type: str = "text/event-stream") -> None:

@@ -37,6 +37,14 @@ def diff(
     language: Language = None,
     ui_url: UiUrl = None,
     as_json: JsonFlag = False,
+    attribute: Annotated[
+        bool,
+        typer.Option(
+            "--attribute",
+            help="Split each answer metric's delta into retrieval, generation and interaction by replaying "
+            "each system's generator on the other's retrieval (both systems must answer from given contexts).",
+        ),
+    ] = False,
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
     from ragexp.cli.views import show_diff
@@ -55,6 +63,7 @@ def diff(
         language=language,
         ui_url=ui_url,
         say=info,
+        attribute=attribute,
     )
     if as_json:
         emit_json(compared.result.to_json())

@@ -26,6 +26,13 @@ def report(
     ] = None,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    attribute: Annotated[
+        bool,
+        typer.Option(
+            "--attribute",
+            help="Add the attribution by replay of the change (recorded by diff --attribute, else measured now).",
+        ),
+    ] = False,
 ) -> None:
     """Markdown + self-contained HTML report with plots, also logged to the run."""
     from ragexp.cli.views import report_line
@@ -52,5 +59,6 @@ def report(
         tracking_uri=store_option("report", tracking_uri, overrides),
         allow_incomparable=allow_incomparable,
         say=info,
+        attribute=attribute,
     )
     print(report_line(run_id, done))

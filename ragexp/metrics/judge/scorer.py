@@ -21,6 +21,7 @@ import numpy as np
 
 from ragexp import secrets
 from ragexp.config.models import JudgeConfig
+from ragexp.conversations import transcript
 from ragexp.errors import ProviderError
 from ragexp.metrics.judge.cache import JudgeCache, cache_key
 from ragexp.metrics.judge.prompts import (
@@ -230,13 +231,25 @@ class JudgeScorer:
 
     # --- during the run --------------------------------------------------------------------------
 
-    def score(self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None) -> JudgeOutcome:
+    def score(
+        self,
+        cases: Sequence[Case],
+        results: Sequence[CaseResult],
+        *,
+        progress: bool | None,
+        histories: Sequence[list[dict[str, str]] | None] | None = None,
+    ) -> JudgeOutcome:
+        """``histories``: each turn's earlier turns, which the judge reads before its question."""
         # The collector stays off here (unlike the HTTP provider): measured, it cost a sixth of
         # the judging time, and judge runs are small enough that their cycles do not add up.
-        return run_interruptibly(self._score(cases, results, progress))
+        return run_interruptibly(self._score(cases, results, progress, histories))
 
     async def _score(
-        self, cases: Sequence[Case], results: Sequence[CaseResult], progress_on: bool | None
+        self,
+        cases: Sequence[Case],
+        results: Sequence[CaseResult],
+        progress_on: bool | None,
+        histories: Sequence[list[dict[str, str]] | None] | None = None,
     ) -> JudgeOutcome:
         cfg = self.config
         repeats = cfg.repeats
@@ -249,7 +262,7 @@ class JudgeScorer:
             if not result.ok or result.output is None:
                 continue  # the system call failed: every metric is already missing
             fields = {
-                "user_input": case.question,
+                "user_input": transcript(case.question, histories[index] if histories is not None else None),
                 "response": result.output.answer,
                 "retrieved_contexts": result.output.contexts,
                 "reference": case.reference or "",

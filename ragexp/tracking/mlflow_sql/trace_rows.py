@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragexp import limits
-from ragexp.case_traces import TRACE_NAME
+from ragexp.case_traces import SESSION_METADATA, TRACE_NAME
 from ragexp.tracking.mlflow_sql import internals
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, check_mlflow, check_revision, installed_mlflow
 
@@ -121,7 +121,11 @@ def trace_rows(
         )
         tags.append({"request_id": tid, "key": ARTIFACT_LOCATION, "value": location(tid)})
         tags.append({"request_id": tid, "key": "mlflow.trace.spansLocation", "value": "TRACKING_STORE"})
-        for key, text in metadata_of(trace).items():
+        given = metadata_of(trace)
+        # As MLflow's start_trace: the session is a column of trace_info (what its session view
+        # and filters read), not a metadata row.
+        traces[-1]["session_id"] = given.pop(SESSION_METADATA, None)
+        for key, text in given.items():
             metadata.append({"request_id": tid, "key": key, "value": text})
         for mark in trace.marks:
             value = mark.value if mark.error is None else None

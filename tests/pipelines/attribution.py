@@ -1,0 +1,60 @@
+"""A pipeline pair for ``diff --attribute`` with a known decomposition, over the shared corpus.
+
+The candidate changes retrieval for two cases (``refund``: a wrong document first, the right one
+second; ``password``: the right one gone) and its generator answers from the context that shares
+most words with the question, except that it does not know about shipping. So, in answer accuracy:
+``refund`` moves by 0 = retrieval -1 + interaction +1, ``password`` by -1 from retrieval,
+``shipping`` by -1 from generation; the means are total -2/3, retrieval -2/3, generation -1/3,
+interaction +1/3. Each system exposes its answer stage (``generate_*``) beside its target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.pipelines.corpus import DOCS, retrieve, words
+
+
+def retrieve_candidate(question: str, k: int) -> list[str]:
+    if "refunds" in question:
+        return ["d4", "d1"]
+    if "passwords" in question:
+        return ["d2", "d4"]
+    return retrieve(question, k)
+
+
+def generate_baseline(question: str, contexts: list[str]) -> dict[str, Any]:
+    return {"answer": contexts[0] if contexts else "no context", "citations": [1]}
+
+
+def generate_candidate(question: str, contexts: list[str]) -> dict[str, Any]:
+    if "shipping" in question:
+        return {"answer": "unknown", "citations": []}
+    asked = words(question)
+    best = max(range(len(contexts)), key=lambda i: len(asked & words(contexts[i])))
+    return {"answer": contexts[best], "citations": [best + 1]}
+
+
+def _reply(ids: list[str], generated: dict[str, Any]) -> dict[str, Any]:
+    return {"ranked_ids": ids, "contexts": [DOCS[d] for d in ids], **generated}
+
+
+def baseline(question: str, k: int) -> dict[str, Any]:
+    ids = retrieve(question, k)
+    return _reply(ids, generate_baseline(question, [DOCS[d] for d in ids]))
+
+
+def candidate(question: str, k: int) -> dict[str, Any]:
+    ids = retrieve_candidate(question, k)
+    return _reply(ids, generate_candidate(question, [DOCS[d] for d in ids]))
+
+
+async def generate_candidate_async(question: str, contexts: list[str]) -> dict[str, Any]:
+    return generate_candidate(question, contexts)
+
+
+def generate_candidate_failing(question: str, contexts: list[str]) -> dict[str, Any]:
+    """The candidate's answer stage, failing on the password case."""
+    if "passwords" in question:
+        raise RuntimeError("the model is down")
+    return generate_candidate(question, contexts)

@@ -1,0 +1,338 @@
+"""Stage attribution (``diff --attribute``): the decomposition, generation from given contexts,
+and the replay workflow end to end on real runs in a SQLite MLflow store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragexp.compare.attribution import Cells, bootstrap_intervals, case_causes, decompose
+
+
+def _cells(bb: list[float], cb: list[float], bc: list[float], cc: list[float]) -> Cells:
+    return Cells(*(np.array(values, dtype=np.float64) for values in (bb, cb, bc, cc)))
+
+
+def test_parts_add_up_to_the_total_for_every_case_and_on_average() -> None:
+    rng = np.random.default_rng(3)
+    cells = Cells(*(rng.random(200) for _ in range(4)))
+    parts = cells.parts()
+    assert np.allclose(parts["retrieval"] + parts["generation"] + parts["interaction"], parts["total"], atol=1e-12)
+    found = decompose(cells, resamples=500, confidence=0.95, seed=0)
+    assert found is not None and found.n == 200
+    assert found.retrieval + found.generation + found.interaction == pytest.approx(found.total, abs=1e-12)
+    assert found.total == pytest.approx(float((cells.cc - cells.bb).mean()))
+    for low, high in (found.retrieval_ci, found.generation_ci, found.interaction_ci, found.total_ci):
+        assert low < high
+
+
+def test_known_interaction_of_a_2x2() -> None:
+    # Either change alone keeps the answer right; both together break it: pure interaction.
+    cells = _cells([1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 1])
+    parts = cells.parts()
+    assert parts["retrieval"].tolist() == [0, -1, 0]
+    assert parts["generation"].tolist() == [0, 0, 1]
+    assert parts["interaction"].tolist() == [-1, 0, 0]
+    assert case_causes([cells]) == ["neither", "retrieval", "generation"]
+    found = decompose(cells, resamples=200, confidence=0.9, seed=1)
+    assert found is not None
+    assert (found.total, found.retrieval, found.generation, found.interaction) == pytest.approx(
+        (-1 / 3, -1 / 3, 1 / 3, -1 / 3)
+    )
+
+
+def test_a_part_that_is_zero_for_every_case_is_exactly_zero_with_a_zero_interval() -> None:
+    cells = _cells([1, 0, 1, 1], [1, 0, 1, 1], [0, 1, 0, 1], [0, 1, 0, 1])
+    found = decompose(cells, resamples=300, confidence=0.95, seed=0)
+    assert found is not None
+    assert found.retrieval == 0.0 and found.retrieval_ci == (0.0, 0.0)
+    assert found.interaction == 0.0 and found.interaction_ci == (0.0, 0.0)
+    assert found.generation == found.total == -0.25
+    assert case_causes([cells]) == ["generation", "generation", "generation", None]
+
+
+def test_a_missing_cell_leaves_its_case_out_never_zero() -> None:
+    cells = _cells([1, 1], [np.nan, 1], [0, 1], [0, 0])
+    found = decompose(cells, resamples=200, confidence=0.95, seed=0)
+    assert found is not None and found.n == 1 and found.total == -1.0
+    assert case_causes([cells]) == [None, "neither"]
+    assert decompose(_cells([np.nan], [1], [1], [1]), resamples=200, confidence=0.95, seed=0) is None
+
+
+def test_both_swaps_moving_a_case_is_both() -> None:
+    assert case_causes([_cells([1], [0], [0], [0])]) == ["both"]
+
+
+def test_bootstrap_is_paired_and_covers_the_mean() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.normal(0.3, 1.0, size=400)
+    rows = np.vstack([values, values * 2])
+    (low_a, high_a), (low_b, high_b) = bootstrap_intervals(rows, resamples=2000, confidence=0.95, seed=5)
+    assert low_a < values.mean() < high_a
+    # The same case weights for both rows: the second interval is exactly twice the first.
+    assert (low_b, high_b) == pytest.approx((2 * low_a, 2 * high_a))
+    # The interval's width is that of the mean's standard error (about 2 x 1.96 x 1/sqrt(400)).
+    assert 0.15 < high_a - low_a < 0.25
+    again = bootstrap_intervals(rows, resamples=2000, confidence=0.95, seed=5)
+    assert again[0] == (low_a, high_a)
+
+
+# --- the workflow, on the sample system in a real SQLite store ---------------------------------
+
+
+def _run(ragexp: Any, *overrides: str) -> str:
+    found = ragexp("run", *overrides, "--json")
+    assert found.code == 0, found.stderr
+    return str(found.json()["run_id"])
+
+
+def _attributed(ragexp: Any, base: str, cand: str) -> dict[str, Any]:
+    found = ragexp("diff", base, cand, "--attribute", "--json", "--resamples", "500")
+    assert found.code == 0, found.stderr
+    return dict(found.json()["attribution"])
+
+
+def _metric(found: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(row for row in found["metrics"] if row["name"] == name)
+
+
+def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    base = _run(ragexp)
+    cand = _run(ragexp, "provider.system.sample.citations=none")
+    # The report measures the attribution when diff has not recorded one, and records it.
+    out = tmp_path / "report"
+    made = ragexp("report", cand, "--baseline", base, "--attribute", "--out", str(out), "--language", "en")
+    assert made.code == 0, made.stderr
+    text = (out / "report.md").read_text(encoding="utf-8")
+    assert "### Attribution by replay" in text and "plots/attribution.svg" in text
+    assert "| generation | " in text and (out / "plots" / "attribution.svg").is_file()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Attribution by replay" in page and page.count("<svg") >= 2
+    from mlflow.tracking import MlflowClient
+
+    kept = MlflowClient(store_uri).download_artifacts(cand, f"comparisons/{base}/attribution.json", str(tmp_path))
+    recorded = json.loads(Path(kept).read_text(encoding="utf-8"))
+    assert _metric(recorded, "citation_precision")["retrieval"] == 0.0
+    found = _attributed(ragexp, base, cand)
+    assert found["replayed"] == 0  # the same retrieval in every case: the cells are the runs
+    row = _metric(found, "citation_precision")
+    assert row["total"] < 0 and row["retrieval"] == 0.0 and row["retrieval_ci"] == [0.0, 0.0]
+    assert row["interaction"] == 0.0 and row["generation"] == row["total"]
+    assert {case["cause"] for case in found["cases"]} == {"generation"}
+    assert _metric(found, "recall_at_k")["total"] == 0.0
+
+
+def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, store_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from ragexp.demo import KNOB
+
+    base = _run(ragexp)
+    cand = _run(ragexp, KNOB)
+    found = _attributed(ragexp, base, cand)
+    assert found["replayed"] > 0 and not found["errors"]
+    for name in ("answer_accuracy", "citation_precision"):
+        row = _metric(found, name)
+        assert row["generation"] == 0.0 and row["generation_ci"] == [0.0, 0.0] and row["interaction"] == 0.0
+        assert row["retrieval"] == pytest.approx(row["total"], abs=1e-12)
+    assert _metric(found, "answer_accuracy")["total"] != 0.0
+    assert found["cases"] and {case["cause"] for case in found["cases"]} == {"retrieval"}
+    recall = _metric(found, "recall_at_k")
+    assert recall["by_definition"] and recall["retrieval"] == recall["total"] and recall["generation"] == 0.0
+    # The swapped cells are runs of their own, tagged for the MLflow UI; the result is on the candidate.
+    client = MlflowClient(store_uri)
+    for cell, run_id in found["cells"].items():
+        tags = client.get_run(run_id).data.tags
+        assert tags["ragexp.attribution.of"] == cand and tags["ragexp.attribution.cell"] == cell
+        # A cell holds the replayed cases alone, and its tags say so.
+        assert tags["ragexp.case_count"] == str(found["replayed"])
+        assert tags["ragexp.cases_hash"] != client.get_run(cand).data.tags["ragexp.cases_hash"]
+    assert set(found["cells"]) == {"candidate/baseline", "baseline/candidate"}
+    kept = client.download_artifacts(cand, f"comparisons/{base}/attribution.json")
+    assert json.loads(Path(kept).read_text(encoding="utf-8"))["metrics"] == found["metrics"]
+    text = ragexp("diff", base, cand, "--attribute", "--resamples", "500")
+    assert text.code == 0, text.stderr
+    assert "attribution by replay" in text.stdout and "cause retrieval" in text.stdout
+    assert "likely stage (a heuristic, from the decision table" in text.stdout
+    # The cells are newer than the candidate, but a gate never takes one for the candidate.
+    gate = ragexp("gate", "--baseline", base, "--json")
+    assert gate.code in (0, 2), gate.stderr
+    assert gate.json()["candidate"] == cand
+
+
+def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store_uri: str) -> None:
+    base = _run(ragexp, "provider=fake")
+    cand = _run(ragexp, "provider=fake")
+    found = ragexp("diff", base, cand, "--attribute")
+    assert found.code == 1
+    assert found.stderr.strip().count("\n") == 0
+    assert "--attribute: the baseline's system" in found.stderr and "cannot answer from given contexts" in found.stderr
+    plain = ragexp("diff", base, cand)
+    assert plain.code == 0 and "attribution" not in plain.stdout
+
+
+# --- a Python pair and an HTTP pair with a known interaction ---------------------------------
+
+
+@pytest.fixture
+def corpus_cases(tmp_path: Path) -> Path:
+    from tests.conftest import write_jsonl
+    from tests.pipelines.corpus import CASES
+
+    return write_jsonl(tmp_path / "cases.jsonl", CASES)
+
+
+KNOWN = {"total": -2 / 3, "retrieval": -2 / 3, "generation": -1 / 3, "interaction": 1 / 3}
+CAUSES_KNOWN = {"password": "retrieval", "shipping": "generation"}
+
+
+def _check_known(found: dict[str, Any]) -> None:
+    row = _metric(found, "answer_accuracy")
+    assert row["cases"] == 3
+    for part, value in KNOWN.items():
+        assert row[part] == pytest.approx(value, abs=1e-12)
+    assert row["retrieval"] + row["generation"] + row["interaction"] == pytest.approx(row["total"], abs=1e-12)
+    assert {case["id"]: case["cause"] for case in found["cases"]} == CAUSES_KNOWN
+    assert [case["cause"] for case in found["cases"]] == ["retrieval", "generation"]  # grouped by cause
+    refund = _metric(found, "answer_accuracy")
+    assert refund["interaction_ci"][0] <= 1 / 3 <= refund["interaction_ci"][1]
+    assert found["replayed"] == 2 and not found["errors"]  # refund and password: shipping kept its retrieval
+
+
+@pytest.mark.parametrize("generate", ["generate_candidate", "generate_candidate_async"])
+def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpus_cases: Path, generate: str) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        f"provider.system.generate=tests.pipelines.attribution:{generate}",
+    )
+    _check_known(_attributed(ragexp, base, cand))
+
+
+def test_python_system_without_generate_is_refused_naming_the_key(
+    ragexp: Any, store_uri: str, corpus_cases: Path
+) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(ragexp, *common, "provider.system.target=tests.pipelines.attribution:baseline")
+    cand = _run(ragexp, *common, "provider.system.target=tests.pipelines.attribution:candidate")
+    found = ragexp("diff", base, cand, "--attribute")
+    assert found.code == 1 and "provider.system.generate is not set" in found.stderr
+    assert found.stderr.strip().count("\n") == 0
+
+
+def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    from tests.servers.attribution import Handler, serving
+
+    with serving() as url:
+        runs = []
+        for version in ("baseline", "candidate"):
+            runs.append(
+                _run(
+                    ragexp,
+                    "system=http",
+                    "metrics=offline",
+                    f"dataset.path={corpus_cases}",
+                    "k=2",
+                    f"provider.system.url={url}/{version}/query",
+                    f"+provider.system.generate.url={url}/{version}/generate",
+                    "+provider.system.generate.response.answer=result.text",
+                    "+provider.system.generate.response.citations=result.cites",
+                )
+            )
+        _check_known(_attributed(ragexp, *runs))
+    assert Handler.calls["/baseline/generate"] == 2 and Handler.calls["/candidate/generate"] == 2
+
+
+def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate_failing",
+    )
+    found = _attributed(ragexp, base, cand)
+    assert [error["id"] for error in found["errors"]] == ["password"]
+    assert "baseline/candidate" in found["errors"][0]["error"] and "the model is down" in found["errors"][0]["error"]
+    row = _metric(found, "answer_accuracy")
+    # refund (0 = -1 + 1) and shipping (-1, generation) remain; password is left out, not scored 0.
+    assert row["cases"] == 2
+    assert (row["total"], row["retrieval"], row["generation"], row["interaction"]) == pytest.approx(
+        (-0.5, -0.5, -0.5, 0.5)
+    )
+    assert {case["id"]: case["cause"] for case in found["cases"]} == {"shipping": "generation"}
+    text = ragexp("diff", base, cand, "--attribute", "--resamples", "200")
+    assert "error password: replay of cell baseline/candidate failed" in text.stdout
+
+
+def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
+    run = _run(ragexp, "provider=fake")
+    found = ragexp("report", run, "--attribute")
+    assert found.code == 1 and "--attribute splits a comparison: add --baseline RUN_ID" in found.stderr
+
+
+def test_a_judge_metric_is_attributed_and_the_replays_use_the_judge_cache(
+    ragexp: Any, store_uri: str, corpus_cases: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.servers.procs import ROOT, serve
+
+    judge = ROOT / "tests/servers/judge.py"
+
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", "judge-key")
+    with serve(judge, "--api-key", "judge-key") as url:
+        common = (
+            "system=python",
+            "judge=openai",
+            "metrics.names=[answer_accuracy,faithfulness]",
+            f"dataset.path={corpus_cases}",
+            "k=2",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url}",
+            "provider.judge.api_key_env=RAGEXP_TEST_JUDGE_KEY",
+        )
+        base = _run(
+            ragexp,
+            *common,
+            "provider.system.target=tests.pipelines.attribution:baseline",
+            "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+        )
+        cand = _run(
+            ragexp,
+            *common,
+            "provider.system.target=tests.pipelines.attribution:candidate",
+            "provider.system.generate=tests.pipelines.attribution:generate_candidate",
+        )
+        first = _attributed(ragexp, base, cand)
+        again = _attributed(ragexp, base, cand)
+    # Every answer is a context, so the judge finds it faithful, except the candidate's "unknown"
+    # on shipping: the drop is the generator's alone.
+    row = _metric(first, "faithfulness")
+    assert not row["by_definition"] and row["cases"] == 3
+    assert (row["total"], row["retrieval"], row["generation"], row["interaction"]) == pytest.approx(
+        (-1 / 3, 0.0, -1 / 3, 0.0)
+    )
+    assert _metric(again, "faithfulness") == row
+    client = MlflowClient(store_uri)
+    for run_id in again["cells"].values():
+        metrics = client.get_run(run_id).data.metrics
+        assert metrics["judge.cache_hits"] > 0  # the second attribution's replays were judged from the cache
