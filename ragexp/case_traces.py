@@ -222,6 +222,8 @@ def outside_mean(said: str | None, language: str) -> str:
     from ragexp.phrases import t
 
     rule = t("unanswerable_row", language if language in ("en", "zh") else "en")
+    if said and rule in said:  # the metric's own rationale already names it (ragexp.metrics.reasons)
+        return said
     return f"{said}; {rule}" if said else rule
 
 

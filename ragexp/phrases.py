@@ -219,6 +219,60 @@ PHRASES: dict[str, dict[str, str]] = {
             "不可回答的问题：按文章规则单独计分（未召回任何结果记 1.0，召回了结果记 0.0）；运行的均值只覆盖可回答的问题"
         ),
     },
+    # Why each offline score is what it is: a case's rationale per metric (ragexp.metrics.reasons).
+    "reason_more": {"en": " and {n} more", "zh": " 等另 {n} 项"},
+    "reason_retrieved_nothing": {"en": "retrieved nothing", "zh": "未召回任何结果"},
+    "reason_retrieved_some": {"en": "retrieved {n} items", "zh": "召回了 {n} 条结果"},
+    "reason_recall": {
+        "en": "{found} of {n} relevant ids in the top {k}",
+        "zh": "前 {k} 个结果命中 {n} 个相关 id 中的 {found} 个",
+    },
+    "reason_found": {"en": "found: {items}", "zh": "命中：{items}"},
+    "reason_missed": {"en": "missed: {items}", "zh": "未命中：{items}"},
+    "reason_not_retrieved": {"en": "not retrieved", "zh": "未召回"},
+    "reason_below_k": {"en": "at rank {rank}, below the top {k}", "zh": "排在第 {rank} 位，在前 {k} 之外"},
+    "reason_spans": {
+        "en": "{found} of {n} evidence spans covered in the top {k}",
+        "zh": "前 {k} 个结果覆盖了 {n} 段证据中的 {found} 段",
+    },
+    "reason_doc_spans": {"en": "{doc} {covered} of {n}", "zh": "{doc} {n} 段中 {covered} 段"},
+    "reason_covered": {"en": "covered: {items}", "zh": "已覆盖：{items}"},
+    "reason_not_covered": {"en": "not covered: {items}", "zh": "未覆盖：{items}"},
+    "reason_first": {"en": "first relevant id {item} at rank {rank}", "zh": "第一个相关 id {item} 排在第 {rank} 位"},
+    "reason_first_chunk": {
+        "en": "first chunk matching the evidence at rank {rank}",
+        "zh": "第一个匹配证据的片段排在第 {rank} 位",
+    },
+    "reason_no_relevant": {
+        "en": "no relevant item among the {n} retrieved",
+        "zh": "召回的 {n} 条结果中没有相关项",
+    },
+    "reason_ndcg": {
+        "en": "gains at ranks {ranks} of the top {k}; the ideal ranking has {ideal} at ranks 1 to {ideal}",
+        "zh": "前 {k} 个结果中有增益的名次：{ranks}；理想排序在第 1 至 {ideal} 位共 {ideal} 个",
+    },
+    "reason_no_citation": {"en": "the answer cites nothing", "zh": "回答没有任何引用"},
+    "reason_no_citation_unanswerable": {
+        "en": "no citation, as an unanswerable case should",
+        "zh": "没有引用，符合不可回答问题的要求",
+    },
+    "reason_no_such_rank": {"en": "no retrieved item there", "zh": "该位置没有召回结果"},
+    "reason_citations_all": {"en": "all {n} cited numbers support", "zh": "全部 {n} 处引用都有依据"},
+    "reason_citations_bad": {
+        "en": "{bad} of {n} cited numbers do not support: {items}",
+        "zh": "{n} 处引用中 {bad} 处没有依据：{items}",
+    },
+    "reason_refusal_found": {"en": "refusal phrase found: {phrase}", "zh": "找到拒答用语：{phrase}"},
+    "reason_refusal_missing": {
+        "en": "no refusal phrase in the answer of an unanswerable case",
+        "zh": "不可回答的问题，但回答中没有拒答用语",
+    },
+    "reason_no_facts": {"en": "the case lists no expected facts", "zh": "该样本没有列出期望事实"},
+    "reason_facts_all": {"en": "all {n} expected facts found", "zh": "全部 {n} 条期望事实都出现在回答中"},
+    "reason_facts_missing": {
+        "en": "{missing} of {n} expected facts missing: {items}",
+        "zh": "{n} 条期望事实中缺少 {missing} 条：{items}",
+    },
     # The Markdown summaries of gate and diff, and the metric table.
     "gate_passed": {"en": "✅ Release gate {gates}: PASSED", "zh": "✅ 发布门禁 {gates}：通过"},
     "gate_failed": {"en": "❌ Release gate {gates}: FAILED", "zh": "❌ 发布门禁 {gates}：未通过"},

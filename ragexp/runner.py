@@ -39,6 +39,7 @@ from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.population import Population, population
+from ragexp.metrics.reasons import fill_rationales
 from ragexp.metrics.registry import (
     MetricSpec,
     can_score,
@@ -735,6 +736,16 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         scores = score_cases(plan.specs, inputs)
         if plan.dataset.has_evidence:
             _evidence_unread(plan, results, scores)
+        fill_rationales(
+            plan.specs,
+            cases,
+            results,
+            scores,
+            k=cfg.k,
+            refusal_phrases=cfg.dataset.refusal_phrases,
+            language=cfg.report.language,
+            match=cfg.dataset.match,
+        )
     spread: dict[str, list[float | None]] = {}
     judge_metrics: dict[str, float] = {}
     if plan.scorer is not None:

@@ -201,9 +201,9 @@ def test_a_rationale_is_recorded_in_cases_and_on_the_trace(ragexp: Any, store_ur
     data = write_jsonl(tmp_path / "cases.jsonl", rows(2))
     payload = run_json(ragexp, data, custom("{name: graded, kind: python, target: 'tests.pipelines.rules:graded'}"))
     scored = cases_of(store_uri, payload["run_id"], tmp_path)
-    assert scored["case-0"]["rationale"] == {"graded": "quotes 1 of 1 facts"}
+    assert scored["case-0"]["rationale"]["graded"] == "quotes 1 of 1 facts"
     assert scored["case-9"]["metrics"]["graded"] == 0.0
-    assert scored["case-9"]["rationale"] == {"graded": "quotes 0 of 1 facts"}
+    assert scored["case-9"]["rationale"]["graded"] == "quotes 0 of 1 facts"
     traces = {case_id(t): feedback(t) for t in traces_of(store_uri, payload["run_id"])}
     assert traces["case-0"]["graded"].rationale == "quotes 1 of 1 facts"
 
@@ -229,7 +229,7 @@ def test_an_mlflow_scorer_is_called_as_mlflow_calls_it(ragexp: Any, store_uri: s
         "unanswerable": False,
     }
     scored = cases_of(store_uri, payload["run_id"], tmp_path)
-    assert scored["case-2"]["rationale"] == {"facts": "missing fact 2"}
+    assert scored["case-2"]["rationale"]["facts"] == "missing fact 2"
     trace = "{name: t, kind: python, target: 'tests.pipelines.mlflow_rules:over_the_trace'}"
     refused = run(ragexp, data, custom(trace))
     assert refused.code == 1

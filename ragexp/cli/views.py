@@ -310,6 +310,10 @@ def show_diff(result: DiffResult) -> None:
                 answer = (did["answer"] or "").replace("\n", " ")[:80]
                 error = f"  error: {did['error']}" if did["error"] else ""
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
+                for name, v in case["metrics"].items():
+                    said = did["rationale"].get(name)
+                    if said and v["baseline"] != v["candidate"]:
+                        print(terminal(f"      {name}: {said}"))
         for line in case_legend(result.cases):
             print(f"  {line}")
 

@@ -341,7 +341,13 @@ def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> lis
 
 def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
     output = row.get("output") or {}
-    return {"retrieved_ids": output.get("ranked_ids", []), "answer": output.get("answer"), "error": row.get("error")}
+    rationale = row.get("rationale")
+    return {
+        "retrieved_ids": output.get("ranked_ids", []),
+        "answer": output.get("answer"),
+        "error": row.get("error"),
+        "rationale": {str(k): str(v) for k, v in rationale.items()} if isinstance(rationale, dict) else {},
+    }
 
 
 @dataclass(frozen=True)

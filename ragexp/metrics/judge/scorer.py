@@ -62,7 +62,8 @@ class JudgeOutcome:
     usage: Usage = field(default_factory=Usage)
     cache_hits: int = 0
     rationales: dict[int, dict[str, str]] = field(default_factory=dict)
-    """Case index -> metric -> the judge's rationale (rubrics of the user's: their first repeat)."""
+    """Case index -> metric -> the judge's rationale where the metric gives one (its first repeat):
+    the rubrics of the user's, and any ragas metric whose result carries a ``reason``."""
 
 
 class JudgeScorer:
@@ -281,7 +282,7 @@ class JudgeScorer:
                     hit = cache.get(key)
                     if hit is not None:
                         values[spec.name][index, repeat] = hit
-                        said = cache.rationale(key) if spec.custom is not None and repeat == 0 else None
+                        said = cache.rationale(key) if repeat == 0 else None
                         if said:
                             rationales.setdefault(index, {})[spec.name] = said
                     else:
@@ -350,8 +351,8 @@ class JudgeScorer:
                         reason = _reason(exc)
                     else:
                         values[spec.name][index, repeat] = value
-                        cache.put(key, value, said if spec.custom is not None else None)
-                        if said and spec.custom is not None and repeat == 0:
+                        cache.put(key, value, said)
+                        if said and repeat == 0:
                             rationales.setdefault(index, {})[spec.name] = said
                         answered = http.usage.successes
                         watch.success()
