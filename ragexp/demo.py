@@ -272,8 +272,9 @@ def ui_lines(demo: Demo, experiment_id: str | None, port: int = UI_PORT) -> list
         "    opens the case's retrieved documents and stage spans (docs/traces.md).",
         "  Params and metrics side by side:",
         f"    {base}/#/compare-runs?runs={runs}&experiments=[%22{experiment_id}%22]",
-        "    or click: Model training (top left) -> Runs -> tick both runs -> Compare. The one parameter",
-        "    that differs, provider.system.sample.chunking, is preselected; Run details lists every metric.",
+        "    or click: Model training (top left) -> Runs -> tick the candidate and the baseline -> Compare.",
+        "    The one parameter that differs, provider.system.sample.chunking, is preselected; Run details",
+        "    lists every metric.",
         "  Each run's Artifacts hold cases.jsonl, the cases table and, on the candidate, the report.",
     ]
 

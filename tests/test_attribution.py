@@ -100,6 +100,7 @@ def _metric(found: dict[str, Any], name: str) -> dict[str, Any]:
     return next(row for row in found["metrics"] if row["name"] == name)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = _run(ragexp)
     cand = _run(ragexp, "provider.system.sample.citations=none")
@@ -126,6 +127,7 @@ def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp
     assert _metric(found, "recall_at_k")["total"] == 0.0
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, store_uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -164,6 +166,7 @@ def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, 
     assert gate.json()["candidate"] == cand
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store_uri: str) -> None:
     base = _run(ragexp, "provider=fake")
     cand = _run(ragexp, "provider=fake")
@@ -203,6 +206,7 @@ def _check_known(found: dict[str, Any]) -> None:
     assert found["replayed"] == 2 and not found["errors"]  # refund and password: shipping kept its retrieval
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("generate", ["generate_candidate", "generate_candidate_async"])
 def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpus_cases: Path, generate: str) -> None:
     common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
@@ -221,6 +225,7 @@ def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpu
     _check_known(_attributed(ragexp, base, cand))
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_python_system_without_generate_is_refused_naming_the_key(
     ragexp: Any, store_uri: str, corpus_cases: Path
 ) -> None:
@@ -232,6 +237,7 @@ def test_python_system_without_generate_is_refused_naming_the_key(
     assert found.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
     from tests.servers.attribution import Handler, serving
 
@@ -255,6 +261,7 @@ def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_
     assert Handler.calls["/baseline/generate"] == 2 and Handler.calls["/candidate/generate"] == 2
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
     common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
     base = _run(
@@ -283,12 +290,14 @@ def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_
     assert "error password: replay of cell baseline/candidate failed" in text.stdout
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
     run = _run(ragexp, "provider=fake")
     found = ragexp("report", run, "--attribute")
     assert found.code == 1 and "--attribute splits a comparison: add --baseline RUN_ID" in found.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_judge_metric_is_attributed_and_the_replays_use_the_judge_cache(
     ragexp: Any, store_uri: str, corpus_cases: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -128,6 +128,7 @@ def test_calibration_gate_rules_fail_with_the_reason() -> None:
     assert math.isclose(gates.rules["faithfulness"].min_kappa or 0, 0.4)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("n", range(10, 41))
 def test_kappa_is_exactly_zero_when_one_rater_always_says_the_same(n: int) -> None:
     # Every human label 0 (or 1), the judge passing some: no agreement beyond chance, exactly —

@@ -114,6 +114,7 @@ def run_replay(ragexp: Any, path: Path, *extra: str) -> dict[str, Any]:
     return payload
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_seed_exercise_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     # 50 answerable cases at K=3. Baseline: 29 at rank 1, 16 at rank 2, 5 at rank 5 (outside K)
     # -> recall 45/50 = .90, MRR (29 + 8 + 1)/50 = .76. Candidate: 26 at rank 1, 20 at rank 2,
@@ -172,6 +173,7 @@ def test_seed_exercise_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path) -
     assert default.json()["candidate"] == cand["run_id"]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_refusals_and_unknown_runs(ragexp: Any, tmp_path: Path) -> None:
     rows = replay_rows([{"rank": 1}] * 10)
     path = write_jsonl(tmp_path / "a.jsonl", rows)
@@ -259,6 +261,7 @@ def test_randomization_p_matches_exact_enumeration_on_discrete_scores() -> None:
     assert stats.delta == pytest.approx(-4 / 20)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> None:
     # Candidate: recall unchanged, first relevant pushed from rank 1 to rank 2 in 10 cases
     # (the article's "recall flat, MRR down: fusion or rerank").
@@ -329,6 +332,7 @@ def noisy_pair(tmp_path: Path, ragexp: Any, *, drop: int, swaps: int, n: int = 3
     return a, b
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_noise_aware_gate(ragexp: Any, tmp_path: Path) -> None:
     # A/A: the same system, 12 answers flipped each way by noise and a net chance dip of 3 cases.
     a, b = noisy_pair(tmp_path, ragexp, drop=3, swaps=12)

@@ -327,6 +327,7 @@ def test_init_writes_a_starter_conf_that_composes(tmp_path: Path, monkeypatch: p
     assert starter.count("#   - name: ") == 2 and "kind: python" in starter and "kind: judge" in starter
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert invoke("init", ".").code == 0
@@ -352,6 +353,7 @@ def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, m
     assert rubric.code == 1 and "needs an LLM judge" in rubric.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(("preset", "dataset"), [("sample", "kb_zh"), ("fake", "kb_zh"), ("replay", "scifacts_zh")])
 def test_presets_without_outside_services_run(preset: str, dataset: str, ragexp: Any) -> None:
     result = ragexp("run", f"provider={preset}", f"dataset={dataset}", "--json")
@@ -381,6 +383,7 @@ def test_a_setup_of_your_own_selects_your_own_files(tmp_path: Path, monkeypatch:
         compose(["setup=weekly"])  # no such setup, in either folder
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_preset_is_a_selection_named_by_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Presets set no name: provider.name is the option chosen, unless the command line changed
     its selection; a name a user's preset sets itself stays its own."""
@@ -402,6 +405,7 @@ def test_a_preset_is_a_selection_named_by_its_file(tmp_path: Path, monkeypatch: 
     assert renamed.config_hash[:12] == PINNED[("replay", "scifacts_zh")]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_sweep_points_name_the_provider_as_a_single_run_does(ragexp: Any) -> None:
     swept = ragexp("run", "-m", "provider=fake,replay", "system=replay", "dataset=scifacts_zh", "k=3", "--json")
     assert swept.code == 0, swept.stderr

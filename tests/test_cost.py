@@ -55,6 +55,7 @@ def openai_url(monkeypatch: pytest.MonkeyPatch) -> Any:
         yield f"{url}/v1/chat/completions"
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_usage_gives_tokens_and_priced_cost(
     ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str
 ) -> None:
@@ -81,6 +82,7 @@ def test_openai_usage_gives_tokens_and_priced_cost(
     assert "cost" in MlflowClient(store_uri).get_run(run_id).data.tags["ragexp.metrics"].split(",")
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_without_prices_tokens_only_and_cost_alone_is_refused(
     ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str
 ) -> None:
@@ -100,6 +102,7 @@ def test_without_prices_tokens_only_and_cost_alone_is_refused(
     )
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dify_usage_fields_are_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,6 +127,7 @@ def test_dify_usage_fields_are_read(
     assert payload["summary"]["cost"] == pytest.approx((200 * 1 + 20 * 3) / 1_000_000)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_system_that_reports_no_usage_cannot_be_priced(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +154,7 @@ def test_a_system_that_reports_no_usage_cannot_be_priced(
     assert sample.code == 1 and "reports no token usage" in sample.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_judge_tokens_are_priced(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", JUDGE_KEY)
     rows = [
@@ -185,6 +190,7 @@ def test_judge_tokens_are_priced(ragexp: Any, store_uri: str, tmp_path: Path, mo
     assert payload["summary"]["cost"] == pytest.approx(expected)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_cost_is_diffed_gated_and_reported(ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", cases("what about 1?", "and 2?"))
     base = [*OPENAI, f"provider.system.url={openai_url}", f"dataset.path={data}", ANSWER_ONLY]
@@ -225,6 +231,7 @@ def test_cost_is_diffed_gated_and_reported(ragexp: Any, store_uri: str, tmp_path
     assert "cost" in markdown
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_priced_system_with_replies_missing_usage_logs_no_cost(
     ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str
 ) -> None:

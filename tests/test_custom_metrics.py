@@ -567,6 +567,7 @@ def test_call_each_keeps_order_raises_and_deadlines() -> None:
     assert 2 <= len(threads) <= 8  # slow calls spread over more workers, never more than asked
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_specs_round_trip_and_say_what_differs() -> None:
     python = custom_spec(compose_entry("{name: m, kind: python, target: 'x:y', needs: [answer]}"), 0, "python:x@1")
     rubric = custom_spec(compose_entry("{name: m, kind: judge, rubric: r, scale: [1, 5], direction: lower}"), 3)

@@ -149,7 +149,7 @@ def test_gate_and_sample_pages_commands_run_as_shown(
     Store(store_uri).set_tags(base, {"role": "production"})
     ids = {"BASELINE_ID": base, "B": base, "CANDIDATE_ID": cand, "C": cand}
     commands = [c for page, c in _doc_commands() if page in {"gates.md", "sample.md"}]
-    assert len(commands) == 9
+    assert len(commands) == 10
     for command in commands:
         args = [ids.get(arg, arg) for arg in shlex.split(command)[1:]]
         result = ragexp(*args)
@@ -267,6 +267,7 @@ def _covers(pattern: str, name: str) -> bool:
     return pattern == name
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_tag_the_docs_name_is_written_by_the_code_and_every_one_written_is_documented() -> None:
     code, docs = code_tag_names(), doc_tag_names()
     assert {"ragexp.config_hash", "ragexp.gate.verdict", "ragexp.sweep.failed.*"} <= code  # the scan sees them
@@ -389,6 +390,7 @@ def test_every_config_key_the_config_page_lists_is_a_typed_field_with_its_defaul
     assert set(fields) - nested - set(documented) == set(), "typed keys the config page does not list"
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_run_writes_only_names_the_docs_list(ragexp: Any, store_uri: str) -> None:
     """What a real run logs (the sample system, with its stage timings) against the lists above:
     its tags are ones the scan finds, its metrics are registry metrics or documented figures, its
@@ -483,6 +485,7 @@ def test_a_metric_sets_limit_is_the_registrys_and_every_packaged_set_keeps_it() 
         assert counted is None or int(counted.group(1)) == len(names), path.name
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

@@ -136,6 +136,7 @@ def test_kb_zh_draft_validates_spans_and_reruns_from_the_cache(ragexp: Any, draf
     assert read_cases(out) == cases
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_500_cases_over_2000_chunks_spread_over_the_corpus(ragexp: Any, drafter: str, tmp_path: Path) -> None:
     corpus_path = tmp_path / "chunks.jsonl"
     corpus = generated_corpus(corpus_path, 2000)
@@ -420,6 +421,7 @@ def test_interrupted_drafting_resumes_without_paying_twice(tmp_path: Path) -> No
         assert len(read_cases(out)) >= 25
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_model_that_stops_answering_stops_the_draft_and_a_rerun_finishes(
     ragexp: Any, drafter: str, tmp_path: Path
 ) -> None:
@@ -455,6 +457,7 @@ def test_the_index_built_a_slice_at_a_time_ranks_as_the_one_built_at_once() -> N
     assert whole.search("退货运费", 10)  # the queries do reach chunks
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_near_duplicates_match_the_pairwise_definition() -> None:
     # The gram index must drop exactly what comparing every question with every earlier kept one drops.
     def pairwise(questions: list[str], threshold: float) -> dict[int, int]:

@@ -152,6 +152,7 @@ def review_and_accept(ragexp: Any, uri: str, draft: Path, tmp_path: Path) -> Non
     assert "ragexp.draft" not in MlflowClient(uri).get_run(run.json()["run_id"]).data.tags
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_review_queue_round_trip_keeps_exactly_the_accepted_cases(
     ragexp: Any,
     drafter: str,  # noqa: F811

@@ -63,6 +63,7 @@ def test_malformed_or_binary_yaml_is_one_line_with_file_line_and_column(
         assert result.stdout == ""
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_binary_yaml_in_a_real_process_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "conf/dataset").mkdir(parents=True)
     (tmp_path / "conf/dataset/mine.yaml").write_bytes(bytes(range(256)))
@@ -221,6 +222,7 @@ def test_sigint_at_any_moment_of_start_up_is_one_line_and_exit_130(tmp_path: Pat
 # --- credentials in printed URIs ---------------------------------------------------------------------
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_run_prints_the_tracking_uri_without_its_password(ragexp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server = os.environ.get("RAGEXP_TEST_MLFLOW_SERVER")
     if not server:

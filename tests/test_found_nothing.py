@@ -172,6 +172,7 @@ def test_the_probe_marks_an_output_no_chosen_metric_reads_and_passes(
     assert report["error"] is None and report["output"]["ranked_ids"] == ["seg-3", "seg-3-x"]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_output_declared_absent_refuses_the_metrics_that_need_it_before_the_run(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,7 +312,7 @@ def test_a_streamed_service_that_sends_no_text_is_an_error_and_real_endings_are_
     rows = rows_of(store_uri, payload["run_id"], tmp_path)
     assert payload["error_count"] == 2 and payload["summary"]["error_rate"] == pytest.approx(2 / 6)
     assert rows["c2"]["error"] == (
-        "contract: answer: the stream ended with no answer text (2 events (chat.completion.chunk 2), [DONE])"
+        "contract: answer: the stream ended with no answer text (3 events (chat.completion.chunk 3), [DONE])"
     )
     assert rows["c3"]["error"] == "contract: answer: the stream ended with no answer text (0 events, [DONE])"
     assert set(rows["c2"]["metrics"].values()) == {None}  # never an empty answer scored 0

@@ -116,6 +116,7 @@ def test_long_and_unusual_case_ids_are_one_trace_each(
     assert len({t.info.client_request_id for t in traces}) == len(ODD_IDS)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_field(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -351,6 +352,7 @@ def test_a_promotion_tag_mlflow_refuses_is_refused_before_the_gate(
     assert "ragexp.gate.verdict" not in MlflowClient(store_uri).get_run(run_id).data.tags  # the gate never ran
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("where", ["postgresql", pytest.param("server", marks=needs_server)])
 def test_a_long_judge_identity_fits_the_assessment_source_column(
     ragexp: Any,

@@ -11,6 +11,7 @@ import pytest
 from ragexp.compare.stats import paired, paired_differences
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_interval_excludes_zero_exactly_when_p_is_below_alpha_on_1000_generated_pairs() -> None:
     rng = np.random.default_rng(2026)
     agree = significant = 0
@@ -105,6 +106,7 @@ def test_degenerate_differences() -> None:
     assert paired(np.array([np.nan]), np.array([1.0]), resamples=1000, confidence=0.95, seed=0) is None
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_draws_in_blocks_give_the_figures_of_one_draw_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
     # The draws are made a block of rows at a time to bound memory; the generator must fill them
     # in the order of the whole (resamples, groups) matrix, so a seed keeps giving the same figures.

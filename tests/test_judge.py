@@ -295,6 +295,7 @@ def test_half_written_prompt_files_in_the_state_dir_are_made_again(ragexp: Any, 
     assert sorted(path for path in prompts.rglob("*") if path.is_file()) == files  # no temporary left
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_requirements_and_limits_refused_before_any_call(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,6 +322,7 @@ def test_requirements_and_limits_refused_before_any_call(
     assert calls["chat"] == 0 and calls["embeddings"] == 0
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_judge_that_fails_everything_stops_the_run(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -93,6 +93,7 @@ def pass_fail_draw(effect: float, discordant: float) -> Any:
     return lambda rng, size: rng.choice(np.array([1.0, -1.0, 0.0]), size=size, p=shares)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(("n", "discordant"), [(35, 0.3), (35, 0.6), (100, 0.1), (100, 0.3), (400, 0.05), (400, 0.2)])
 def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_pass_fail(n: int, discordant: float) -> None:
     found = paired_power(pass_fail_draw(0.0, discordant)(np.random.default_rng(7), n), confidence=0.95)

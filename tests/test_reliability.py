@@ -136,6 +136,7 @@ def test_a_secret_that_cannot_be_a_header_is_refused_naming_the_variable(
     assert MlflowClient(store_uri).get_experiment_by_name("ragexp") is None  # no run was created
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_url_credentials_are_masked_everywhere_and_the_header_wins(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -539,6 +540,7 @@ def small_disk(folder: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_disk_full_while_evaluating_is_one_line_and_the_run_is_marked(ragexp: Any, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"big-{i}" for i in range(40)]))
     with small_disk(tmp_path / "disk", "3m") as disk, serve(FAULTY) as url:
@@ -555,6 +557,7 @@ def test_disk_full_while_evaluating_is_one_line_and_the_run_is_marked(ragexp: An
     assert kept >= 1  # what was written before the disk filled up stays for --resume
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_disk_full_while_logging_is_one_line_and_the_run_is_marked(ragexp: Any, tmp_path: Path) -> None:
     rows = labelled([f"ok-{i}" for i in range(200)])
     for row in rows:
@@ -579,6 +582,7 @@ def fill(disk: Path) -> None:
     os.close(handle)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_disk_full_inside_a_direct_sqlite_write_is_disk_full_and_the_run_can_be_marked(tmp_path: Path) -> None:
     from ragexp.checkpoint import SpaceReserve
     from ragexp.errors import StorageError

@@ -77,6 +77,7 @@ def test_deterministic_and_same_hash(ragexp: Any, store_uri: str, tmp_path: Path
             assert a[case]["output"][key] == b[case]["output"][key]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_knobs_change_outputs_and_the_config_hash(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = ragexp("run", "--json").json()
     every = ragexp("run", "provider.system.sample.citations=all", "--json").json()
@@ -99,6 +100,7 @@ def test_knobs_change_outputs_and_the_config_hash(ragexp: Any, store_uri: str, t
     assert top1["summary"]["recall_at_k"] == pytest.approx(26 / 30)  # cancel-refund's second id is gone
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_docs_content_not_location_is_identity(tmp_path: Path) -> None:
     base = plan_run(compose([])).config_hash
     copy = tmp_path / "docs.jsonl"
@@ -122,6 +124,7 @@ def test_config_defaults_match_the_system_defaults() -> None:
     assert compose([]).provider.system.sample == knobs
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     missing = ragexp("run", f"provider.system.sample.docs={tmp_path / 'nope.jsonl'}")
     assert missing.code == 1

@@ -46,6 +46,7 @@ def pass_fail(rng: np.random.Generator, n: int, mean: float, discordant: float =
     return np.where(u < discordant / 2 + mean / 2, 1.0, np.where(u < discordant, -1.0, 0.0))
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("kind", ["graded", "pass_fail"])
 def test_no_drop_fails_at_most_alpha_plus_two_points_however_often_it_is_looked_at(kind: str) -> None:
     # A rule that allows no drop (max_drop 0), a candidate with no drop, looked at after every
@@ -57,6 +58,7 @@ def test_no_drop_fails_at_most_alpha_plus_two_points_however_often_it_is_looked_
     assert fails / trials <= ALPHA + 0.02
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sequence_holds_the_true_mean_at_every_look_at_once() -> None:
     # The anytime guarantee itself, at its hardest: a drop exactly at the margin, so any excursion
     # of the sequence beyond the true mean on the failing side is a false failure.
@@ -70,6 +72,7 @@ def test_the_sequence_holds_the_true_mean_at_every_look_at_once() -> None:
     assert missed / trials <= ALPHA + 0.02
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_drop_twice_the_margin_is_found_with_at_most_forty_percent_of_the_cases() -> None:
     # The issue's 500 pairs (a differences' sd of 0.15, a margin of 0.05), over fewer trials than
     # the benchmark's.
@@ -123,6 +126,7 @@ def tags_of(store_uri: str, run_id: str) -> dict[str, str]:
     return dict(MlflowClient(store_uri).get_run(run_id).data.tags)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_large_drop_stops_early_and_fails_its_gate_on_the_same_bounds(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -160,6 +164,7 @@ def test_a_large_drop_stops_early_and_fails_its_gate_on_the_same_bounds(
     assert json.loads(Path(recorded).read_text()) == sequential
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_unchanged_candidate_passes_before_every_case_is_evaluated(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -185,6 +190,7 @@ def only_candidate(store_uri: str, baseline: str) -> str:
     return str(found)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_cases_running_out_leave_a_rule_inconclusive_which_on_underpowered_fail_makes_a_failure(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -209,6 +215,7 @@ def test_cases_running_out_leave_a_rule_inconclusive_which_on_underpowered_fail_
     assert "gates.on_underpowered=fail" in failed.stdout
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_on_underpowered_fail_fails_an_underpowered_rule_of_an_ordinary_run(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -239,6 +246,7 @@ def test_on_underpowered_fail_fails_an_underpowered_rule_of_an_ordinary_run(
     assert mrr["outcome"] == "failed" and "cannot tell" in mrr["message"]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_bad_sequential_input_is_one_line_and_no_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 20))
     baseline = replay(ragexp, path, "--json").json()["run_id"]
@@ -267,6 +275,7 @@ def test_bad_sequential_input_is_one_line_and_no_run(ragexp: Any, store_uri: str
     assert len(client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])) == 1
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_errors_count_among_the_evaluated_cases_and_resume_continues_the_stopped_run(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

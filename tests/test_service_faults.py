@@ -177,6 +177,7 @@ def test_a_service_without_auth_is_asked_without_a_key(
     assert refused.code == 1 and "is not set" in refused.stderr  # without the override, the preset's key
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_validate_refuses_what_run_refuses_before_any_work(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

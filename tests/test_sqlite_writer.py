@@ -224,6 +224,7 @@ def test_its_copies_of_mlflow_rules_agree_with_mlflow(tmp_path: Path) -> None:
         assert not valid_key(key), key
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_calls_mlflow_would_refuse_are_left_to_mlflow(tmp_path: Path) -> None:
     uri = new_store(tmp_path / "store")
     store = Store(uri)

@@ -39,6 +39,7 @@ def test_stage_detail_round_trips_through_json_and_the_checkpoint(tmp_path: Path
     assert restored == output
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sample_systems_spans_show_what_bm25_and_the_reranker_produced(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -93,6 +94,7 @@ def test_the_sample_service_over_http_gives_the_same_stage_detail(ragexp: Any, s
     assert spans[case]["rerank"].inputs == {"ids": there[case]["output"]["stages"]["rerank"]["ids_in"]}
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_python_targets_retrieval_scores_are_on_the_retrieval_span(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

@@ -42,6 +42,7 @@ def older_store(folder: Path) -> tuple[str, Path]:
     return f"sqlite:///{db}", db
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_older_store_is_not_migrated_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     uri, db = older_store(tmp_path / "mlruns")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -57,6 +58,7 @@ def test_an_older_store_is_not_migrated_unless_asked(tmp_path: Path, monkeypatch
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_unknown_revision_is_written_by_mlflows_public_api_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,6 +90,7 @@ def test_an_unknown_revision_is_written_by_mlflows_public_api_only(
         assert trace.info.trace_metadata["ragexp.case_id"]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_store_migrated_in_the_middle_of_a_process_is_not_written_directly_again(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     MlflowClient(uri).search_experiments()
@@ -107,6 +110,7 @@ def test_a_store_migrated_in_the_middle_of_a_process_is_not_written_directly_aga
     assert store.sql_writer() is None  # no direct path for the rest of the process
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_store_of_a_newer_mlflow_is_named_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     MlflowClient(uri).search_experiments()

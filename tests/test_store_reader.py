@@ -46,6 +46,7 @@ def mlflow_head_revision() -> str:
     return heads.pop()
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_reader_knows_the_installed_mlflow_schema(ragexp: Any, store_uri: str) -> None:
     # An mlflow upgrade with a new migration fails here: check the reader's queries against the
     # new schema, then add the revision to KNOWN_REVISIONS (until then MLflow reads, slowly).

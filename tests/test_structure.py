@@ -93,6 +93,7 @@ def test_format_version_checked_with_one_line() -> None:
         artifacts.read_scores(orjson.dumps(today), "r1")
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_runs_carry_the_version_and_a_newer_format_is_refused(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = run_replay(ragexp, write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 4)))
     cand = run_replay(ragexp, write_jsonl(tmp_path / "b.jsonl", replay_rows([{"rank": 2}] * 4)))
@@ -250,6 +251,7 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert _imports(tree, {"x", "x.late", "x.other", "x.typed"}) == {"x.late", "x.other"}
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_no_import_cycles_among_ragexp_modules() -> None:
     graph = import_graph()
     assert "ragexp.cli.app" in graph and graph["ragexp.metrics.judge.client"]  # the graph is the package's

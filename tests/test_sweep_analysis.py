@@ -41,6 +41,7 @@ def three_points(ragexp: Any) -> tuple[str, list[dict[str, Any]]]:
     return sweep_of(ragexp, QUALITY, f"{CHUNKING}=doc,sentence,window")
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_three_point_sample_sweep_lists_its_points_with_their_pareto_flags(
     ragexp: Any, store_uri: str, tmp_path: Path, three_points: tuple[str, list[dict[str, Any]]]
 ) -> None:
@@ -175,6 +176,7 @@ def test_the_sweep_report(
         ]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_significant_winner_is_said_to_be_one(ragexp: Any) -> None:
     parent, runs = sweep_of(ragexp, QUALITY, f"{CHUNKING}=window,doc")
     window, doc = (run["run_id"] for run in runs)
@@ -185,6 +187,7 @@ def test_a_significant_winner_is_said_to_be_one(ragexp: Any) -> None:
     assert "the lead is significant" in recommendation["text"] and recommendation["tied"] == []
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_cost_is_an_objective_of_the_front(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGEXP_OPENAI_AUTH", "Bearer sk-standin")
     rows = [
@@ -218,6 +221,7 @@ def test_cost_is_an_objective_of_the_front(ragexp: Any, tmp_path: Path, monkeypa
     assert recommendation["tied"] == [dear]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_p95_is_an_objective_of_a_replayed_sweep(ragexp: Any, tmp_path: Path) -> None:
     # Replayed outputs carry their recorded latency: the same p95 for every point, so only
     # recall decides; p95 is on the front's axes.
@@ -244,6 +248,7 @@ def test_p95_is_an_objective_of_a_replayed_sweep(ragexp: Any, tmp_path: Path) ->
     assert found["front"] == [k2] and by_id[k1]["status"] == "dominated"
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_confirm_chooses_on_the_rest_and_gates_a_run_on_the_held_out_cases(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -304,6 +309,7 @@ def rows_of(client: MlflowClient, run_id: str, folder: Path) -> dict[str, dict[s
     return {row["id"]: row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dataset_case_ids_runs_only_those_cases(ragexp: Any, store_uri: str) -> None:
     done = ragexp("run", "dataset.case_ids=[refund-deadline,refund-bankcard]", "--json")
     assert done.code == 0, done.stderr

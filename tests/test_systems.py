@@ -338,6 +338,7 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
     return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dify_preset_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?", "over quota 3?", "hello there"))
@@ -389,6 +390,7 @@ def test_a_metric_needing_a_field_the_system_does_not_give_is_refused(
     assert answer_only.code == 1 and "metric 'recall_at_k' needs output field 'retrieved_ids'" in answer_only.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_ragflow_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -424,6 +426,7 @@ def test_ragflow_preset_end_to_end(
     assert "You don't own the chat nope" in wrong_chat.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_chat_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -465,6 +468,7 @@ response:
 """
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_get_api_with_its_own_field_names(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -497,6 +501,7 @@ def test_a_get_api_with_its_own_field_names(
     assert "inhouse-standin" not in json.dumps(got)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_unknown_placeholder_is_refused_before_the_run(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -536,6 +541,7 @@ NDJSON = [
 ]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -591,6 +597,7 @@ def test_a_stalled_stream_is_a_timeout(
     assert rows["c1"]["output"]["answer"] == "fact 1 is documented."
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -645,6 +652,7 @@ def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
     assert not (tmp_path / "conf").exists()
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

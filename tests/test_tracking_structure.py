@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_structure import imported_modules
 
@@ -116,6 +118,7 @@ def private_mlflow_symbols(path: Path, own: set[str]) -> list[str]:
     return [f"{path.relative_to(ROOT)}: {item}" for item in found]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_private_mlflow_symbol_is_in_internals() -> None:
     paths = sorted(PACKAGE.rglob("*.py"))
     own = _defined_in(paths)

@@ -283,18 +283,28 @@ def location(shown: Page) -> str:
     return str(shown.call("Runtime.evaluate", expression="location.href", returnByValue=True)["result"]["value"])
 
 
-def tick_every_run(shown: Page, names: list[str]) -> None:
-    """Tick the checkbox of every run row, once the rows named ``names`` are on the page."""
-    shown.wait_for(lambda text: all(name in text for name in names), "both runs in the list")
-    for _ in range(10):  # one at a time: a header's select-all ticks the rest at once
+def tick_runs(shown: Page, names: list[str]) -> None:
+    """Tick the checkbox of the run row named each of ``names``, in that order (other runs, such
+    as the demo's attribution cells, stay unticked)."""
+    shown.wait_for(lambda text: all(name in text for name in names), "the runs in the list")
+    for name in names:
         ticked = shown.call(
             "Runtime.evaluate",
-            expression="(() => { const b = [...document.querySelectorAll('input[type=checkbox]')]"
-            ".find(b => !b.checked && b.offsetParent !== null); if (!b) return false; b.click(); return true; })()",
+            expression=(
+                # The run list is a grid whose cells need not share a row element: the row's
+                # checkbox is the one level with the run's name.
+                "(() => { const named = [...document.querySelectorAll('a, span, div, td')]"
+                f".filter(e => e.offsetParent !== null && (e.textContent || '').trim() === {json.dumps(name)});"
+                " const boxes = [...document.querySelectorAll('input[type=checkbox]')]"
+                ".filter(b => b.offsetParent !== null);"
+                " for (const e of named) { const r = e.getBoundingClientRect(); const y = r.y + r.height / 2;"
+                " const box = boxes.find(b => { const q = b.getBoundingClientRect();"
+                " return q.y <= y && y <= q.y + Math.max(q.height, 20) + 4 && q.x < r.x; });"
+                " if (!box) continue; if (!box.checked) box.click(); return true; } return false; })()"
+            ),
             returnByValue=True,
         )["result"].get("value")
-        if not ticked:
-            return
+        assert ticked, f"no checkbox in the row of {name}"
         time.sleep(0.5)
 
 
@@ -302,7 +312,8 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     ragexp: Any, store_uri: str, request: pytest.FixtureRequest, page: Callable[[str], Page], tmp_path: Path
 ) -> None:
     """What `ragexp demo` prints about the MLflow UI is what MLflow 3.17 has: its deep links open
-    both comparisons, and the clicks it describes (tick both runs, then Compare) lead there."""
+    both comparisons, and the clicks it describes (tick the candidate and the baseline, then Compare)
+    lead there, beside the runs of its attribution."""
     from ragexp.demo import BASELINE_NAME, CANDIDATE_NAME
 
     done = ragexp("demo", "--store", str(tmp_path / "mlruns"))  # the store the test's UI server serves
@@ -323,7 +334,7 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     # Actions -> Compare: the same comparison (the run ticked first is shown against the other).
     experiment = per_case.split("/experiments/")[1].split("/")[0]
     shown = page(f"{ui}/#/experiments/{experiment}/evaluation-runs")
-    tick_every_run(shown, [CANDIDATE_NAME, BASELINE_NAME])
+    tick_runs(shown, [CANDIDATE_NAME, BASELINE_NAME])
     click(shown, "Actions")
     click(shown, "Compare", "[role=menuitem]")
     text = shown.wait_for(lambda text: comparing in text and len(ROW.findall(text)) >= 5, "the comparison")
@@ -342,7 +353,7 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     assert CANDIDATE_NAME in text and BASELINE_NAME in text
     shown = page(f"{ui}/#/experiments/{experiment}/evaluation-runs")
     click(shown, "Model training", "button, label, span, div")
-    tick_every_run(shown, [CANDIDATE_NAME, BASELINE_NAME])
+    tick_runs(shown, [CANDIDATE_NAME, BASELINE_NAME])
     click(shown, "Compare")
     shown.wait_for(lambda t: "Comparing 2 Runs" in t and "provider.system.sample.chunking" in t, "run compare")
     assert set(json.loads(location(shown).split("runs=")[1].split("&")[0].replace("%22", '"'))) == set(ids.values())

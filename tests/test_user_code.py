@@ -34,6 +34,7 @@ def cases_with(tmp_path: Path, key: str, values: dict[str, str]) -> Path:
 RAISES = {"unprintable": "unprintable", "interrupt": "interrupt", "exit": "exit", "base": "base"}
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("target", ["raising", "raising_async"])
 def test_whatever_a_target_raises_is_its_cases_error(ragexp: Any, store_uri: str, tmp_path: Path, target: str) -> None:
     data = cases_with(tmp_path, "raise", RAISES)
@@ -169,6 +170,7 @@ def test_the_probe_keeps_stdout_for_its_report(tmp_path: Path) -> None:
     assert "target: no newline yet ... done" in done.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_target_returning_a_generator_or_an_iterator_is_told_so(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     kinds = {"gen": "generator", "it": "iterator", "agen": "async generator"}
     data = cases_with(tmp_path, "returns", kinds)
@@ -188,6 +190,7 @@ def test_a_target_returning_a_generator_or_an_iterator_is_told_so(ragexp: Any, s
     assert rows["refund"]["error"] is None
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_numpy_numbers_in_timings_and_scores_are_accepted(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 

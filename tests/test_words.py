@@ -57,6 +57,7 @@ def dropped_pair(ragexp: Any, tmp_path: Path, lost: int = 3) -> tuple[str, str]:
     return base["run_id"], cand["run_id"]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_drop_that_is_not_significant_reads_as_a_drop_with_its_p_value(ragexp: Any, tmp_path: Path) -> None:
     base, cand = dropped_pair(ragexp, tmp_path)
     data = ragexp("diff", base, cand, "--json").json()
@@ -84,6 +85,7 @@ def test_a_drop_that_is_not_significant_reads_as_a_drop_with_its_p_value(ragexp:
     assert f"  - {said}" in shown.stdout.splitlines() and f"  - {citation}" in shown.stdout.splitlines()
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_verdict_never_contradicts_the_delta_or_the_case_counts(ragexp: Any, tmp_path: Path) -> None:
     base, cand = dropped_pair(ragexp, tmp_path, lost=1)
     shown = ragexp("diff", base, cand)
@@ -150,6 +152,7 @@ def test_interval_ends_are_zero_not_the_tie_slack() -> None:
     )
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_one_likely_stage_text_in_diff_its_summary_and_the_report(ragexp: Any, tmp_path: Path) -> None:
     base, cand = dropped_pair(ragexp, tmp_path)
     said = ragexp("diff", base, cand, "--json").json()["diagnosis"][0]
@@ -173,6 +176,7 @@ def test_one_likely_stage_text_in_diff_its_summary_and_the_report(ragexp: Any, t
     )
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_no_stage_line_without_a_move(ragexp: Any, tmp_path: Path) -> None:
     rows = write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 20))
     base, cand = run_replay(ragexp, rows)["run_id"], run_replay(ragexp, rows, "k=3")["run_id"]
@@ -181,6 +185,7 @@ def test_no_stage_line_without_a_move(ragexp: Any, tmp_path: Path) -> None:
     assert all(diff_rows(ragexp("diff", base, cand).stdout)[m["name"]][8] != "worse" for m in data["metrics"])
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_demo_narrates_what_its_steps_found(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     """The narration is made from the results it is given: another pair, other words."""
     base, cand = dropped_pair(ragexp, tmp_path)
@@ -203,6 +208,7 @@ def test_the_demo_narrates_what_its_steps_found(ragexp: Any, store_uri: str, tmp
     assert passed[0] == "exit 0: the demo expected the gate to fail (exit 2); the sample system has changed."
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_default_run_names_differ_in_their_first_characters(ragexp: Any, store_uri: str) -> None:
     first = ragexp("run", "provider=fake", "k=3", "--json").json()
     second = ragexp("run", "provider=fake", "k=5", "--json").json()
