@@ -408,5 +408,7 @@ def test_what_changed_lists_every_moved_case_with_the_rationale_rows_carry(
     assert {r[0] for r in worse[1:]} == expected["worse"] and {r[0] for r in better[1:]} == expected["better"]
     for r in worse[1:] + better[1:]:
         moved = [part.split()[0] for part in r[2].split("; ")]
-        assert r[-1] == "; ".join(f"{name}: why {name} of {r[0]}" for name in moved)
+        # the candidate's words per moved metric, in order (the baseline's, now computed, beside them)
+        said = [r[-1].index(f"{name}: why {name} of {r[0]}") for name in moved]
+        assert said == sorted(said) and said[0] == 0
     assert changed.index("Cases that got worse") < changed.index("Cases that got better")
