@@ -20,7 +20,7 @@ import numpy as np
 
 from ragexp.metrics.evidence import Matcher, Rule
 from ragexp.metrics.population import covered
-from ragexp.metrics.registry import MetricSpec
+from ragexp.metrics.registry import REASON_KINDS, MetricSpec
 from ragexp.phrases import PHRASES
 from ragexp.records import Case, CaseResult, SystemOutput
 
@@ -252,14 +252,15 @@ def accuracy_reason(facts: Facts, score: float) -> str:
     )
 
 
-BUILDERS: dict[str, Callable[[Facts, float], str]] = {
-    "recall_at_k": recall_reason,
-    "mrr": mrr_reason,
-    "ndcg_at_k": ndcg_reason,
-    "citation_precision": citation_reason,
-    "answer_accuracy": accuracy_reason,
+_BY_KIND: dict[str, Callable[[Facts, float], str]] = {
+    "recall": recall_reason,
+    "rank": mrr_reason,
+    "ndcg": ndcg_reason,
+    "citation": citation_reason,
+    "accuracy": accuracy_reason,
 }
-"""Metric name -> the builder of its per-case rationale."""
+BUILDERS: dict[str, Callable[[Facts, float], str]] = {name: _BY_KIND[kind] for name, kind in REASON_KINDS.items()}
+"""Metric name -> the builder of its per-case rationale (the names are the registry's)."""
 
 
 def fill_rationales(

@@ -850,3 +850,13 @@ def _register_offline_metrics() -> None:
 
 _register_offline_metrics()
 _register_judge_metrics()
+
+
+REASON_KINDS = {
+    "recall_at_k": "recall",
+    "mrr": "rank",
+    "ndcg_at_k": "ndcg",
+    "citation_precision": "citation",
+    "answer_accuracy": "accuracy",
+}
+"""Offline metric -> which rationale builder of :mod:`ragexp.metrics.reasons` explains its score."""
