@@ -1,8 +1,9 @@
 """Conversations: the turns of each conversation asked in order, with the history before them;
 conversations asked side by side.
 
-A turn is asked once every earlier turn of its conversation has its answer; the provider is given
-batches of the turns that are ready, so its concurrency spreads over conversations. A turn that
+A turn is asked as soon as the turn before it has its answer: a provider's workers take the next
+ready case, whichever conversation it belongs to, so its concurrency spreads over conversations
+with no wait between rounds of turns. A turn that
 fails is an error for it and for every later turn of its conversation, which is then not asked:
 a later turn without the history it follows would measure another conversation.
 """
@@ -10,9 +11,9 @@ a later turn without the history it follows would measure another conversation.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ragexp.errors import ConfigError
 from ragexp.records import Case, CaseResult
@@ -67,73 +68,79 @@ def complete(cases: Sequence[Case], kept: dict[str, CaseResult]) -> dict[str, Ca
     return {case_id: result for case_id, result in kept.items() if case_id not in dropped}
 
 
-RunBatch = Callable[[Sequence[Case], Callable[[int, CaseResult], None]], None]
-"""A provider's ``run``: asks every case of a batch, reporting each result with its position."""
+class Turns:
+    """A run's cases as chains for :meth:`Provider.ask_chains`: a single question is a chain of
+    one, a conversation the chain of its turns. A provider asks a chain's next case as soon as
+    the one before it has its result, so its workers stay busy across conversations; each case
+    is filled in with the history of its conversation (:meth:`prepare`) just before it is asked.
+    """
+
+    def __init__(self, cases: Sequence[Case], mode: str) -> None:
+        self.cases: list[Case] = list(cases)
+        """The cases by position; :meth:`prepare` fills in a turn's history in place."""
+        self.mode = mode
+        chats = conversations(cases)
+        self.chains: list[tuple[int, ...]] = [
+            (position,) for position, case in enumerate(cases) if case.conversation is None
+        ]
+        self.chains += [chat.positions for chat in chats]
+        self._chat_of = {position: chat for chat in chats for position in chat.positions}
+        self._step = {chat.id: 0 for chat in chats}
+        self._history: dict[str, list[Message]] = {chat.id: [] for chat in chats}
+        self._service_id: dict[str, str | None] = {chat.id: None for chat in chats}
+
+    def first(self) -> list[int]:
+        """The first case of every chain, in the order to ask them."""
+        return [chain[0] for chain in self.chains]
+
+    def prepare(self, index: int) -> None:
+        """Fill in the case at ``index`` with what the earlier turns of its conversation left:
+        the history and the id the service issued."""
+        case = self.cases[index]
+        if case.conversation is not None:
+            self.cases[index] = dataclasses.replace(
+                case,
+                history=list(self._history[case.conversation]),
+                conversation_ref=self._service_id[case.conversation],
+            )
+
+    def settled(self, index: int, result: CaseResult) -> tuple[list[tuple[int, CaseResult]], int | None]:
+        """After the case at ``index`` got ``result``: the later turns of its conversation that
+        are now errors, not asked (when it failed), and the position of the turn to ask next
+        (None: none)."""
+        chat = self._chat_of.get(index)
+        if chat is None:
+            return [], None
+        case = self.cases[index]
+        self._step[chat.id] += 1
+        step = self._step[chat.id]
+        if not result.ok:
+            return _not_asked(self.cases, chat, step, result), None
+        answer = result.output.answer if result.output is not None else ""
+        self._history[chat.id] += [
+            {"role": "user", "content": case.question},
+            {"role": "assistant", "content": (case.reference or "") if self.mode == "reference" else answer},
+        ]
+        if result.output is not None and result.output.conversation_id:
+            self._service_id[chat.id] = result.output.conversation_id
+        return [], chat.positions[step] if step < len(chat.positions) else None
+
+
+class AsksChains(Protocol):
+    def ask_chains(self, chains: Turns, on_result: Callable[[int, CaseResult], None]) -> None: ...
 
 
 def ask_in_turns(
-    cases: Sequence[Case],
-    run: RunBatch,
-    on_result: Callable[[int, CaseResult], None],
-    mode: str,
-    width: int,
+    cases: Sequence[Case], provider: AsksChains, on_result: Callable[[int, CaseResult], None], mode: str
 ) -> None:
     """Ask ``cases`` (single questions and whole conversations), reporting each result with the
-    case's position in ``cases``. The single questions go in the first batch with the first
-    turns; a turn becomes ready when the one before it was answered, and each batch takes the
-    turns longest ready in whole rounds of ``width`` (the provider's concurrency), so the
-    provider's slots stay full while turns are ready."""
-    chats = conversations(cases)
-    chat_of = {position: chat for chat in chats for position in chat.positions}
-    step = {chat.id: 0 for chat in chats}
-    history: dict[str, list[Message]] = {chat.id: [] for chat in chats}
-    service_id: dict[str, str | None] = {chat.id: None for chat in chats}
-    ready: deque[int] = deque(chat.positions[0] for chat in chats)
-    batch = [position for position, case in enumerate(cases) if case.conversation is None]
-    batch += _take(ready, width)
-    while batch:
-        asked = [_with_history(cases[position], history, service_id) for position in batch]
-        results: dict[int, CaseResult] = {}
-
-        def arrived(
-            index: int, result: CaseResult, batch: list[int] = batch, results: dict[int, CaseResult] = results
-        ) -> None:
-            results[batch[index]] = result
-            on_result(batch[index], result)
-
-        run(asked, arrived)
-        for position in batch:
-            chat = chat_of.get(position)
-            result = results.get(position)
-            if chat is None or result is None:  # a single question; or a provider bug, caught by the caller
-                continue
-            case = cases[position]
-            step[chat.id] += 1
-            if not result.ok:
-                _not_asked(cases, chat, step[chat.id], result, on_result)
-                continue
-            answer = result.output.answer if result.output is not None else ""
-            history[chat.id] += [
-                {"role": "user", "content": case.question},
-                {"role": "assistant", "content": (case.reference or "") if mode == "reference" else answer},
-            ]
-            if result.output is not None and result.output.conversation_id:
-                service_id[chat.id] = result.output.conversation_id
-            if step[chat.id] < len(chat.positions):
-                ready.append(chat.positions[step[chat.id]])
-        batch = _take(ready, width)
-
-
-def _take(ready: deque[int], width: int) -> list[int]:
-    """The next batch: the longest-ready turns, as many as fill the provider's ``width`` slots a
-    whole number of times (at least one turn): a batch whose last round is partly empty leaves
-    slots idle that the next batch's turns could have used."""
-    count = max(len(ready) // width * width, min(width, len(ready)))
-    return [ready.popleft() for _ in range(count)]
+    case's position in ``cases``: each conversation's turns in order, each after the history of
+    the turns before it."""
+    provider.ask_chains(Turns(cases, mode), on_result)
 
 
 def histories(cases: Sequence[Case], results: Sequence[CaseResult], mode: str) -> list[list[Message] | None]:
-    """What each case was asked after, rebuilt from the results (as :func:`ask_in_turns` built
+    """What each case was asked after, rebuilt from the results (as :class:`Turns` built
     it): the earlier turns' questions and answers; None for a single question."""
     out: list[list[Message] | None] = [None] * len(cases)
     for chat in conversations(cases):
@@ -158,30 +165,13 @@ def transcript(question: str, history: Sequence[Message] | None) -> str:
     return f"[conversation so far]\n{said}\n[question]\n{question}"
 
 
-def _with_history(case: Case, history: dict[str, list[Message]], service_id: dict[str, str | None]) -> Case:
-    if case.conversation is None:
-        return case
-    return dataclasses.replace(
-        case, history=list(history[case.conversation]), conversation_ref=service_id[case.conversation]
-    )
-
-
 def _not_asked(
-    cases: Sequence[Case],
-    chat: Conversation,
-    failed_turn: int,
-    cause: CaseResult,
-    on_result: Callable[[int, CaseResult], None],
-) -> None:
+    cases: Sequence[Case], chat: Conversation, failed_turn: int, cause: CaseResult
+) -> list[tuple[int, CaseResult]]:
     """The turns after a failed one: errors (retried by ``--resume`` when the failure is)."""
     failed = cases[chat.positions[failed_turn - 1]].id
-    for position in chat.positions[failed_turn:]:
-        on_result(
-            position,
-            CaseResult(
-                cases[position].id,
-                None,
-                f"not asked: turn {failed} of its conversation failed",
-                retryable=cause.retryable,
-            ),
-        )
+    reason = f"not asked: turn {failed} of its conversation failed"
+    return [
+        (position, CaseResult(cases[position].id, None, reason, retryable=cause.retryable))
+        for position in chat.positions[failed_turn:]
+    ]

@@ -640,8 +640,7 @@ def _evaluate(
         if todo:
             asked = [cases[i] for i in todo] if done else cases
             if plan.dataset.has_conversations:
-                width = plan.provider.settings.concurrency
-                ask_in_turns(asked, plan.provider.run, callback, plan.config.conversation.history, width)
+                ask_in_turns(asked, plan.provider, callback, plan.config.conversation.history)
             else:
                 plan.provider.run(asked, callback)
     finally:

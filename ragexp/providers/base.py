@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragexp.config.models import DatasetConfig, SystemConfig
+from ragexp.conversations import Turns
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.records import Case, CaseResult, SystemOutput
@@ -89,6 +90,32 @@ class Provider(ABC):
     @abstractmethod
     def run(self, cases: Sequence[Case], on_result: OnResult) -> None:
         """Evaluate every case and report each through ``on_result``."""
+
+    def ask_chains(self, chains: Turns, on_result: OnResult) -> None:
+        """Evaluate every case of ``chains`` (positions in ``chains.cases``), each chain's cases
+        in order, each prepared (:meth:`Turns.prepare`) after the one before it has its result,
+        and report each result, and the cases a failure leaves not asked, through ``on_result``.
+        Here in rounds over :meth:`run` (a local system, which answers at once); a remote one
+        asks a chain's next case as soon as it is ready."""
+        ready = chains.first()
+        while ready:
+            for index in ready:
+                chains.prepare(index)
+            following: list[int] = []
+
+            def arrived(
+                position: int, result: CaseResult, ready: list[int] = ready, following: list[int] = following
+            ) -> None:
+                index = ready[position]
+                on_result(index, result)
+                unasked, after = chains.settled(index, result)
+                for other, outcome in unasked:
+                    on_result(other, outcome)
+                if after is not None:
+                    following.append(after)
+
+            self.run([chains.cases[index] for index in ready], arrived)
+            ready = following
 
     def generation_missing(self) -> str | None:
         """What this system lacks to answer from given contexts (``diff --attribute``), in a

@@ -19,7 +19,7 @@ import math
 import ssl
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ import orjson
 
 from ragexp import secrets
 from ragexp.config.models import HttpSystemConfig, ResponseMapping, StreamConfig
+from ragexp.conversations import Turns
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.metrics.registry import STREAMED
@@ -383,24 +384,84 @@ class HttpProvider(Provider):
                     index = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                case = cases[index]
-                try:
-                    reply = await self.ask(client, url, case, policy)
-                    output = self.output(reply)
-                except CallFailed as exc:
-                    if exc.transport:
-                        if watch.failure(str(exc)):
-                            return  # the case stays unevaluated: a resume asks again
-                    else:
-                        watch.success()  # the service answered
-                    on_result(index, CaseResult(case.id, None, case_error(exc), retryable=exc.transport))
-                    continue
-                except ReplyError as exc:
-                    watch.success()
-                    on_result(index, CaseResult(case.id, None, case_error(exc)))
-                    continue
-                watch.success()
-                on_result(index, CaseResult(case.id, _scrubbed(output)))
+                result = await self._one(client, url, cases[index], policy, watch)
+                if result is None:
+                    return  # the case stays unevaluated: a resume asks again
+                on_result(index, result)
+
+    async def _one(
+        self, client: httpx.AsyncClient, url: str, case: Case, policy: CallPolicy, watch: AbortWatch
+    ) -> CaseResult | None:
+        """One case's call and its result; None when the failure aborted the run."""
+        try:
+            reply = await self.ask(client, url, case, policy)
+            output = self.output(reply)
+        except CallFailed as exc:
+            if exc.transport:
+                if watch.failure(str(exc)):
+                    return None
+            else:
+                watch.success()  # the service answered
+            return CaseResult(case.id, None, case_error(exc), retryable=exc.transport)
+        except ReplyError as exc:
+            watch.success()
+            return CaseResult(case.id, None, case_error(exc))
+        watch.success()
+        return CaseResult(case.id, _scrubbed(output))
+
+    def ask_chains(self, chains: Turns, on_result: OnResult) -> None:
+        with collecting_garbage():
+            run_interruptibly(self._ask_chains(chains, on_result))
+
+    async def _ask_chains(self, chains: Turns, on_result: OnResult) -> None:
+        """Each worker takes the next ready case, whichever chain it is of; a chain's next case
+        is ready once the one before it is reported. A worker finding none ready waits for one
+        while cases are still in flight."""
+        ready = deque(chains.first())
+        left = [len(chains.cases)]
+        woken = asyncio.Event()
+        watch = AbortWatch(min(self.config.abort_after, len(chains.cases)), "the service")
+        verify = self._ssl_context()
+
+        def report(index: int, result: CaseResult) -> None:
+            on_result(index, result)
+            unasked, after = chains.settled(index, result)
+            for other, outcome in unasked:
+                on_result(other, outcome)
+            left[0] -= 1 + len(unasked)
+            if after is not None:
+                ready.append(after)
+            if after is not None or not left[0]:
+                woken.set()
+
+        async def worker() -> None:
+            policy = self._policy()
+            url = self.target_url()
+            async with self.client(verify) as client:
+                while watch.aborted is None:
+                    if not ready:
+                        if not left[0]:
+                            return
+                        woken.clear()
+                        await woken.wait()
+                        continue
+                    index = ready.popleft()
+                    chains.prepare(index)
+                    result = await self._one(client, url, chains.cases[index], policy, watch)
+                    if result is None:
+                        woken.set()  # the run is aborted: the waiting workers stop too
+                        return
+                    report(index, result)
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(self.settings.concurrency, len(chains.chains)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        if watch.aborted is not None:
+            raise ProviderError(watch.aborted)
 
 
 def query_params(payload: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import os
 import queue
 import sys
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any, cast
 
 from ragexp import secrets
 from ragexp.config.models import PythonSystemConfig, ResponseMapping
+from ragexp.conversations import Turns
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider, Retrieval
@@ -66,6 +68,7 @@ PROBE_TEXT = 4000
 BLOCKED_GRACE_S = 5.0
 """How long past its deadline an async call may stay unresolved before the event loop is taken
 to be blocked (a coroutine calling ``time.sleep``): its own timer could not fire."""
+BLOCKED_REASON = "not evaluated: a call blocked the event loop (an async target that does not await, e.g. time.sleep)"
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -369,6 +372,24 @@ class PythonProvider(Provider):
             finally:
                 driver.stop()
 
+    def ask_chains(self, chains: Turns, on_result: OnResult) -> None:
+        target = self._target
+        if target is None:
+            raise RuntimeError("PythonProvider.ask_chains called before preflight")
+        if not chains.cases:
+            return
+        workers = min(self.settings.concurrency, len(chains.chains))
+        calls = _Calls(target, self.system, self.mapping, chains.cases, self.settings.k, self.settings.outputs)
+        driver: _Driver = (_Loop if target.is_async else _Threads)(
+            calls, workers, self.system.timeout_s, on_result, chains
+        )
+        with collecting_garbage():
+            driver.start()
+            try:
+                driver.wait()
+            finally:
+                driver.stop()
+
     def generation_missing(self) -> str | None:
         if self.system.generate is None:
             return (
@@ -586,8 +607,20 @@ class _Driver:
     callback writes the checkpoint), and none is made once :meth:`stop` returned.
     """
 
-    def __init__(self, calls: _Calls, workers: int, timeout_s: float, on_result: OnResult) -> None:
+    def __init__(
+        self, calls: _Calls, workers: int, timeout_s: float, on_result: OnResult, chains: Turns | None = None
+    ) -> None:
         self.calls = calls
+        self.chains = chains
+        """Cases asked as chains: a slot takes the next ready case (``ready``), and a chain's next
+        case becomes ready when the one before it is reported. A slot that finds none ready
+        leaves its worker (``idle``); a slot taking a case wakes as many idle ones as cases stay
+        ready."""
+        self.ready: deque[int] = deque(chains.first()) if chains is not None else deque()
+        self.idle: list[int] = []
+        self.closed = False
+        """No more cases are taken (the event loop was blocked): each ready case is reported
+        as not evaluated instead."""
         self.workers = workers
         self.timeout_s = timeout_s
         self.on_result = on_result
@@ -624,6 +657,8 @@ class _Driver:
     def take(self, slot: int) -> int | None:
         """The next case for ``slot`` (None: no more), recorded as in flight."""
         with self.lock:
+            if self.chains is not None:
+                return self._take_ready(slot, self.chains)
             if self.stopped or self.next_index >= self.total:
                 self.current[slot] = None
                 return None
@@ -631,6 +666,23 @@ class _Driver:
             self.next_index += 1
             self.current[slot] = (index, monotonic())
             return index
+
+    def _take_ready(self, slot: int, chains: Turns) -> int | None:
+        """:meth:`take` of a chained run, under ``lock``."""
+        if self.stopped or self.closed or not self.ready:
+            self.current[slot] = None
+            self.idle.append(slot)
+            return None
+        index = self.ready.popleft()
+        chains.prepare(index)
+        self.current[slot] = (index, monotonic())
+        for _ in range(min(len(self.ready), len(self.idle))):
+            self.wake(self.idle.pop())
+        return index
+
+    def wake(self, slot: int) -> None:
+        """Start a worker for the idle ``slot`` (under ``lock``)."""
+        raise NotImplementedError
 
     def release(self, slot: int, generation: int) -> bool:
         """Give up the slot's call to report it; False when it was reported as timed out."""
@@ -657,12 +709,32 @@ class _Driver:
                 return
             try:
                 self.on_result(index, result)
+                if self.chains is not None:
+                    self._settle(index, result, self.chains)
             except BaseException as exc:  # e.g. the disk is full: the run stops with that error
                 self.fail(exc)
                 return
             self.reported += 1
             if self.reported == self.total:
                 self.done.set()
+
+    def _settle(self, index: int, result: CaseResult, chains: Turns) -> None:
+        """After a chained case's report (under ``report_lock``): the cases its failure leaves
+        not asked reported, or its chain's next case made ready."""
+        while True:
+            unasked, after = chains.settled(index, result)
+            for other, outcome in unasked:
+                self.on_result(other, outcome)
+            self.reported += len(unasked)
+            if after is None:
+                return
+            with self.lock:
+                if not self.closed:
+                    self.ready.append(after)
+                    return
+            index, result = after, CaseResult(self.calls.cases[after].id, None, BLOCKED_REASON, retryable=True)
+            self.on_result(index, result)
+            self.reported += 1
 
     def fail(self, exc: BaseException) -> None:
         self.failure = exc
@@ -717,6 +789,9 @@ class _Threads(_Driver):
             if not self.release(slot, generation):
                 return  # timed out and reported; the slot has a new worker
             self.report(index, result)
+
+    def wake(self, slot: int) -> None:
+        self._spawn(slot)
 
     def overdue(self, now: float) -> None:
         for slot, index in self.late(now):
@@ -778,6 +853,11 @@ class _Loop(_Driver):
                 return  # timed out and reported; the slot has a new worker
             self.report(index, result)
 
+    def wake(self, slot: int) -> None:
+        loop = self.loop
+        if loop is not None:  # taken on the loop's thread: a task can be created here
+            self._spawn(loop, slot)
+
     def _replace(self, loop: asyncio.AbstractEventLoop, slot: int) -> None:
         with self.lock:
             self.asked = None
@@ -794,18 +874,20 @@ class _Loop(_Driver):
             if late and self.asked is None:
                 self.asked = now
             blocked = self.asked is not None and now - self.asked >= BLOCKED_GRACE_S
-            unstarted = range(self.next_index, self.total) if blocked else range(0)
+            unstarted: Sequence[int] = range(self.next_index, self.total) if blocked else range(0)
             if blocked:
                 self.next_index = self.total
+                if self.chains is not None:
+                    unstarted, self.closed = list(self.ready), True
+                    self.ready.clear()
         loop = self.loop
         for slot, index in late:
             self.abandoned += 1
             self.report(index, self.calls.timed_out(index))
             if loop is not None:
                 loop.call_soon_threadsafe(self._replace, loop, slot)
-        reason = "not evaluated: a call blocked the event loop (an async target that does not await, e.g. time.sleep)"
         for index in unstarted:
-            self.report(index, CaseResult(self.calls.cases[index].id, None, reason, retryable=True))
+            self.report(index, CaseResult(self.calls.cases[index].id, None, BLOCKED_REASON, retryable=True))
 
     def next_wake(self) -> float | None:
         return None if self.asked is None else self.asked + BLOCKED_GRACE_S
