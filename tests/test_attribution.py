@@ -341,10 +341,12 @@ def test_a_judge_metric_is_attributed_and_the_replays_use_the_judge_cache(
         (-1 / 3, 0.0, -1 / 3, 0.0)
     )
     assert _metric(again, "faithfulness") == row
+    # The second attribution reuses the finished cell runs: nothing is replayed or judged again.
+    assert again["cells"] == first["cells"]
     client = MlflowClient(store_uri)
-    for run_id in again["cells"].values():
+    for run_id in first["cells"].values():
         metrics = client.get_run(run_id).data.metrics
-        assert metrics["judge.cache_hits"] > 0  # the second attribution's replays were judged from the cache
+        assert metrics["judge.cache_hits"] > 0  # the replays' judge calls came from the judge cache
 
 
 # --- a rerun of --attribute: its cell runs resumed or reused, as run --resume does -------------
@@ -473,3 +475,53 @@ def test_an_interrupted_attribution_resumes_its_cell_runs_and_a_rerun_reuses_the
     assert again.json() == resumed.json()
     assert "no replay calls" in again.stderr and again.stderr.count("reused as it is") == 2
     assert len(_cell_runs(store_uri, cand)) == 2
+
+
+@pytest.mark.system  # whole runs: `make test`, not the edit loop
+def test_a_sigterm_stops_a_replay_in_its_own_process_and_the_rerun_asks_only_the_rest(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.pipelines import attribution as pipeline
+
+    data = _many_cases(tmp_path)
+    base, cand = _counted_pair(ragexp, data)
+    marker = tmp_path / "hanging"
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store_uri,
+        pipeline.HANG_AFTER_ENV: "5",
+        pipeline.HANG_FILE_ENV: str(marker),
+    }
+    argv = [sys.executable, "-m", "ragexp.cli.app", "diff", base, cand, "--attribute", "--resamples", "200"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ragexp: interrupted: attribution cell baseline/candidate: run "), err
+    assert "interrupted after 5 of 8 cases" in last
+    assert last.endswith(f"continue with: ragexp diff {base} {cand} --attribute")
+    hung_on = marker.read_text(encoding="utf-8")
+
+    pipeline.CALLS.clear()
+    resumed = ragexp("diff", base, cand, "--attribute", "--json", "--resamples", "200")
+    assert resumed.code == 0, resumed.stderr
+    # Five answers were checkpointed by the stopped process: the rerun asks the other three alone.
+    assert _asked("baseline") == {}
+    asked = _asked("candidate")
+    assert len(asked) == 3 and set(asked.values()) == {1} and hung_on in asked
+    assert "resuming: 5 of 8 cases kept, 3 to evaluate" in resumed.stderr
+    assert len(_cell_runs(store_uri, cand)) == 2
+    row = _metric(resumed.json()["attribution"], "answer_accuracy")
+    for part, value in KNOWN.items():
+        assert row[part] == pytest.approx(value, abs=1e-12)

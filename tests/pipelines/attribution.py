@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tests.pipelines.corpus import DOCS, retrieve, words
@@ -73,6 +74,10 @@ INTERRUPT_AFTER: dict[str, int] = {}
 STOPPED_AT: list[str] = []
 """The questions whose call interrupted the command (still in flight when it stopped)."""
 _LOCK = threading.Lock()
+HANG_AFTER_ENV = "RAGEXP_TEST_ATTRIBUTION_HANG_AFTER"
+HANG_FILE_ENV = "RAGEXP_TEST_ATTRIBUTION_HANG_FILE"
+"""In a process of its own: the candidate's answer stage hangs after this many calls, once it has
+written the question it hangs on to this file (the test then stops the process)."""
 
 
 def _counted(name: str, question: str, contexts: list[str], answer: Any) -> dict[str, Any]:
@@ -86,6 +91,10 @@ def _counted(name: str, question: str, contexts: list[str], answer: Any) -> dict
     if interrupt:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(2)
+    hang_after = os.environ.get(HANG_AFTER_ENV)
+    if name == "candidate" and hang_after is not None and asked > int(hang_after):
+        Path(os.environ[HANG_FILE_ENV]).write_text(question, encoding="utf-8")
+        time.sleep(60)  # until the test stops the process
     result: dict[str, Any] = answer(question, contexts)
     return result
 
