@@ -28,7 +28,7 @@ from ragexp.providers.mapping import (
 )
 from ragexp.records import Case
 from tests.conftest import ROOT, write_jsonl
-from tests.servers.procs import serve, stats
+from tests.servers.procs import preset_standin, serve, stats
 
 
 def case(case_id: str = "c1", question: str = "What is RAG?", **metadata: Any) -> Case:
@@ -340,12 +340,9 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dify_preset_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?", "over quota 3?", "hello there"))
-    with serve(SERVERS / "dify.py") as url:
-        result = ragexp(
-            "run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME, "--json"
-        )
+    with preset_standin("dify", monkeypatch) as (url, dify):
+        result = ragexp("run", *dify, f"dataset.path={data}", SOME, "--json")
         attempts = stats(url)
     assert result.code == 0, result.stderr
     payload = result.json()
@@ -394,16 +391,9 @@ def test_a_metric_needing_a_field_the_system_does_not_give_is_refused(
 def test_ragflow_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 5?", "forbidden 6?", "nothing"))
-    with serve(SERVERS / "ragflow.py") as url:
-        result = ragexp(
-            "run",
-            "system=ragflow",
-            f"provider.system.url={url}/api/v1/chats/standin/completions",
-            f"dataset.path={data}",
-            "--json",
-        )
+    with preset_standin("ragflow", monkeypatch) as (url, ragflow):
+        result = ragexp("run", *ragflow, f"dataset.path={data}", "--json")
         wrong_chat = ragexp(
             "run",
             "system=ragflow",
@@ -578,13 +568,11 @@ def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
 def test_a_stalled_stream_is_a_timeout(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "stall on 2?"))
-    with serve(SERVERS / "dify.py") as url:
+    with preset_standin("dify", monkeypatch) as (_, dify):
         result = ragexp(
             "run",
-            "system=dify",
-            f"provider.system.url={url}/v1/chat-messages",
+            *dify,
             f"dataset.path={data}",
             SOME,
             "provider.system.timeout_s=1",
@@ -601,13 +589,11 @@ def test_a_stalled_stream_is_a_timeout(
 def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?"))
-    with serve(SERVERS / "dify.py") as url:
+    with preset_standin("dify", monkeypatch) as (_, dify):
         result = ragexp(
             "run",
-            "system=dify",
-            f"provider.system.url={url}/v1/chat-messages",
+            *dify,
             f"dataset.path={data}",
             SOME,
             "provider.system.max_response_bytes=600",
@@ -656,11 +642,10 @@ def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
 def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
     good = write_jsonl(tmp_path / "good.jsonl", numbered("what about 5?"))
     bad = write_jsonl(tmp_path / "bad.jsonl", numbered("forbidden 6?"))
-    with serve(SERVERS / "ragflow.py") as url:
-        args = ["validate", "system=ragflow", f"provider.system.url={url}/api/v1/chats/standin/completions"]
+    with preset_standin("ragflow", monkeypatch) as (url, ragflow):
+        args = ["validate", *ragflow]
         probed = ragexp(*args, f"dataset.path={good}", "--probe", "--json")
         text = ragexp(*args, f"dataset.path={good}", "--probe")
         refused = ragexp(*args, f"dataset.path={bad}", "--probe", "--json")
@@ -688,12 +673,11 @@ def test_a_streamed_service_behind_a_private_ca(
 ) -> None:
     from tests.tls import make_ca_and_server_cert
 
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     ca, cert, key = make_ca_and_server_cert(tmp_path)
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?"))
-    with serve(SERVERS / "dify.py", "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+    with preset_standin("dify", monkeypatch, "--tls-cert", str(cert), "--tls-key", str(key)) as (url, dify):
         assert url.startswith("https://")
-        args = ["run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME]
+        args = ["run", *dify, f"dataset.path={data}", SOME]
         trusted = ragexp(*args, f"provider.system.ca_file={ca}", "--json")
         untrusted = ragexp(*args)
     assert trusted.code == 0, trusted.stderr
