@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from pydantic import BaseModel
 
@@ -531,37 +532,48 @@ NDJSON = [
 ]
 
 
+def cut_then_resumed(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut_question: str
+) -> tuple[Any, Run, dict[str, dict[str, Any]]]:
+    """The in-house NDJSON stand-in, its cut switch on, asked three cases (the second one
+    ``cut_question``) at concurrency 1, stopping after one failed call; then the stopped run resumed
+    with the switch off, and checked: every case answered, the cut one asked twice while cut (one
+    retry) and once more on resume, the answered one kept. The first run's result, the stopped run
+    and its rows."""
+    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
+    cut = tmp_path / "cut"
+    cut.write_text("cut")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", cut_question, "and 3?"))
+    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
+    with serve(SERVERS / "inhouse.py", env=env) as url:
+        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
+        args += ["concurrency=1", "provider.system.abort_after=1"]
+        first = ragexp("run", *args)
+        client = MlflowClient(store_uri)
+        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
+        cut.unlink()
+        resumed = ragexp("run", *args, "--resume", aborted.info.run_id, "--json")
+        attempts = stats(url)
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.json()["error_count"] == 0
+    rows = rows_of(store_uri, aborted.info.run_id, tmp_path)
+    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
+    assert len(attempts[cut_question]) == 3 and len(attempts["what about 1?"]) == 1
+    return first, aborted, rows
+
+
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    cut = tmp_path / "cut"
-    cut.write_text("cut")
-    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "cut at 2?", "and 3?"))
-    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
-    with serve(SERVERS / "inhouse.py", env=env) as url:
-        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
-        # A cut stream is a transport failure: retried, then counted toward stopping the run.
-        first = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1")
-        assert first.code == 1
-        assert "the service failed 1 calls in a row since its last answer: connection failed (RemoteProtocolError" in (
-            first.stderr
-        )
-        client = MlflowClient(store_uri)
-        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
-        assert aborted.data.tags["ragexp.status"] == "aborted"
-        run_id = aborted.info.run_id
-        cut.unlink()
-        resumed = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1", "--resume", run_id, "--json")
-        attempts = stats(url)
-    assert resumed.code == 0, resumed.stderr
-    assert resumed.json()["error_count"] == 0
-    rows = rows_of(store_uri, run_id, tmp_path)
-    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
+    first, aborted, rows = cut_then_resumed(ragexp, store_uri, tmp_path, monkeypatch, "cut at 2?")
+    # A cut stream is a transport failure: retried, then counted toward stopping the run.
+    assert first.code == 1
+    assert "the service failed 1 calls in a row since its last answer: connection failed (RemoteProtocolError" in (
+        first.stderr
+    )
+    assert aborted.data.tags["ragexp.status"] == "aborted"
     assert rows["c2"]["output"]["ranked_ids"] == ["seg-2", "seg-2-x"]
-    # Asked twice while cut (one retry), once more on resume; the answered case was kept.
-    assert len(attempts["cut at 2?"]) == 3 and len(attempts["what about 1?"]) == 1
 
 
 @pytest.mark.system
