@@ -17,7 +17,7 @@ from ragexp.providers.mapping import MappingError, compile_mapping
 from ragexp.transport import BadReply, parse_json
 from tests.conftest import write_jsonl
 from tests.servers.procs import serve, stats
-from tests.test_systems import SERVERS, count_runs, cut_then_resumed, numbered, rows_of
+from tests.test_systems import SERVERS, count_runs, cut_then_resumed, inhouse_system, numbered, rows_of
 
 RETRIEVAL = {"retrieved_ids"}
 
@@ -341,17 +341,10 @@ def test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume(
 def test_a_json_reply_after_a_byte_order_mark_is_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_systems import INHOUSE
-
-    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
     rows = numbered("bom 3?")
     rows[0]["metadata"] = {"lang": "en"}
     data = write_jsonl(tmp_path / "cases.jsonl", rows)
-    conf = tmp_path / "conf"
-    (conf / "system").mkdir(parents=True)
-    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(conf))
-    with serve(SERVERS / "inhouse.py") as url:
-        (conf / "system/inhouse.yaml").write_text(INHOUSE.format(url=url), encoding="utf-8")
+    with inhouse_system(tmp_path, monkeypatch):
         result = ragexp("run", "system=inhouse", f"dataset.path={data}", "--json")
     assert result.code == 0, result.stderr
     assert rows_of(store_uri, result.json()["run_id"], tmp_path)["c1"]["output"]["answer"] == "fact 3 is documented."

@@ -3,9 +3,11 @@ HTTP services with their own contract (presets and generic mappings), streaming.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -459,20 +461,28 @@ response:
 """
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
-def test_a_get_api_with_its_own_field_names(
-    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def inhouse_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The in-house stand-in served, its key set, and ``system=inhouse`` (:data:`INHOUSE`) in a
+    config folder of the test's own, while the block runs."""
     monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
-    for row in rows:
-        row["metadata"] = {"lang": "en"}
-    data = write_jsonl(tmp_path / "cases.jsonl", rows)
     conf = tmp_path / "conf"
     (conf / "system").mkdir(parents=True)
     monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(conf))
     with serve(SERVERS / "inhouse.py") as url:
         (conf / "system/inhouse.yaml").write_text(INHOUSE.format(url=url), encoding="utf-8")
+        yield
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_get_api_with_its_own_field_names(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
+    for row in rows:
+        row["metadata"] = {"lang": "en"}
+    data = write_jsonl(tmp_path / "cases.jsonl", rows)
+    with inhouse_system(tmp_path, monkeypatch):
         result = ragexp("run", "system=inhouse", "k=1", f"dataset.path={data}", "--json")
     assert result.code == 0, result.stderr
     got = rows_of(store_uri, result.json()["run_id"], tmp_path)
