@@ -423,13 +423,11 @@ def test_ragflow_preset_end_to_end(
 def test_openai_chat_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_OPENAI_AUTH", "Bearer sk-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 8?", "a very long 9?"))
-    with serve(SERVERS / "openai_chat.py") as url:
+    with preset_standin("openai_chat", monkeypatch) as (_, openai_chat):
         result = ragexp(
             "run",
-            "system=openai_chat",
-            f"provider.system.url={url}/v1/chat/completions",
+            *openai_chat,
             "provider.system.request.model=standin-model",
             f"dataset.path={data}",
             "metrics.names=[answer_accuracy,p95_seconds,error_rate]",

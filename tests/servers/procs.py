@@ -49,6 +49,7 @@ def serve(script: Path, *args: str, env: Mapping[str, str] | None = None) -> Ite
 PRESET_STANDINS = {
     "dify": ("dify.py", "/v1/chat-messages", "RAGEXP_DIFY_AUTH", "Bearer app-standin"),
     "ragflow": ("ragflow.py", "/api/v1/chats/standin/completions", "RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin"),
+    "openai_chat": ("openai_chat.py", "/v1/chat/completions", "RAGEXP_OPENAI_AUTH", "Bearer sk-standin"),
 }
 """Packaged system preset -> its stand-in, the path the preset posts to, the preset's auth
 variable and the key the stand-in takes."""
