@@ -44,8 +44,10 @@ browser:
 test: setup-ray browser
 	$(BIN)/python -m pytest
 
+# The edit loop keeps Python's bytecode (and pytest's assertion rewrites) in __pycache__, even
+# where the environment turns that off, so a rerun skips recompiling every test module.
 test-fast: setup
-	$(BIN)/python -m pytest -m "not system"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m "not system"
 
 # The differential tests (tests marked `differential`) under the newest MLflow on the registry, in
 # .venv-next/ (the lock, then that mlflow wheel with --no-deps); one line and exit 0 when none is newer.

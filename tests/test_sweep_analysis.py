@@ -130,6 +130,7 @@ def shown_json(ragexp: Any, parent: str, *args: str) -> str:
     return str(result.stdout)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_another_baseline_a_quality_axis_and_bad_input(
     ragexp: Any, three_points: tuple[str, list[dict[str, Any]]]
 ) -> None:
@@ -151,6 +152,7 @@ def test_another_baseline_a_quality_axis_and_bad_input(
     assert "--metric p95_seconds: not a per-case quality metric every point has" in unknown.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sweep_report(
     ragexp: Any, store_uri: str, tmp_path: Path, three_points: tuple[str, list[dict[str, Any]]]
 ) -> None:
