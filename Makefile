@@ -87,11 +87,11 @@ bench-sweep: setup-ray
 bench-demo: setup
 	$(BIN)/python tests/benchmarks/bench_demo.py
 
-# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
-# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-draft: setup
 	$(BIN)/python tests/benchmarks/bench_draft.py
 
+# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
+# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
 
