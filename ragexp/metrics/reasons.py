@@ -359,7 +359,8 @@ def _packed_rows(hits: np.ndarray) -> list[bytes]:
     if hits.shape[1] == 0:
         return [b""] * hits.shape[0]
     packed = np.ascontiguousarray(np.packbits(hits != 0, axis=1))
-    return packed.view(np.dtype((np.void, packed.shape[1]))).ravel().tolist()  # type: ignore[no-any-return]
+    rows: list[bytes] = packed.view(np.dtype((np.void, packed.shape[1]))).ravel().tolist()  # type: ignore[assignment]
+    return rows
 
 
 def _around(phrase: str) -> tuple[str, str]:
