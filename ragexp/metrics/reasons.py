@@ -133,10 +133,12 @@ def recall_reason(facts: Facts, score: float) -> str:
         said = memo["recall", len(found), n] = facts.words["reason_recall"].format(found=len(found), n=n, k=k)
     if found:
         before, after = facts.around["reason_found"]
-        said = f"{said}{facts.join}{before}{_listed(found, facts)}{after}"
+        listed = facts.sep.join(found) if len(found) <= LISTED else _listed(found, facts)
+        said = f"{said}{facts.join}{before}{listed}{after}"
     if missed:
         before, after = facts.around["reason_missed"]
-        said = f"{said}{facts.join}{before}{_listed(missed, facts)}{after}"
+        listed = facts.sep.join(missed) if len(missed) <= LISTED else _listed(missed, facts)
+        said = f"{said}{facts.join}{before}{listed}{after}"
     return said
 
 
