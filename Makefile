@@ -44,8 +44,10 @@ browser:
 test: setup-ray browser
 	$(BIN)/python -m pytest
 
+# The edit loop keeps Python's bytecode (and pytest's assertion rewrites) in __pycache__, even
+# where the environment turns that off, so a rerun skips recompiling every test module.
 test-fast: setup
-	$(BIN)/python -m pytest -m "not system"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m "not system"
 
 # The differential tests (tests marked `differential`) under the newest MLflow on the registry, in
 # .venv-next/ (the lock, then that mlflow wheel with --no-deps); one line and exit 0 when none is newer.
@@ -85,11 +87,11 @@ bench-sweep: setup-ray
 bench-demo: setup
 	$(BIN)/python tests/benchmarks/bench_demo.py
 
-# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
-# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-draft: setup
 	$(BIN)/python tests/benchmarks/bench_draft.py
 
+# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
+# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
 
