@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -127,6 +127,11 @@ bench-attribution: setup
 # 200 conversations x 3 turns at 50 ms a turn, concurrency 32, against the ideal (turn latencies / concurrency).
 bench-conversations: setup
 	$(BIN)/python tests/benchmarks/bench_conversations.py
+
+# Per-case rationales on 100,000 offline cases: this tree with them vs with them switched off, in one
+# run (target: at most 10% more CPU); BENCH_ARGS="--against REV" compares with a git revision instead.
+bench-reasons: setup
+	$(BIN)/python tests/benchmarks/bench_reasons.py $(BENCH_ARGS)
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

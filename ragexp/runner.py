@@ -721,7 +721,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             cases,
             results,
             scores,
-            k=cfg.k,
+            inputs,
             refusal_phrases=cfg.dataset.refusal_phrases,
             language=cfg.report.language,
             match=cfg.dataset.match,
