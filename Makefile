@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,10 @@ browser:
 test: setup-ray browser
 	$(BIN)/python -m pytest
 
+# The edit loop keeps Python's bytecode (and pytest's assertion rewrites) in __pycache__, even
+# where the environment turns that off, so a rerun skips recompiling every test module.
 test-fast: setup
-	$(BIN)/python -m pytest -m "not system"
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m "not system"
 
 # The differential tests (tests marked `differential`) under the newest MLflow on the registry, in
 # .venv-next/ (the lock, then that mlflow wheel with --no-deps); one line and exit 0 when none is newer.
@@ -85,11 +87,11 @@ bench-sweep: setup-ray
 bench-demo: setup
 	$(BIN)/python tests/benchmarks/bench_demo.py
 
-# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
-# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-draft: setup
 	$(BIN)/python tests/benchmarks/bench_draft.py
 
+# Per-case cost of traces + assessments: ragexp's bulk writer vs MLflow's start_span + log_feedback,
+# on SQLite and on the tracking server at $$RAGEXP_TEST_MLFLOW_SERVER (default http://127.0.0.1:5055).
 bench-traces: setup
 	$(BIN)/python tests/benchmarks/bench_traces.py
 
@@ -125,6 +127,11 @@ bench-attribution: setup
 # 200 conversations x 3 turns at 50 ms a turn, concurrency 32, against the ideal (turn latencies / concurrency).
 bench-conversations: setup
 	$(BIN)/python tests/benchmarks/bench_conversations.py
+
+# Per-case rationales on 100,000 offline cases: this tree with them vs with them switched off, in one
+# run (target: at most 10% more CPU); BENCH_ARGS="--against REV" compares with a git revision instead.
+bench-reasons: setup
+	$(BIN)/python tests/benchmarks/bench_reasons.py $(BENCH_ARGS)
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -13,6 +13,14 @@ generator's recorded config (its concurrency, retries, timeouts, judge and judge
 rules), tagged ``ragexp.attribution.of=<candidate>`` and ``ragexp.attribution.cell=<retrieval>/
 <generation>``. A replay that failed is an error for that case's attribution, never a 0.
 
+A cell run also carries ``ragexp.attribution.inputs``, the hash of what it replays (the pair, the
+cell, the generator's config hash, each replayed case and the retrieval it is given). Run again
+for the same pair, ``--attribute`` takes the cell run with those inputs as ``run --resume`` would:
+a finished one is reused as it is (no replay calls); an unfinished one (interrupted, stopped, or
+left running by a dead process) is resumed through the runner's own resume, which keeps the
+cases its checkpoint holds and asks only the others (and, as for ``run --resume``, the cases that
+failed in transport); only when there is none is a new cell run started.
+
 The statistics are :mod:`ragexp.compare.attribution`'s; this module runs systems, as
 :mod:`ragexp.sweep` does.
 """
@@ -20,13 +28,14 @@ The statistics are :mod:`ragexp.compare.attribution`'s; this module runs systems
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragexp import artifacts, limits
+from ragexp import artifacts, limits, strict_json
 from ragexp.compare.attribution import CAUSES, Cells, case_causes, decompose
 from ragexp.compare.data import RunData, load_run
 from ragexp.config.compose import validate
@@ -37,10 +46,14 @@ from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings, build_provider
 from ragexp.records import Case, SystemOutput
-from ragexp.tracking.store import TAG_PREFIX, Store
+from ragexp.tracking.records import RunRecord
+from ragexp.tracking.store import FINISHED, TAG_PREFIX, Store, tag_filter
 
 OF_TAG = TAG_PREFIX + "attribution.of"
 CELL_TAG = TAG_PREFIX + "attribution.cell"
+INPUTS_TAG = TAG_PREFIX + "attribution.inputs"
+"""The hash of what a cell run replays (:func:`cell_inputs`): a rerun finds its cell run by it."""
+BASELINE_TAG = TAG_PREFIX + "attribution.baseline"
 ARTIFACT = "attribution.json"
 """Kept on the candidate as ``comparisons/<baseline>/attribution.json``."""
 ANSWER_OUTPUTS = frozenset({"response", "citations"})
@@ -217,12 +230,20 @@ def attribute(
     cell_scores: dict[str, RunData] = {}
     cell_runs: dict[str, str] = {}
     if to_replay:
-        say(f"attribution: replaying {len(to_replay)} cases whose retrieval differs (2 swapped cells each)")
+        say(f"attribution: {len(to_replay)} cases whose retrieval differs, each in 2 swapped cells")
         for cell, generator, retrievals in (
             ("candidate/baseline", base, c_found),
             ("baseline/candidate", cand, b_found),
         ):
-            run_id, data = _replay(store, generator, retrievals, [cases[i] for i in to_replay], cell, candidate.run_id)
+            run_id, data = _replay(
+                store,
+                generator,
+                {case_id: retrievals[case_id] for case_id in to_replay},
+                [cases[i] for i in to_replay],
+                cell,
+                (baseline.run_id, candidate.run_id),
+                say,
+            )
             cell_runs[cell] = run_id
             if data is None:
                 for case_id in to_replay:
@@ -273,15 +294,51 @@ def _value(value: float) -> float | None:
     return None if not np.isfinite(value) else float(value)
 
 
+def cell_inputs(generator: System, cell: str, pair: tuple[str, str], retrievals: dict[str, Retrieval]) -> str:
+    """The hash of what a cell run replays: the pair, the cell, the generator's config hash, and
+    each replayed case with the retrieval it is given, in order."""
+    given = [
+        [case_id, list(found.ranked_ids), list(found.contexts), list(found.doc_ids), found.score]
+        for case_id, found in retrievals.items()
+    ]
+    payload = {"pair": list(pair), "cell": cell, "generator": generator.plan.config_hash, "given": given}
+    return hashlib.sha256(strict_json.dumps(payload).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def earlier_cell(store: Store, experiment: str, of: str, cell: str, inputs: str) -> RunRecord | None:
+    """The cell run an earlier ``--attribute`` of the pair made with these inputs: a finished one
+    first, else the newest unfinished one; None when there is none."""
+    tags = ((OF_TAG, of), (CELL_TAG, cell), (INPUTS_TAG, inputs))
+    clause = " and ".join(tag_filter(key, value) for key, value in tags)
+    found = store.search(experiment, limit=100, filter_string=clause)  # newest first
+    return next((run for run in found if run.status == FINISHED), found[0] if found else None)
+
+
 def _replay(
-    store: Store, generator: System, retrievals: dict[str, Retrieval], cases: list[Case], cell: str, of: str
+    store: Store,
+    generator: System,
+    retrievals: dict[str, Retrieval],
+    cases: list[Case],
+    cell: str,
+    pair: tuple[str, str],
+    say: Say,
 ) -> tuple[str, RunData | None]:
-    """One swapped cell as a run of the generator's config over the replayed cases."""
-    from ragexp.runner import AllCasesErrored, execute
+    """One swapped cell as a run of the generator's config over the replayed cases: the earlier
+    one with the same inputs reused when finished, resumed when not, else a new one."""
+    from ragexp.runner import AllCasesErrored, Stopped, execute
 
     plan = generator.plan
+    of = pair[1]
     name = limits.fit(limits.RUN_NAME, f"attribution {cell} of {of}")
     config = plan.config.model_copy(update={"run_name": name})
+    inputs = cell_inputs(generator, cell, pair, retrievals)
+    earlier = earlier_cell(store, config.experiment, of, cell, inputs)
+    if earlier is not None and earlier.status == FINISHED:
+        say(
+            f"attribution: cell {cell}: run {earlier.run_id} replayed these {len(cases)} cases with the same inputs "
+            "before: reused as it is (no replay calls)"
+        )
+        return earlier.run_id, load_run(store, earlier)
     cell_plan = dataclasses.replace(
         plan,
         config=config,
@@ -294,14 +351,21 @@ def _replay(
             cases_hash=dataset_hash(cases, human=False) if any(case.human for case in cases) else dataset_hash(cases),
         ),
     )
-    tags = {OF_TAG: of, CELL_TAG: cell}
+    resume = earlier.run_id if earlier is not None else None
+    if earlier is not None:
+        how = earlier.tag("status") or earlier.status.lower()
+        say(f"attribution: cell {cell}: continuing run {earlier.run_id} ({how}), as run --resume does")
+    else:
+        say(f"attribution: cell {cell}: replaying {len(cases)} cases in a new run")
+    tags = {OF_TAG: of, CELL_TAG: cell, INPUTS_TAG: inputs, BASELINE_TAG: pair[0]}
     try:
-        outcome = execute(cell_plan, store, tags=tags)
+        outcome = execute(cell_plan, store, resume=resume, tags=tags)
     except AllCasesErrored:
-        found = store.search(
-            config.experiment, limit=1, filter_string=f"tags.`{CELL_TAG}` = '{cell}' and tags.`{OF_TAG}` = '{of}'"
-        )
-        return (found[0].run_id if found else "?"), None
+        made = earlier_cell(store, config.experiment, of, cell, inputs) if resume is None else None
+        return resume or (made.run_id if made is not None else "?"), None
+    except Stopped as exc:
+        exc.args = (f"attribution cell {cell}: {exc}",)
+        raise
     return outcome.run_id, load_run(store, outcome.run_id)
 
 

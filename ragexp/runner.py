@@ -58,8 +58,7 @@ from ragexp.secrets import register_url, scrub
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
-    from ragexp.metrics.judge.scorer import JudgeOutcome
-    from ragexp.metrics.judge.usage import Usage
+    from ragexp.metrics.judge.scorer import Judging
 
 from ragexp import artifacts
 from ragexp.artifacts import error_text, nullable
@@ -72,25 +71,6 @@ CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
 TIMING_PREFIX = "timing."
 TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
 """The figures logged per stage, as ``timing.<stage>.<figure>``."""
-
-
-class Judging(Protocol):
-    """What scores a run's judge metrics (:class:`ragexp.metrics.judge.scorer.JudgeScorer`)."""
-
-    adaptation_usage: Usage
-    """The judge's calls and tokens spent adapting its prompts before the run."""
-
-    def score(
-        self,
-        cases: Sequence[Case],
-        results: Sequence[CaseResult],
-        *,
-        progress: bool | None,
-        histories: Sequence[list[dict[str, str]] | None] | None = None,
-    ) -> JudgeOutcome:
-        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales);
-        ``histories``: each turn's earlier turns, read before its question."""
-        ...
 
 
 @dataclass
@@ -740,7 +720,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             cases,
             results,
             scores,
-            k=cfg.k,
+            inputs,
             refusal_phrases=cfg.dataset.refusal_phrases,
             language=cfg.report.language,
             match=cfg.dataset.match,

@@ -38,12 +38,12 @@ from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, IncomparableRunsError
-from ragexp.metrics.judge.scorer import JudgeOutcome
+from ragexp.metrics.judge.scorer import JudgeOutcome, Judging, Turns
 from ragexp.metrics.judge.usage import Usage
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
 from ragexp.progress import Phase
 from ragexp.records import Case, CaseResult
-from ragexp.runner import Evaluation, Judging, Plan, evaluate_cases, execute, info, plan_run, score_results
+from ragexp.runner import Evaluation, Plan, evaluate_cases, execute, info, plan_run, score_results
 from ragexp.secrets import register_url
 from ragexp.tracking.store import TAG_PREFIX, Store
 
@@ -140,12 +140,7 @@ class RememberingJudge:
         self.kept: dict[str, tuple[dict[str, float], dict[str, float], dict[str, str], dict[str, str]]] = {}
 
     def score(
-        self,
-        cases: Sequence[Case],
-        results: Sequence[CaseResult],
-        *,
-        progress: bool | None,
-        histories: Sequence[list[dict[str, str]] | None] | None = None,
+        self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None, histories: Turns = None
     ) -> JudgeOutcome:
         new = [i for i, case in enumerate(cases) if case.id not in self.kept]
         if new:

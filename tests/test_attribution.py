@@ -341,7 +341,187 @@ def test_a_judge_metric_is_attributed_and_the_replays_use_the_judge_cache(
         (-1 / 3, 0.0, -1 / 3, 0.0)
     )
     assert _metric(again, "faithfulness") == row
+    # The second attribution reuses the finished cell runs: nothing is replayed or judged again.
+    assert again["cells"] == first["cells"]
     client = MlflowClient(store_uri)
-    for run_id in again["cells"].values():
+    for run_id in first["cells"].values():
         metrics = client.get_run(run_id).data.metrics
-        assert metrics["judge.cache_hits"] > 0  # the second attribution's replays were judged from the cache
+        assert metrics["judge.cache_hits"] > 0  # the replays' judge calls came from the judge cache
+
+
+# --- a rerun of --attribute: its cell runs resumed or reused, as run --resume does -------------
+
+GROUPS = 4
+"""Copies of the three corpus cases (each question made distinct): 8 replayed, 4 kept."""
+
+
+def _many_cases(tmp_path: Path) -> Path:
+    from tests.conftest import write_jsonl
+    from tests.pipelines.corpus import CASES
+
+    rows = [
+        {**case, "id": f"{case['id']}-{n}", "question": f"{case['question']} q{n}x"}
+        for n in range(GROUPS)
+        for case in CASES
+    ]
+    return write_jsonl(tmp_path / "many.jsonl", rows)
+
+
+def _counted_pair(ragexp: Any, data: Path) -> tuple[str, str]:
+    common = ("system=python", "metrics=offline", f"dataset.path={data}", "k=2", "concurrency=1")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline_counted",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate_counted",
+    )
+    return base, cand
+
+
+def _cell_runs(store_uri: str, cand: str) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp")
+    assert experiment is not None
+    return list(client.search_runs([experiment.experiment_id], f"tags.`ragexp.attribution.of` = '{cand}'"))
+
+
+def _asked(generator: str) -> dict[str, int]:
+    from tests.pipelines import attribution as pipeline
+
+    return {question: n for (name, question), n in pipeline.CALLS.items() if name == generator}
+
+
+@pytest.mark.system  # whole runs: `make test`, not the edit loop
+def test_an_interrupted_attribution_resumes_its_cell_runs_and_a_rerun_reuses_them(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.pipelines import attribution as pipeline
+
+    data = _many_cases(tmp_path)
+    replayed = {f"{q} q{n}x" for n in range(GROUPS) for q in ("when do refunds arrive", "how are passwords reset")}
+    args = ("--attribute", "--json", "--resamples", "500")
+
+    # The same pair in a store of its own, attributed without a stop: the figures to match.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/whole/mlflow.db")
+    whole_pair = _counted_pair(ragexp, data)
+    pipeline.CALLS.clear()
+    whole = ragexp("diff", *whole_pair, *args)
+    assert whole.code == 0, whole.stderr
+    assert _asked("baseline") == _asked("candidate") == dict.fromkeys(replayed, 1)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+
+    base, cand = _counted_pair(ragexp, data)
+    pipeline.CALLS.clear()
+    pipeline.STOPPED_AT.clear()
+    pipeline.INTERRUPT_AFTER["candidate"] = 3  # a real SIGINT on the candidate generator's 4th replay
+    cut = ragexp("diff", base, cand, *args)
+    assert cut.code == 130, cut.stderr
+    assert "attribution cell baseline/candidate: run " in cut.stderr
+    assert "interrupted after 3 of 8 cases" in cut.stderr
+    assert f"continue with: ragexp diff {base} {cand} --attribute" in cut.stderr
+    assert _asked("baseline") == dict.fromkeys(replayed, 1)  # the first cell finished
+    in_flight = pipeline.STOPPED_AT[0]
+    done = set(_asked("candidate")) - {in_flight}
+    assert len(done) == 3 and _asked("candidate")[in_flight] == 1
+    stopped = {run.data.tags["ragexp.attribution.cell"]: run for run in _cell_runs(store_uri, cand)}
+    assert {cell: run.info.status for cell, run in stopped.items()} == {
+        "candidate/baseline": "FINISHED",
+        "baseline/candidate": "KILLED",
+    }
+
+    pipeline.CALLS.clear()
+    resumed = ragexp("diff", base, cand, *args)
+    assert resumed.code == 0, resumed.stderr
+    # The finished cell is reused without a call; the stopped one asks only what it lacked.
+    assert _asked("baseline") == {}
+    assert _asked("candidate") == dict.fromkeys(replayed - done, 1)
+    first, second = stopped["candidate/baseline"].info.run_id, stopped["baseline/candidate"].info.run_id
+    assert (
+        f"cell candidate/baseline: run {first} replayed these 8 cases with the same inputs before: reused as it is "
+        "(no replay calls)" in resumed.stderr
+    )
+    assert f"cell baseline/candidate: continuing run {second} (interrupted)" in resumed.stderr
+    assert "resuming: 3 of 8 cases kept, 5 to evaluate" in resumed.stderr
+    found = resumed.json()["attribution"]
+    assert found["cells"] == {"candidate/baseline": first, "baseline/candidate": second}
+    # One run per cell, both finished, each holding every replayed case.
+    cells = _cell_runs(store_uri, cand)
+    assert sorted(run.info.run_id for run in cells) == sorted([first, second])
+    assert {run.info.status for run in cells} == {"FINISHED"}
+    assert {run.data.tags["ragexp.case_count"] for run in cells} == {"8"}
+    assert {run.data.tags["ragexp.attribution.baseline"] for run in cells} == {base}
+    # The same figures as the attribution that never stopped.
+    expected = whole.json()["attribution"]
+    for key in ("definition", "confidence", "metrics", "cases", "errors", "replayed"):
+        assert found[key] == expected[key], key
+    row = _metric(found, "answer_accuracy")
+    assert row["cases"] == 3 * GROUPS and found["replayed"] == 2 * GROUPS and not found["errors"]
+    for part, value in KNOWN.items():
+        assert row[part] == pytest.approx(value, abs=1e-12)
+
+    # Once complete, another --attribute replays nothing and says the same.
+    pipeline.CALLS.clear()
+    again = ragexp("diff", base, cand, *args)
+    assert again.code == 0, again.stderr
+    assert dict(pipeline.CALLS) == {}
+    assert again.json() == resumed.json()
+    assert "no replay calls" in again.stderr and again.stderr.count("reused as it is") == 2
+    assert len(_cell_runs(store_uri, cand)) == 2
+
+
+@pytest.mark.system  # whole runs: `make test`, not the edit loop
+def test_a_sigterm_stops_a_replay_in_its_own_process_and_the_rerun_asks_only_the_rest(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.pipelines import attribution as pipeline
+
+    data = _many_cases(tmp_path)
+    base, cand = _counted_pair(ragexp, data)
+    marker = tmp_path / "hanging"
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": store_uri,
+        pipeline.HANG_AFTER_ENV: "5",
+        pipeline.HANG_FILE_ENV: str(marker),
+    }
+    argv = [sys.executable, "-m", "ragexp.cli.app", "diff", base, cand, "--attribute", "--resamples", "200"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ragexp: interrupted: attribution cell baseline/candidate: run "), err
+    assert "interrupted after 5 of 8 cases" in last
+    assert last.endswith(f"continue with: ragexp diff {base} {cand} --attribute")
+    hung_on = marker.read_text(encoding="utf-8")
+
+    pipeline.CALLS.clear()
+    resumed = ragexp("diff", base, cand, "--attribute", "--json", "--resamples", "200")
+    assert resumed.code == 0, resumed.stderr
+    # Five answers were checkpointed by the stopped process: the rerun asks the other three alone.
+    assert _asked("baseline") == {}
+    asked = _asked("candidate")
+    assert len(asked) == 3 and set(asked.values()) == {1} and hung_on in asked
+    assert "resuming: 5 of 8 cases kept, 3 to evaluate" in resumed.stderr
+    assert len(_cell_runs(store_uri, cand)) == 2
+    row = _metric(resumed.json()["attribution"], "answer_accuracy")
+    for part, value in KNOWN.items():
+        assert row[part] == pytest.approx(value, abs=1e-12)

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-from ppi_py import ppi_mean_ci
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
@@ -66,7 +65,10 @@ def test_too_few_labels_give_no_calibration() -> None:
     assert calibrate(judge, human, threshold=0.5) is not None
 
 
+@pytest.mark.system  # ppi-python pulls in numba at import: `make test`, not the edit loop
 def test_ppi_matches_ppi_python() -> None:
+    from ppi_py import ppi_mean_ci
+
     rng = np.random.default_rng(9)
     judge, human_all = biased_judge(rng, 500)
     labelled = rng.choice(500, 80, replace=False)

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, write_jsonl
-from tests.servers.procs import serve
+from tests.servers.procs import preset_standin, serve
 from tests.servers.streaming import knowledge
 
 SERVERS = ROOT / "tests/servers"
@@ -106,13 +106,11 @@ def test_without_prices_tokens_only_and_cost_alone_is_refused(
 def test_dify_usage_fields_are_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", cases("what about 1?", "and 2?"))
-    with serve(SERVERS / "dify.py") as url:
+    with preset_standin("dify", monkeypatch) as (_, dify):
         result = ragexp(
             "run",
-            "system=dify",
-            f"provider.system.url={url}/v1/chat-messages",
+            *dify,
             f"dataset.path={data}",
             ANSWER_ONLY,
             "cost.prices={system: {prompt: 1, completion: 3}}",
@@ -131,15 +129,9 @@ def test_dify_usage_fields_are_read(
 def test_a_system_that_reports_no_usage_cannot_be_priced(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", cases("what about 1?"))
-    with serve(SERVERS / "ragflow.py") as url:
-        base = [
-            "system=ragflow",
-            f"provider.system.url={url}/api/v1/chats/standin/completions",
-            f"dataset.path={data}",
-            ANSWER_ONLY,
-        ]
+    with preset_standin("ragflow", monkeypatch) as (_, ragflow):
+        base = [*ragflow, f"dataset.path={data}", ANSWER_ONLY]
         refused = ragexp("run", *base, "cost.prices={system: {prompt: 1, completion: 1}}")
         plain = ragexp("run", *base, "--json")
     assert refused.code == 1

@@ -115,7 +115,7 @@ def test_a_python_metric_is_scored_logged_diffed_and_gated(ragexp: Any, store_ur
     assert failed.code == 2, failed.stderr
     failures = failed.json()["failures"]
     assert [(f["metric"], f["rule"]) for f in failures] == [("hotline", "max_drop")]
-    assert failures[0]["message"] == "hotline: 1.0000 -> 0.8000, worse by 0.2000 (allowed drop 0)"
+    assert failures[0]["message"] == "hotline: 1.0000 -> 0.8000 on 10 of 10, worse by 0.2000 (allowed drop 0)"
     again = run_json(ragexp, tmp_path / "base.jsonl", custom(HOTLINE_METRIC), "run_name=again")
     passed = ragexp("gate", "--baseline", base["run_id"], "--candidate", again["run_id"], rule, "--json")
     assert passed.code == 0, passed.stdout

@@ -5,7 +5,6 @@ services on 127.0.0.1, the real readers, real runs."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ragexp.providers.mapping import MappingError, compile_mapping
 from ragexp.transport import BadReply, parse_json
 from tests.conftest import write_jsonl
 from tests.servers.procs import serve, stats
-from tests.test_systems import FAST, SERVERS, SOME, count_runs, numbered, rows_of
+from tests.test_systems import SERVERS, count_runs, cut_then_resumed, inhouse_system, numbered, rows_of
 
 RETRIEVAL = {"retrieved_ids"}
 
@@ -331,51 +330,21 @@ def test_a_streamed_service_that_sends_no_text_is_an_error_and_real_endings_are_
 def test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mlflow.tracking import MlflowClient
-
-    from tests.test_systems import NDJSON
-
-    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    cut = tmp_path / "cut"
-    cut.write_text("cut")
-    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "halfline 2?", "and 3?"))
-    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
-    with serve(SERVERS / "inhouse.py", env=env) as url:
-        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
-        args += ["concurrency=1", "provider.system.abort_after=1"]
-        # The body ended cleanly after half a line (a proxy closed it): a transport failure,
-        # retried, then counted toward stopping the run, never a contract error kept for good.
-        first = ragexp("run", *args)
-        assert first.code == 1
-        assert "connection failed (RemoteProtocolError: the stream ended in the middle of a line)" in first.stderr
-        client = MlflowClient(store_uri)
-        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
-        run_id = aborted.info.run_id
-        cut.unlink()
-        resumed = ragexp("run", *args, "--resume", run_id, "--json")
-        attempts = stats(url)
-    assert resumed.code == 0, resumed.stderr
-    assert resumed.json()["error_count"] == 0
-    rows = rows_of(store_uri, run_id, tmp_path)
-    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
-    assert len(attempts["halfline 2?"]) == 3 and len(attempts["what about 1?"]) == 1
+    first, _, _ = cut_then_resumed(ragexp, store_uri, tmp_path, monkeypatch, "halfline 2?")
+    # The body ended cleanly after half a line (a proxy closed it): a transport failure,
+    # retried, then counted toward stopping the run, never a contract error kept for good.
+    assert first.code == 1
+    assert "connection failed (RemoteProtocolError: the stream ended in the middle of a line)" in first.stderr
 
 
 @pytest.mark.system
 def test_a_json_reply_after_a_byte_order_mark_is_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.test_systems import INHOUSE
-
-    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
     rows = numbered("bom 3?")
     rows[0]["metadata"] = {"lang": "en"}
     data = write_jsonl(tmp_path / "cases.jsonl", rows)
-    conf = tmp_path / "conf"
-    (conf / "system").mkdir(parents=True)
-    monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(conf))
-    with serve(SERVERS / "inhouse.py") as url:
-        (conf / "system/inhouse.yaml").write_text(INHOUSE.format(url=url), encoding="utf-8")
+    with inhouse_system(tmp_path, monkeypatch):
         result = ragexp("run", "system=inhouse", f"dataset.path={data}", "--json")
     assert result.code == 0, result.stderr
     assert rows_of(store_uri, result.json()["run_id"], tmp_path)["c1"]["output"]["answer"] == "fact 3 is documented."

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ragexp.phrases import t
 from tests.conftest import write_jsonl
 from tests.test_traces import case_id, feedback, rows_of, traces_of
@@ -56,6 +58,7 @@ def replay_cases() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -100,6 +103,7 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     assert traces["refused"]["recall_at_k"].rationale.count(rule) == 1
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_evidence_anchored_recall_names_the_spans_covered_and_not_by_document(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -132,6 +136,7 @@ def test_evidence_anchored_recall_names_the_spans_covered_and_not_by_document(
     assert said["citation_precision"] == "1 of 1 cited numbers do not support: [1]"
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = ragexp("run", "--json")
     cand = ragexp("run", "provider.system.sample.rerank=false", "provider.system.sample.chunking=sentence", "--json")

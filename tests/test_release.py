@@ -188,6 +188,67 @@ def test_ratio_rule_on_a_near_zero_baseline_is_stated_plainly() -> None:
     )
 
 
+def unanswerable_rows(count: int) -> list[dict[str, Any]]:
+    """Unanswerable cases the system rightly refused, retrieving nothing (1.0 on their own rows)."""
+    return [
+        {
+            "id": f"none-{i}",
+            "question": f"unanswerable {i}?",
+            "unanswerable": True,
+            "response": "知识库中没有足够证据回答。",
+            "retrieved_ids": [],
+            "retrieved_contexts": [],
+            "citations": [],
+            "latency_seconds": 1.0,
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.mark.system
+def test_a_gate_reason_names_the_cases_its_mean_or_change_is_over(ragexp: Any, tmp_path: Path) -> None:
+    """Issue 32 §3: a figure quoted in a rule's why text carries its population, the same words as
+    the population column, in the terminal and in --json; a run-level figure carries none."""
+    base_rows = replay_rows([{"rank": 1}] * 30) + unanswerable_rows(5)
+    cand_rows = replay_rows([{"rank": 2, "correct": False}] * 7 + [{"rank": 1}] * 23) + unanswerable_rows(5)
+    base = run_replay(ragexp, write_jsonl(tmp_path / "base.jsonl", base_rows))["run_id"]
+    cand = run_replay(ragexp, write_jsonl(tmp_path / "cand.jsonl", cand_rows))["run_id"]
+    rules = [
+        "gates.rules.mrr.max_drop=0.01",
+        "gates.rules.recall_at_k.min=0.9",
+        "+gates.rules.ndcg_at_k.max_drop=0.01",
+        "gates.rules.ndcg_at_k.statistical=true",
+        "gates.rules.answer_accuracy.max_drop=0.01",
+    ]
+    gate = ragexp("gate", "--baseline", base, "--candidate", cand, *rules, "--json")
+    assert gate.code == 2, gate.stderr
+    checked = {(r["metric"], r["rule"]): r for r in gate.json()["rules"]}
+    mrr = checked["mrr", "max_drop"]
+    # 7 of the 30 answerable cases moved from rank 1 to rank 2; the 5 unanswerable are left out.
+    assert mrr["message"] == (
+        f"mrr: 1.0000 -> {fmt(1 - 3.5 / 30)} on 30 of 35 (answerable), worse by {fmt(3.5 / 30)} (allowed drop 0.01)"
+    )
+    assert checked["recall_at_k", "min"]["message"] == (
+        "recall_at_k: 1.0000 on 30 of 35 (answerable) is at or above the floor 0.9"
+    )
+    ndcg = checked["ndcg_at_k", "max_drop"]["message"]
+    assert ndcg.startswith("ndcg_at_k: paired difference interval [") and "] on 30 of 35 (answerable) " in ndcg
+    # Answer accuracy covers every case: its population is all 35.
+    accuracy = checked["answer_accuracy", "max_drop"]
+    assert accuracy["message"] == f"answer_accuracy: 1.0000 -> {fmt(28 / 35)} on 35 of 35, worse by {fmt(7 / 35)} " + (
+        "(allowed drop 0.01)"
+    )
+    for rule in (mrr, checked["recall_at_k", "min"], accuracy):  # the words of the population column
+        assert rule["message"].count(f" on {rule['population']}") == 1
+    p95 = checked["p95_seconds", "max_increase_ratio"]
+    assert p95["population"] is None and " on " not in p95["message"]
+
+    text = ragexp("gate", "--baseline", base, "--candidate", cand, *rules)
+    assert text.code == 2
+    assert "on 30 of 35 (answerable), worse by" in text.stdout
+    assert "on 35 of 35, worse by" in text.stdout
+
+
 # --- JUnit XML and the Markdown summary -------------------------------------------------------------
 
 
@@ -233,7 +294,9 @@ def test_junit_report_validates_and_carries_every_rule(
     mrr = failed["mrr"]
     assert mrr is not None
     # 7 of 30 cases moved from rank 1 to rank 2: MRR 1 -> 1 - 7 * 0.5 / 30.
-    assert mrr.get("message") == f"mrr: 1.0000 -> {fmt(1 - 3.5 / 30)}, worse by {fmt(3.5 / 30)} (allowed drop 0.01)"
+    assert mrr.get("message") == (
+        f"mrr: 1.0000 -> {fmt(1 - 3.5 / 30)} on 30 of 30, worse by {fmt(3.5 / 30)} (allowed drop 0.01)"
+    )
     assert (mrr.text or "").splitlines()[:3] == [
         "baseline: 1.0000",
         f"candidate: {fmt(1 - 3.5 / 30)}",

@@ -85,6 +85,7 @@ def as_text(record: RunRecord) -> str:
     return json.dumps(asdict(record), sort_keys=True)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_reads_match_mlflow(history: dict[str, Any], store_uri: str) -> None:
     direct, mlflow = Store(store_uri, must_exist=True), Store(store_uri, direct=False)
     assert direct._direct() is not None and mlflow._direct() is None
@@ -126,6 +127,7 @@ def test_filters_it_does_not_know_go_to_mlflow() -> None:
     assert parse_filter("tags.`a and b` = 'x and y' and attributes.status = 'FINISHED'") is not None
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_unknown_schema_or_workspaces_leave_reading_to_mlflow(
     history: dict[str, Any], store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

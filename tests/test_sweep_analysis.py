@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.compare.figures import signed
 from ragexp.compare.multiple import holm, simultaneous_level
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import serve
@@ -27,6 +28,11 @@ def test_holm_and_bonferroni_levels() -> None:
     assert holm([]) == []
     assert simultaneous_level(0.95, 10) == pytest.approx(0.995)
     assert simultaneous_level(0.95, 0) == pytest.approx(0.95)
+
+
+def delta_cell(delta: dict[str, Any]) -> str:
+    mark = "*" if delta["significant"] else ""
+    return f"{signed(delta['delta'])}{mark} [{signed(delta['ci_low'])}, {signed(delta['ci_high'])}]"
 
 
 def sweep_of(ragexp: Any, *overrides: str) -> tuple[str, list[dict[str, Any]]]:
@@ -105,6 +111,8 @@ def test_a_three_point_sample_sweep_lists_its_points_with_their_pareto_flags(
     assert f"{CHUNKING}=sentence" in rows["1"] and "not distinguishable from the front" in rows["1"]
     assert "recommendation: point 0 [" in shown.stdout and "is not significant" in shown.stdout
     assert "Bonferroni" in shown.stdout and "Holm" in shown.stdout
+    # Each difference from the baseline: * where significant, then its interval; the baseline's row says so.
+    assert delta_cell(by_id[window]["deltas"]["recall_at_k"]) in rows["2"] and "baseline" in rows["0"]
 
     # Logged to the parent run: the analysis as --json prints it, and the plot of the front.
     client = MlflowClient(store_uri)
@@ -122,6 +130,7 @@ def shown_json(ragexp: Any, parent: str, *args: str) -> str:
     return str(result.stdout)
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_another_baseline_a_quality_axis_and_bad_input(
     ragexp: Any, three_points: tuple[str, list[dict[str, Any]]]
 ) -> None:
@@ -143,6 +152,7 @@ def test_another_baseline_a_quality_axis_and_bad_input(
     assert "--metric p95_seconds: not a per-case quality metric every point has" in unknown.stderr
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sweep_report(
     ragexp: Any, store_uri: str, tmp_path: Path, three_points: tuple[str, list[dict[str, Any]]]
 ) -> None:
@@ -159,6 +169,9 @@ def test_the_sweep_report(
     }
     assert "on the front" in rows[doc] and "dominated (with confidence)" in rows[window]
     assert "not distinguishable from the front" in rows[sentence]
+    window_recall = json.loads(shown_json(ragexp, parent))["points"][2]["deltas"]["recall_at_k"]
+    plain = {run_id: row.replace("\\", "") for run_id, row in rows.items()}  # Markdown's escapes undone
+    assert delta_cell(window_recall) in plain[window] and "| - | - |" in plain[doc]
     assert "## Recommendation" in text and "is not significant" in text
     svg = (tmp_path / "en/plots/front.svg").read_text(encoding="utf-8")
     assert svg.startswith("<svg") and "chunking=window" in svg

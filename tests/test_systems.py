@@ -3,14 +3,17 @@ HTTP services with their own contract (presets and generic mappings), streaming.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from pydantic import BaseModel
 
@@ -28,7 +31,7 @@ from ragexp.providers.mapping import (
 )
 from ragexp.records import Case
 from tests.conftest import ROOT, write_jsonl
-from tests.servers.procs import serve, stats
+from tests.servers.procs import preset_standin, serve, stats
 
 
 def case(case_id: str = "c1", question: str = "What is RAG?", **metadata: Any) -> Case:
@@ -340,12 +343,9 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dify_preset_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?", "over quota 3?", "hello there"))
-    with serve(SERVERS / "dify.py") as url:
-        result = ragexp(
-            "run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME, "--json"
-        )
+    with preset_standin("dify", monkeypatch) as (url, dify):
+        result = ragexp("run", *dify, f"dataset.path={data}", SOME, "--json")
         attempts = stats(url)
     assert result.code == 0, result.stderr
     payload = result.json()
@@ -394,16 +394,9 @@ def test_a_metric_needing_a_field_the_system_does_not_give_is_refused(
 def test_ragflow_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 5?", "forbidden 6?", "nothing"))
-    with serve(SERVERS / "ragflow.py") as url:
-        result = ragexp(
-            "run",
-            "system=ragflow",
-            f"provider.system.url={url}/api/v1/chats/standin/completions",
-            f"dataset.path={data}",
-            "--json",
-        )
+    with preset_standin("ragflow", monkeypatch) as (url, ragflow):
+        result = ragexp("run", *ragflow, f"dataset.path={data}", "--json")
         wrong_chat = ragexp(
             "run",
             "system=ragflow",
@@ -430,13 +423,11 @@ def test_ragflow_preset_end_to_end(
 def test_openai_chat_preset_end_to_end(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_OPENAI_AUTH", "Bearer sk-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 8?", "a very long 9?"))
-    with serve(SERVERS / "openai_chat.py") as url:
+    with preset_standin("openai_chat", monkeypatch) as (_, openai_chat):
         result = ragexp(
             "run",
-            "system=openai_chat",
-            f"provider.system.url={url}/v1/chat/completions",
+            *openai_chat,
             "provider.system.request.model=standin-model",
             f"dataset.path={data}",
             "metrics.names=[answer_accuracy,p95_seconds,error_rate]",
@@ -468,20 +459,28 @@ response:
 """
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
-def test_a_get_api_with_its_own_field_names(
-    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def inhouse_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The in-house stand-in served, its key set, and ``system=inhouse`` (:data:`INHOUSE`) in a
+    config folder of the test's own, while the block runs."""
     monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
-    for row in rows:
-        row["metadata"] = {"lang": "en"}
-    data = write_jsonl(tmp_path / "cases.jsonl", rows)
     conf = tmp_path / "conf"
     (conf / "system").mkdir(parents=True)
     monkeypatch.setenv("RAGEXP_CONFIG_DIR", str(conf))
     with serve(SERVERS / "inhouse.py") as url:
         (conf / "system/inhouse.yaml").write_text(INHOUSE.format(url=url), encoding="utf-8")
+        yield
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_get_api_with_its_own_field_names(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = numbered("what about 3?", "broken 4?", "badtype 5?", "echo 6?")
+    for row in rows:
+        row["metadata"] = {"lang": "en"}
+    data = write_jsonl(tmp_path / "cases.jsonl", rows)
+    with inhouse_system(tmp_path, monkeypatch):
         result = ragexp("run", "system=inhouse", "k=1", f"dataset.path={data}", "--json")
     assert result.code == 0, result.stderr
     got = rows_of(store_uri, result.json()["run_id"], tmp_path)
@@ -541,50 +540,59 @@ NDJSON = [
 ]
 
 
+def cut_then_resumed(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut_question: str
+) -> tuple[Any, Run, dict[str, dict[str, Any]]]:
+    """The in-house NDJSON stand-in, its cut switch on, asked three cases (the second one
+    ``cut_question``) at concurrency 1, stopping after one failed call; then the stopped run resumed
+    with the switch off, and checked: every case answered, the cut one asked twice while cut (one
+    retry) and once more on resume, the answered one kept. The first run's result, the stopped run
+    and its rows."""
+    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
+    cut = tmp_path / "cut"
+    cut.write_text("cut")
+    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", cut_question, "and 3?"))
+    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
+    with serve(SERVERS / "inhouse.py", env=env) as url:
+        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
+        args += ["concurrency=1", "provider.system.abort_after=1"]
+        first = ragexp("run", *args)
+        client = MlflowClient(store_uri)
+        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
+        cut.unlink()
+        resumed = ragexp("run", *args, "--resume", aborted.info.run_id, "--json")
+        attempts = stats(url)
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.json()["error_count"] == 0
+    rows = rows_of(store_uri, aborted.info.run_id, tmp_path)
+    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
+    assert len(attempts[cut_question]) == 3 and len(attempts["what about 1?"]) == 1
+    return first, aborted, rows
+
+
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_stream_cut_in_the_middle_is_an_error_that_resume_asks_again(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("INHOUSE_KEY", "inhouse-standin")
-    cut = tmp_path / "cut"
-    cut.write_text("cut")
-    data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "cut at 2?", "and 3?"))
-    env = {**os.environ, "STANDIN_CUT_FILE": str(cut)}
-    with serve(SERVERS / "inhouse.py", env=env) as url:
-        args = [*NDJSON, f"provider.system.url={url}/ask/stream", f"dataset.path={data}", SOME, *FAST]
-        # A cut stream is a transport failure: retried, then counted toward stopping the run.
-        first = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1")
-        assert first.code == 1
-        assert "the service failed 1 calls in a row since its last answer: connection failed (RemoteProtocolError" in (
-            first.stderr
-        )
-        client = MlflowClient(store_uri)
-        (aborted,) = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
-        assert aborted.data.tags["ragexp.status"] == "aborted"
-        run_id = aborted.info.run_id
-        cut.unlink()
-        resumed = ragexp("run", *args, "concurrency=1", "provider.system.abort_after=1", "--resume", run_id, "--json")
-        attempts = stats(url)
-    assert resumed.code == 0, resumed.stderr
-    assert resumed.json()["error_count"] == 0
-    rows = rows_of(store_uri, run_id, tmp_path)
-    assert rows["c2"]["output"]["answer"] == "fact 2 is documented." and rows["c2"]["metrics"]["recall_at_k"] == 1.0
+    first, aborted, rows = cut_then_resumed(ragexp, store_uri, tmp_path, monkeypatch, "cut at 2?")
+    # A cut stream is a transport failure: retried, then counted toward stopping the run.
+    assert first.code == 1
+    assert "the service failed 1 calls in a row since its last answer: connection failed (RemoteProtocolError" in (
+        first.stderr
+    )
+    assert aborted.data.tags["ragexp.status"] == "aborted"
     assert rows["c2"]["output"]["ranked_ids"] == ["seg-2", "seg-2-x"]
-    # Asked twice while cut (one retry), once more on resume; the answered case was kept.
-    assert len(attempts["cut at 2?"]) == 3 and len(attempts["what about 1?"]) == 1
 
 
 @pytest.mark.system
 def test_a_stalled_stream_is_a_timeout(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "stall on 2?"))
-    with serve(SERVERS / "dify.py") as url:
+    with preset_standin("dify", monkeypatch) as (_, dify):
         result = ragexp(
             "run",
-            "system=dify",
-            f"provider.system.url={url}/v1/chat-messages",
+            *dify,
             f"dataset.path={data}",
             SOME,
             "provider.system.timeout_s=1",
@@ -601,13 +609,11 @@ def test_a_stalled_stream_is_a_timeout(
 def test_a_stream_larger_than_the_cap_is_an_error_read_no_further(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?", "and 2?"))
-    with serve(SERVERS / "dify.py") as url:
+    with preset_standin("dify", monkeypatch) as (_, dify):
         result = ragexp(
             "run",
-            "system=dify",
-            f"provider.system.url={url}/v1/chat-messages",
+            *dify,
             f"dataset.path={data}",
             SOME,
             "provider.system.max_response_bytes=600",
@@ -656,11 +662,10 @@ def test_init_refuses_an_unknown_system(ragexp: Any, tmp_path: Path) -> None:
 def test_probe_shows_the_raw_reply_and_what_each_expression_read(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin")
     good = write_jsonl(tmp_path / "good.jsonl", numbered("what about 5?"))
     bad = write_jsonl(tmp_path / "bad.jsonl", numbered("forbidden 6?"))
-    with serve(SERVERS / "ragflow.py") as url:
-        args = ["validate", "system=ragflow", f"provider.system.url={url}/api/v1/chats/standin/completions"]
+    with preset_standin("ragflow", monkeypatch) as (url, ragflow):
+        args = ["validate", *ragflow]
         probed = ragexp(*args, f"dataset.path={good}", "--probe", "--json")
         text = ragexp(*args, f"dataset.path={good}", "--probe")
         refused = ragexp(*args, f"dataset.path={bad}", "--probe", "--json")
@@ -688,12 +693,11 @@ def test_a_streamed_service_behind_a_private_ca(
 ) -> None:
     from tests.tls import make_ca_and_server_cert
 
-    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
     ca, cert, key = make_ca_and_server_cert(tmp_path)
     data = write_jsonl(tmp_path / "cases.jsonl", numbered("what about 1?"))
-    with serve(SERVERS / "dify.py", "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+    with preset_standin("dify", monkeypatch, "--tls-cert", str(cert), "--tls-key", str(key)) as (url, dify):
         assert url.startswith("https://")
-        args = ["run", "system=dify", f"provider.system.url={url}/v1/chat-messages", f"dataset.path={data}", SOME]
+        args = ["run", *dify, f"dataset.path={data}", SOME]
         trusted = ragexp(*args, f"provider.system.ca_file={ca}", "--json")
         untrusted = ragexp(*args)
     assert trusted.code == 0, trusted.stderr

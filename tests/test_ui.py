@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.test_traces import case_id, traces_of
+from tests.test_traces import case_id, rows_of, traces_of
 
 pytestmark = pytest.mark.system  # end-to-end: left out by `make test-fast`
 
@@ -275,8 +275,13 @@ def click(shown: Page, text: str, selector: str = "button, [role=menuitem]") -> 
             break
         assert time.monotonic() < deadline, f"the page never showed a {text!r} control"
         time.sleep(1)
+    press(shown, found)
+
+
+def press(shown: Page, point: list[float]) -> None:
+    """A real mouse click (moved, pressed, released) at ``point``, the page's ``[x, y]``."""
     for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-        shown.call("Input.dispatchMouseEvent", type=kind, x=found[0], y=found[1], button="left", clickCount=1)
+        shown.call("Input.dispatchMouseEvent", type=kind, x=point[0], y=point[1], button="left", clickCount=1)
 
 
 def location(shown: Page) -> str:
@@ -382,3 +387,89 @@ def test_a_conversations_turns_are_one_session_in_the_ui(
     assert positions == sorted(positions), "the turns in the order they were asked"
     assert f"Turn {len(turns)}" in text and f"Turn {len(turns) + 1}" not in text
     assert not any(f"case_id | {other}#" in text for other in others), "a turn of another conversation"
+
+
+TOGGLE_ASSESSMENT = "[data-component-id='shared.model-trace-explorer.toggle-assessment-expanded']"
+"""The chevron left of a feedback's value in the trace's Assessments pane: it shows the rationale."""
+
+
+def feedback_card(shown: Page, name: str) -> tuple[list[float], str] | None:
+    """The centre of the expand chevron of the feedback named ``name`` in the Assessments pane,
+    and the text of that feedback's card; None while the pane does not show it."""
+    found = shown.call(
+        "Runtime.evaluate",
+        expression=(
+            "(() => { const pane = [...document.querySelectorAll('span')].find(e => e.offsetParent !== null"
+            " && e.textContent.trim().startsWith('Feedback (')); if (!pane) return null;"
+            " let card = [...document.querySelectorAll('span')].find(e => e.offsetParent !== null"
+            f" && e.textContent.trim() === {json.dumps(name)}"
+            " && (pane.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING));"
+            f" while (card && !card.querySelector({json.dumps(TOGGLE_ASSESSMENT)})) card = card.parentElement;"
+            f" if (!card) return null; const r = card.querySelector({json.dumps(TOGGLE_ASSESSMENT)})"
+            ".getBoundingClientRect(); return [[r.x + r.width / 2, r.y + r.height / 2], card.innerText]; })()"
+        ),
+        returnByValue=True,
+    )["result"].get("value")
+    return None if found is None else (list(found[0]), str(found[1]))
+
+
+def test_a_traces_assessments_show_the_rationale_the_run_wrote(
+    ragexp: Any, store_uri: str, ui_server: str, page: Callable[[str], Page], tmp_path: Path
+) -> None:
+    """MLflow 3.17's trace drawer (the Traces tab, one trace selected): the "Assess" button opens
+    the Assessments pane, and the chevron left of a feedback's value shows its "Rationale", the
+    very text the run wrote for that case in cases.jsonl."""
+    experiment_name = f"ui-reasons-{time.time_ns()}"
+    done = ragexp("run", f"experiment={experiment_name}", "--json")  # kb_zh, the sample system, no judge
+    assert done.code == 0, done.stderr
+    run_id = done.json()["run_id"]
+    rows = rows_of(store_uri, run_id, tmp_path / "cases")
+    said = {case: row["rationale"]["recall_at_k"] for case, row in rows.items()}
+    # A case that missed a relevant id, whose words no other case shares: the pane's text is its own.
+    case = next(
+        c for c, row in rows.items() if row["metrics"]["recall_at_k"] < 1 and list(said.values()).count(said[c]) == 1
+    )
+    rationale, score = said[case], rows[case]["metrics"]["recall_at_k"]
+    trace_id = next(t.info.trace_id for t in traces_of(store_uri, run_id) if case_id(t) == case)
+    experiment = httpx.get(
+        ui_server + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment_name}, timeout=30
+    ).json()["experiment"]["experiment_id"]
+
+    shown = page(f"{ui_server}/#/experiments/{experiment}/traces?selectedEvaluationId={trace_id}")
+    shown.wait_for(lambda text: f"case_id | {case} |" in text, f"the trace of {case}")
+    assess = "button[aria-label^='Assess trace']"
+    deadline = time.monotonic() + PAGE_WAIT_S
+    while (point := centre_of(shown, assess)) is None:
+        assert time.monotonic() < deadline, "the trace drawer never showed its Assess button"
+        time.sleep(1)
+    press(shown, point)
+    deadline = time.monotonic() + PAGE_WAIT_S
+    while (card := feedback_card(shown, "recall_at_k")) is None:
+        shown_text = text_of(shown.dom())[:3000]
+        assert time.monotonic() < deadline, f"the Assessments pane never showed recall_at_k: {shown_text}"
+        time.sleep(1)
+    chevron, before = card
+    assert rationale not in text_of(shown.dom()), "the rationale showed before its feedback was expanded"
+    assert before.split()[0] == "recall_at_k" and float(before.split()[1]) == pytest.approx(score), before
+
+    press(shown, chevron)
+    shown.wait_for(lambda text: rationale in text, f"the rationale of recall_at_k on {case}")
+    expanded = feedback_card(shown, "recall_at_k")
+    assert expanded is not None
+    lines = [line.strip() for line in expanded[1].splitlines() if line.strip()]
+    assert lines[lines.index("Rationale") + 1] == rationale, lines
+    assert float(lines[lines.index("Feedback") + 1]) == pytest.approx(score), lines
+
+
+def centre_of(shown: Page, selector: str) -> list[float] | None:
+    """The centre of the first visible element matching ``selector``; None while there is none."""
+    found = shown.call(
+        "Runtime.evaluate",
+        expression=(
+            f"(() => {{ const e = [...document.querySelectorAll({json.dumps(selector)})]"
+            ".find(e => e.offsetParent !== null); if (!e) return null; const r = e.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        ),
+        returnByValue=True,
+    )["result"].get("value")
+    return None if found is None else list(found)

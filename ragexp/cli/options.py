@@ -6,8 +6,10 @@ every command module.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Annotated
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import typer
 
@@ -76,6 +78,30 @@ def store_option(command: str, tracking_uri: str | None, overrides: list[str] | 
     from ragexp.config.tracking import store_uri  # here: --help imports no config code
 
     return store_uri(command, tracking_uri, overrides or [])
+
+
+def interrupt_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM ends a command that evaluates like Ctrl-C does: the run is marked interrupted and
+    its checkpoint kept for a resume."""
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def resumable(again: str) -> Iterator[None]:
+    """While a command replays cases (``--attribute``): SIGTERM as Ctrl-C, and a stopped replay's
+    line ends with ``again``, the command whose rerun continues it."""
+    import signal
+
+    from ragexp.runner import Stopped  # here: --help imports no runner code
+
+    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
+    try:
+        yield
+    except Stopped as exc:
+        exc.args = (f"{exc}; continue with: {again}",)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 UntilDecided = Annotated[

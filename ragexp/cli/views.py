@@ -572,25 +572,17 @@ STATUS_WORDS = {
 
 def show_sweep_points(analysis: SweepAnalysis) -> None:
     """``ragexp sweep``: one row per point, its deltas from the baseline, latency, cost, status."""
+    from ragexp.compare.sweeps import delta_cells
+
     shown = [name for name in analysis.objectives[1:]]
     rows = []
     for point in analysis.points:
-        deltas = []
-        for name in analysis.quality:
-            delta = point.deltas.get(name)
-            if point.run_id == analysis.baseline.run_id:
-                deltas.append("baseline")
-            elif delta is None or delta.delta is None:
-                deltas.append("-")
-            else:
-                mark = "*" if delta.significant else ""
-                deltas.append(f"{signed(delta.delta)}{mark} [{signed(delta.ci_low)}, {signed(delta.ci_high)}]")
         rows.append(
             [
                 str(point.number) if point.number >= 0 else "-",
                 point.overrides or point.run_id,
                 fmt(point.metrics.get(analysis.metric)),
-                *deltas,
+                *delta_cells(analysis, point, on_baseline="baseline"),
                 *(fmt(point.metrics.get(name)) for name in shown),
                 f"{int(point.run.errored.sum())}/{len(point.run.case_ids)}",
                 STATUS_WORDS[point.status],

@@ -387,20 +387,21 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
 
     if metric is None or cand is None:
         return result("undecided", f"{name}: the candidate has no score for it, so '{kind}' cannot pass")
+    on = _on(metric)
     if metric.not_comparable is not None and kind in CHANGE_RULES:
         return result("undecided", f"{name}: {metric.not_comparable}, so '{kind}' cannot be checked")
     if kind == "min":
         below = cand < threshold - EPSILON
         word = "below" if below else "at or above"
-        return result("failed" if below else "passed", f"{name}: {fmt(cand)} is {word} the floor {threshold:g}")
+        return result("failed" if below else "passed", f"{name}: {fmt(cand)}{on} is {word} the floor {threshold:g}")
     if kind == "max":
         above = cand > threshold + EPSILON
         word = "above" if above else "at or below"
-        return result("failed" if above else "passed", f"{name}: {fmt(cand)} is {word} the ceiling {threshold:g}")
+        return result("failed" if above else "passed", f"{name}: {fmt(cand)}{on} is {word} the ceiling {threshold:g}")
     if base is None:
         return result("undecided", f"{name}: the baseline has no score for it, so '{kind}' cannot be checked")
     worse_by = base - cand if direction == "higher" else cand - base
-    move = f"{name}: {fmt(base)} -> {fmt(cand)}"
+    move = f"{name}: {fmt(base)} -> {fmt(cand)}{on}"
     if kind == "max_drop":
         if rule.statistical:
             return _statistical_drop(name, threshold, metric, direction, result)
@@ -444,6 +445,11 @@ def _ratio(
     return result("passed", f"{move}, {relative if ratio > EPSILON else 'no rise'} ({allowed})")
 
 
+def _on(metric: MetricDiff) -> str:
+    """`` on 30 of 35 (answerable)`` after a quoted mean or change; nothing for a run-level figure."""
+    return metric.population.on() if metric.population is not None else ""
+
+
 def _moved(worse_by: float) -> str:
     if worse_by > EPSILON:
         return f"worse by {fmt(worse_by)}"
@@ -472,7 +478,8 @@ def _statistical_drop(
     failed = least_worse > threshold + EPSILON
     where = "lies wholly beyond" if failed else "reaches within"
     checked = result(
-        "failed" if failed else "passed", f"{name}: {how} {interval} {where} the allowed drop {threshold:g}"
+        "failed" if failed else "passed",
+        f"{name}: {how} {interval}{_on(metric)} {where} the allowed drop {threshold:g}",
     )
     checked.method = _method(metric)
     return checked

@@ -266,6 +266,23 @@ class SweepAnalysis:
         }
 
 
+def delta_cells(analysis: SweepAnalysis, point: Point, on_baseline: str = "-") -> list[str]:
+    """The point's difference from the baseline on each quality metric, as a table cell:
+    ``+0.0500* [+0.0100, +0.0900]`` (``*``: significant after Holm's adjustment, then the
+    simultaneous interval); ``-`` where none was measured; ``on_baseline`` on the baseline's own row."""
+    cells = []
+    for name in analysis.quality:
+        delta = point.deltas.get(name)
+        if point.run_id == analysis.baseline.run_id:
+            cells.append(on_baseline)
+        elif delta is None or delta.delta is None:
+            cells.append("-")
+        else:
+            mark = "*" if delta.significant else ""
+            cells.append(f"{signed(delta.delta)}{mark} [{signed(delta.ci_low)}, {signed(delta.ci_high)}]")
+    return cells
+
+
 def hold_out(case_ids: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
     """(the cases a winner is chosen on, the held-out cases it is confirmed on): a seeded random
     ``fraction`` of ``case_ids`` held out, each part in the given order."""

@@ -53,6 +53,11 @@ class Population:
             return f"{self.scored} of {self.cases} answerable ({self.total} cases)"
         return f"{self.scored} of {self.total}"
 
+    def on(self) -> str:
+        """`` on 30 of 35 (answerable)``: said after a mean or a change in a sentence (a gate's
+        reason), so the figure carries the cases it was computed on."""
+        return f" on {self.words()}"
+
     def to_json(self) -> dict[str, int | str]:
         return {"scored": self.scored, "cases": self.cases, "total": self.total, "population": self.name}
 

@@ -4,7 +4,10 @@ Pure functions of a case, its system output and its score, beside the kernels of
 :mod:`ragexp.metrics.offline` that computed the score. The runner's scoring step calls
 :func:`fill_rationales`, which writes them into ``CaseResult.rationale``: ``cases.jsonl``, the
 trace assessments' ``rationale``, ``diff`` and the report read them from there. Plain string
-building only: they run on every case of a run, so they cost a few microseconds each.
+building only: they run on every case of a run, so they cost a few microseconds each. What the
+scoring step already reduced (:class:`ragexp.metrics.offline.OfflineInputs`: the first relevant
+rank, the top-K hits) is read from there rather than walked again, and the words that depend only
+on a few counts are built once per run.
 
 Each builder sits in :data:`BUILDERS` under the metric it explains; a metric without one keeps the
 rationale its own scorer gave (custom and judge metrics).
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragexp.metrics.evidence import Matcher, Rule
+from ragexp.metrics.offline import OfflineInputs
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import REASON_KINDS, MetricSpec
 from ragexp.phrases import PHRASES
@@ -32,7 +36,7 @@ QUOTED = 40
 
 @dataclass(slots=True)
 class Facts:
-    """One case as its rationales read it: the ranking reduced once, shared by recall, MRR and nDCG."""
+    """One case as its rationales read it, with what the run's scoring step already reduced."""
 
     case: Case
     output: SystemOutput
@@ -45,21 +49,20 @@ class Facts:
     """The run language's phrases, looked up once per run (:data:`ragexp.phrases.PHRASES`)."""
     memo: dict[tuple[object, ...], str]
     """Rationales that depend only on a few counts, built once per run and shared by the cases."""
-    _ranks: dict[str, int] | None = field(default=None)
-
-    def ranks(self) -> dict[str, int]:
-        """Relevant id -> 1-based rank of its first appearance in the whole ranking (uncut)."""
-        if self._ranks is None:
-            relevant = set(self.case.relevant_ids)
-            found: dict[str, int] = {}
-            if relevant:
-                for rank, item in enumerate(self.output.ranked_ids, 1):
-                    if item in relevant and item not in found:
-                        found[item] = rank
-                        if len(found) == len(relevant):
-                            break
-            self._ranks = found
-        return self._ranks
+    first_rank: Sequence[int]
+    """Per case: :attr:`OfflineInputs.first_rank` (1-based, 0 for none)."""
+    gains: Sequence[bytes]
+    """Per case: its row of :attr:`OfflineInputs.hits` packed to bytes (equal rows, equal bytes)."""
+    hits: np.ndarray
+    """:attr:`OfflineInputs.hits`, read for a row whose words are not yet in :attr:`memo`."""
+    index: int = 0
+    """The case's position in the run."""
+    sep: str = ", "
+    """Between listed items: ``, `` (``、`` in Chinese)."""
+    join: str = "; "
+    """Between the parts of one rationale: ``; `` (``；`` in Chinese)."""
+    around: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """A phrase with one ``{items}`` slot split around it once per run: filling it is a concatenation."""
 
     def span_ranks(self) -> list[int]:
         """Per evidence span: the 1-based rank of the first top-K chunk covering it, 0 if none."""
@@ -79,9 +82,10 @@ class Facts:
 
 def _listed(items: Sequence[str], facts: Facts) -> str:
     """``a, b, c`` (``a、b、c`` in Chinese), the first :data:`LISTED`, then how many more."""
-    shown = ("、" if facts.language == "zh" else ", ").join(items[:LISTED])
     rest = len(items) - LISTED
-    return shown + facts.words["reason_more"].format(n=rest) if rest > 0 else shown
+    if rest <= 0:
+        return facts.sep.join(items)
+    return facts.sep.join(items[:LISTED]) + facts.words["reason_more"].format(n=rest)
 
 
 def _quoted(text: str, language: str) -> str:
@@ -100,29 +104,42 @@ def _retrieved(facts: Facts) -> str:
 def recall_reason(facts: Facts, score: float) -> str:
     """The relevant ids found in the top K and those missed (with the rank of a missed one
     returned below K); for evidence, the spans covered and not, by document."""
-    case, language, k = facts.case, facts.language, facts.k
+    case, k = facts.case, facts.k
     if case.unanswerable:
         return _retrieved(facts)
     if case.relevant and facts.matcher is not None:
         return _spans_reason(facts, score)
-    ranks = facts.ranks()
-    words = facts.words
+    ranked = facts.output.ranked_ids
+    memo = facts.memo
     found: list[str] = []
     missed: list[str] = []
     for item in dict.fromkeys(case.relevant_ids):
-        rank = ranks.get(item)
-        if rank is None:
-            missed.append(f"{item} ({words['reason_not_retrieved']})")
-        elif rank > k:
-            missed.append(f"{item} ({words['reason_below_k'].format(rank=rank, k=k)})")
+        # The first appearance of each relevant id, searched in C: rankings are walked in
+        # Python once per run, by the scoring step.
+        if item not in ranked:
+            missed.append(f"{item} ({facts.words['reason_not_retrieved']})")
+            continue
+        rank = ranked.index(item) + 1
+        if rank > k:
+            below = memo.get(("below", rank))
+            if below is None:
+                below = memo["below", rank] = facts.words["reason_below_k"].format(rank=rank, k=k)
+            missed.append(f"{item} ({below})")
         else:
             found.append(f"{item} (#{rank})")
-    parts = [words["reason_recall"].format(found=len(found), n=len(found) + len(missed), k=k)]
+    n = len(found) + len(missed)
+    said = memo.get(("recall", len(found), n))
+    if said is None:
+        said = memo["recall", len(found), n] = facts.words["reason_recall"].format(found=len(found), n=n, k=k)
     if found:
-        parts.append(facts.words["reason_found"].format(items=_listed(found, facts)))
+        before, after = facts.around["reason_found"]
+        listed = facts.sep.join(found) if len(found) <= LISTED else _listed(found, facts)
+        said = f"{said}{facts.join}{before}{listed}{after}"
     if missed:
-        parts.append(facts.words["reason_missed"].format(items=_listed(missed, facts)))
-    return ("；" if language == "zh" else "; ").join(parts)
+        before, after = facts.around["reason_missed"]
+        listed = facts.sep.join(missed) if len(missed) <= LISTED else _listed(missed, facts)
+        said = f"{said}{facts.join}{before}{listed}{after}"
+    return said
 
 
 def _spans_reason(facts: Facts, score: float) -> str:
@@ -160,11 +177,10 @@ def mrr_reason(facts: Facts, score: float) -> str:
         if score > 0:
             return facts.words["reason_first_chunk"].format(rank=round(1 / score))
         return facts.words["reason_no_relevant"].format(n=len(facts.output.contexts))
-    ranks = facts.ranks()
-    if not ranks:
+    rank = facts.first_rank[facts.index]
+    if not rank:
         return facts.words["reason_no_relevant"].format(n=len(facts.output.ranked_ids))
-    item, rank = min(ranks.items(), key=lambda pair: pair[1])
-    return facts.words["reason_first"].format(item=item, rank=rank)
+    return facts.words["reason_first"].format(item=facts.output.ranked_ids[rank - 1], rank=rank)
 
 
 def ndcg_reason(facts: Facts, score: float) -> str:
@@ -174,16 +190,22 @@ def ndcg_reason(facts: Facts, score: float) -> str:
         return _retrieved(facts)
     if case.relevant and facts.matcher is not None:
         gained = sorted({rank for rank in facts.span_ranks() if rank})
-        n = len(case.relevant)
-    else:
-        gained = sorted(rank for rank in facts.ranks().values() if rank <= k)
-        n = len(set(case.relevant_ids))
-    ideal = min(n, k)
+        return _ndcg_words(facts, min(len(case.relevant), k), gained)
+    # The ranks that gained are the hits the scoring step kept: the case's packed row is the key.
+    ideal = min(len(set(case.relevant_ids)), k)
+    said = facts.memo.get(("ndcg-row", ideal, facts.gains[facts.index]))
+    if said is None:
+        gained = [int(rank) + 1 for rank in np.flatnonzero(facts.hits[facts.index])]
+        said = facts.memo["ndcg-row", ideal, facts.gains[facts.index]] = _ndcg_words(facts, ideal, gained)
+    return said
+
+
+def _ndcg_words(facts: Facts, ideal: int, gained: list[int]) -> str:
     key = ("ndcg", ideal, *gained)
     said = facts.memo.get(key)
     if said is None:
         ranks = ", ".join(str(rank) for rank in gained) if gained else facts.words["none"]
-        said = facts.memo[key] = facts.words["reason_ndcg"].format(ranks=ranks, k=k, ideal=ideal)
+        said = facts.memo[key] = facts.words["reason_ndcg"].format(ranks=ranks, k=facts.k, ideal=ideal)
     return said
 
 
@@ -229,27 +251,31 @@ def _fold(text: str) -> str:
 def accuracy_reason(facts: Facts, score: float) -> str:
     """The expected facts missing from the answer; for an unanswerable case, the refusal phrase found."""
     case, language = facts.case, facts.language
+    expected = case.expected_facts
     if score == 1.0 and not case.unanswerable:  # every fact found (the score says so)
-        n = len(case.expected_facts)
-        said = facts.memo.get(("facts", n))
-        if said is None:
-            said = facts.memo["facts", n] = facts.words["reason_facts_all"].format(n=n)
-        return said
-    answer = _fold(facts.output.answer)
+        return _facts_all(facts, len(expected))
+    nfkc, fold = unicodedata.normalize, str.casefold  # _fold inlined: it runs on every answer and fact
+    answer = fold(nfkc("NFKC", facts.output.answer))
     if case.unanswerable:
         for phrase, folded in facts.refusals:
             if folded in answer:
                 return facts.words["reason_refusal_found"].format(phrase=_quoted(phrase, language))
         return facts.words["reason_refusal_missing"]
-    expected = case.expected_facts
     if not expected:
         return facts.words["reason_no_facts"]
-    missing = [_quoted(fact, language) for fact in expected if _fold(fact) not in answer]
+    missing = [_quoted(fact, language) for fact in expected if fold(nfkc("NFKC", fact)) not in answer]
     if not missing:
-        return facts.words["reason_facts_all"].format(n=len(expected))
+        return _facts_all(facts, len(expected))
     return facts.words["reason_facts_missing"].format(
         missing=len(missing), n=len(expected), items=_listed(missing, facts)
     )
+
+
+def _facts_all(facts: Facts, n: int) -> str:
+    said = facts.memo.get(("facts", n))
+    if said is None:
+        said = facts.memo["facts", n] = facts.words["reason_facts_all"].format(n=n)
+    return said
 
 
 _BY_KIND: dict[str, Callable[[Facts, float], str]] = {
@@ -268,36 +294,58 @@ def fill_rationales(
     cases: Sequence[Case],
     results: Sequence[CaseResult],
     scores: dict[str, np.ndarray],
+    inputs: OfflineInputs,
     *,
-    k: int,
     refusal_phrases: Sequence[str],
     language: str,
     match: Rule | None = None,
 ) -> None:
     """Write each scored case's rationale of every offline metric with a builder into
     ``results[i].rationale``; an unanswerable case on a metric whose mean leaves it out also names
-    the rule that scored it. A case without a score (an error) gets none: its error says why."""
+    the rule that scored it. A case without a score (an error) gets none: its error says why.
+    ``inputs``: what :func:`ragexp.metrics.offline.build_inputs` reduced these cases to (its K is
+    the run's)."""
     chosen = [(spec, BUILDERS[spec.name]) for spec in specs if spec.name in BUILDERS and spec.name in scores]
     if not chosen:
         return
     language = language if language in ("en", "zh") else "en"
-    unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
     words = {key: text[language] for key, text in PHRASES.items()}
     rule = words["unanswerable_row"]
     join = "；" if language == "zh" else "; "
-    outside = {spec.name: ~covered(spec, unanswerable) for spec, _ in chosen}
-    columns = [(spec.name, build, scores[spec.name].tolist(), outside[spec.name].tolist()) for spec, build in chosen]
+    columns = [
+        (spec.name, build, scores[spec.name].tolist(), (~covered(spec, inputs.unanswerable)).tolist())
+        for spec, build in chosen
+    ]
     refusals = [(phrase, _fold(phrase)) for phrase in refusal_phrases]
     matcher = Matcher(match) if any(case.relevant for case in cases) else None
+    first_rank, gains = inputs.first_rank.tolist(), _packed_rows(inputs.hits)
+    around = {key: _around(words[key]) for key in ("reason_found", "reason_missed")}
+    sep = "、" if language == "zh" else ", "
     facts: Facts | None = None
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         output = result.output
         if output is None:
             continue
         if facts is None:
-            facts = Facts(case, output, k, language, refusals, matcher, words, {})
+            facts = Facts(
+                case,
+                output,
+                inputs.k,
+                language,
+                refusals,
+                matcher,
+                words,
+                {},
+                first_rank,
+                gains,
+                inputs.hits,
+                i,
+                sep,
+                join,
+                around,
+            )
         else:  # one object reused: building one per case costs as much as a rationale
-            facts.case, facts.output, facts._ranks = case, output, None
+            facts.case, facts.output, facts.index = case, output, i
         rationale = result.rationale
         errors = result.metric_errors
         for name, build, values, apart in columns:
@@ -306,3 +354,17 @@ def fill_rationales(
                 continue
             said = build(facts, score)
             rationale[name] = f"{said}{join}{rule}" if apart[i] else said
+
+
+def _packed_rows(hits: np.ndarray) -> list[bytes]:
+    """Each row of the hit matrix as bytes, in one pass over the array."""
+    if hits.shape[1] == 0:
+        return [b""] * hits.shape[0]
+    packed = np.ascontiguousarray(np.packbits(hits != 0, axis=1))
+    rows: list[bytes] = packed.view(np.dtype((np.void, packed.shape[1]))).ravel().tolist()  # type: ignore[assignment]
+    return rows
+
+
+def _around(phrase: str) -> tuple[str, str]:
+    before, _, after = phrase.partition("{items}")
+    return before, after

@@ -96,11 +96,9 @@ def load_target(
     otherwise. The working directory and ``path`` go first on the import path; an import still
     running after ``timeout_s`` is refused (None: no bound)."""
     obj, module = import_target(spec, path, timeout_s=timeout_s)
-    if not inspect.isroutine(obj) and not inspect.isclass(obj):
-        for method, is_async in (("ainvoke", True), ("invoke", False)):
-            function = getattr(obj, method, None)
-            if callable(function):
-                return Target(function, is_async, (), True, module)
+    runnable = _runnable(obj, module)
+    if runnable is not None:
+        return runnable
     if not callable(obj):
         query = next((name for name in ("query", "aquery") if callable(getattr(obj, name, None))), None)
         hint = f" (its {query} method: {spec}.{query})" if query else ""
@@ -121,6 +119,18 @@ def check_target(spec: str, where: str = WHERE) -> tuple[str, str]:
     if not colon or not all(name.isidentifier() for name in names):
         raise ProviderError(f"{where}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
     return module_name, attr
+
+
+def _runnable(obj: Any, module: ModuleType) -> Target | None:
+    """An object (neither a function nor a class) with ``ainvoke`` or ``invoke``, the LangChain
+    runnable's way, called with one dict; ``ainvoke`` first, on the event loop."""
+    if inspect.isroutine(obj) or inspect.isclass(obj):
+        return None
+    for method, is_async in (("ainvoke", True), ("invoke", False)):
+        function = getattr(obj, method, None)
+        if callable(function):
+            return Target(function, is_async, (), True, module)
+    return None
 
 
 def import_target(
@@ -439,11 +449,9 @@ def load_generator(spec: str, path: str | None = None, *, timeout_s: float | Non
     and the contexts, or an object whose ``invoke``/``ainvoke`` takes ``{"question", "contexts"}``."""
     where = f"{WHERE}.generate"
     obj, module = import_target(spec, path, where, timeout_s=timeout_s)
-    if not inspect.isroutine(obj) and not inspect.isclass(obj):
-        for method, is_async in (("ainvoke", True), ("invoke", False)):
-            function = getattr(obj, method, None)
-            if callable(function):
-                return Target(function, is_async, (), True, module)
+    runnable = _runnable(obj, module)
+    if runnable is not None:
+        return runnable
     if not callable(obj):
         raise ProviderError(
             f"{where}: '{spec}' is {type(obj).__name__}, not a function or an object with invoke/ainvoke"

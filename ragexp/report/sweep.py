@@ -11,7 +11,7 @@ import yaml
 
 from ragexp import artifacts, strict_json
 from ragexp.compare.data import RunData, load_run
-from ragexp.compare.figures import fmt, signed
+from ragexp.compare.figures import fmt
 from ragexp.compare.sweeps import (
     COST,
     LATENCY,
@@ -20,6 +20,7 @@ from ragexp.compare.sweeps import (
     SweepAnalysis,
     analyse,
     check_same_cases,
+    delta_cells,
     hold_out,
     subset_metrics,
 )
@@ -197,20 +198,12 @@ def sweep_report(analysis: SweepAnalysis, language: str) -> Report:
     shown = analysis.objectives[1:]
     rows = []
     for point in analysis.points:
-        deltas = []
-        for name in analysis.quality:
-            delta = point.deltas.get(name)
-            if point.run_id == analysis.baseline.run_id or delta is None or delta.delta is None:
-                deltas.append("-")
-            else:
-                mark = "*" if delta.significant else ""
-                deltas.append(f"{signed(delta.delta)}{mark} [{signed(delta.ci_low)}, {signed(delta.ci_high)}]")
         rows.append(
             [
                 str(point.number) if point.number >= 0 else "-",
                 point.overrides or point.run_id,
                 point.run_id,
-                *deltas,
+                *delta_cells(analysis, point),
                 *(fmt(point.metrics.get(name)) for name in shown),
                 f"{int(point.run.errored.sum())}/{len(point.run.case_ids)}",
                 t(f"sweep_status_{point.status}", language),

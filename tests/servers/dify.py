@@ -32,17 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.servers.streaming import (
-    StreamingHandler,
-    converse,
-    cut_enabled,
-    indexed,
-    key_ok,
-    knowledge_after,
-    main,
-    pieces,
-    remember,
-)
+from tests.servers.streaming import StreamingHandler, cut_enabled, follow_up, indexed, key_ok, main, pieces
 
 
 def resources(chunks: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -78,12 +68,10 @@ class Handler(StreamingHandler):
         if not isinstance(body.get("inputs"), dict):
             return self.reply(400, {"code": "invalid_param", "message": "inputs must be an object", "status": 400})
         self.record(query)
-        continued = converse(body.get("conversation_id"))
-        if continued is None:
+        turn = follow_up(body.get("conversation_id"), query)
+        if turn is None:
             return self.reply(404, {"code": "not_found", "message": "Conversation Not Exists.", "status": 404})
-        conversation, earlier = continued
-        remember(conversation, query)
-        answer, chunks = knowledge_after(query, earlier)
+        conversation, answer, chunks = turn
         task, message = str(uuid.uuid4()), str(uuid.uuid4())
         metadata = {
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "latency": 0.05},

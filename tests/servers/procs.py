@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "experiments/kb_zh/service.py"
 FAULTY = ROOT / "tests/servers/faulty.py"
@@ -42,6 +44,25 @@ def serve(script: Path, *args: str, env: Mapping[str, str] | None = None) -> Ite
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+PRESET_STANDINS = {
+    "dify": ("dify.py", "/v1/chat-messages", "RAGEXP_DIFY_AUTH", "Bearer app-standin"),
+    "ragflow": ("ragflow.py", "/api/v1/chats/standin/completions", "RAGEXP_RAGFLOW_AUTH", "Bearer ragflow-standin"),
+    "openai_chat": ("openai_chat.py", "/v1/chat/completions", "RAGEXP_OPENAI_AUTH", "Bearer sk-standin"),
+}
+"""Packaged system preset -> its stand-in, the path the preset posts to, the preset's auth
+variable and the key the stand-in takes."""
+
+
+@contextmanager
+def preset_standin(system: str, monkeypatch: pytest.MonkeyPatch, *args: str) -> Iterator[tuple[str, list[str]]]:
+    """Serve the stand-in of the ``system`` preset (``args`` to its script), the preset's auth
+    variable set to its key; yields its URL and the overrides that point the preset at it."""
+    script, path, variable, key = PRESET_STANDINS[system]
+    monkeypatch.setenv(variable, key)
+    with serve(ROOT / "tests/servers" / script, *args) as url:
+        yield url, [f"system={system}", f"provider.system.url={url}{path}"]
 
 
 def stats(url: str) -> dict[str, Any]:

@@ -34,14 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.servers.streaming import (
     REFUSAL,
     StreamingHandler,
-    converse,
     cut_enabled,
+    follow_up,
     indexed,
     key_ok,
-    knowledge_after,
     main,
     pieces,
-    remember,
 )
 
 
@@ -89,12 +87,10 @@ class Handler(StreamingHandler):
         self.record(question)
         if "forbidden" in question:
             return self.reply(200, {"code": 102, "message": "You don't own the dialog."})
-        continued = converse(body.get("session_id"))
-        if continued is None:
+        turn = follow_up(body.get("session_id"), question)
+        if turn is None:
             return self.reply(200, {"code": 102, "message": "Session does not exist"})
-        session, earlier = continued
-        remember(session, question)
-        answer, chunks = knowledge_after(question, earlier)
+        session, answer, chunks = turn
         if chunks:
             answer = answer.rstrip(".") + " [ID:0]."
         message = str(uuid.uuid4())

@@ -76,6 +76,19 @@ def remember(session: str, question: str) -> None:
         SESSIONS[session].append(question)
 
 
+def follow_up(given: str | None, question: str) -> tuple[str, str, list[tuple[str, str]]] | None:
+    """One turn of the conversation a request continues (``given``: the id it sent, or none): the
+    conversation's id, the answer and its chunks (:func:`knowledge_after` its earlier questions),
+    the question kept as its latest; None for an id this stand-in never issued."""
+    continued = converse(given)
+    if continued is None:
+        return None
+    conversation, earlier = continued
+    remember(conversation, question)
+    answer, chunks = knowledge_after(question, earlier)
+    return conversation, answer, chunks
+
+
 def indexed(chunks: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """(chunk id, text, document id) of each retrieved chunk as the knowledge base holds it now."""
     reindexed = bool(os.environ.get("STANDIN_REINDEXED"))

@@ -15,6 +15,7 @@ from ragexp.cli.options import (
     SummaryFile,
     TrackingUri,
     UiUrl,
+    resumable,
     store_option,
 )
 
@@ -47,24 +48,30 @@ def diff(
     ] = False,
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
+    import contextlib
+    import shlex
+
     from ragexp.cli.views import show_diff
     from ragexp.compare.release import compare_runs
 
-    compared = compare_runs(
-        baseline,
-        candidate,
-        top=top,
-        tracking_uri=store_option("diff", tracking_uri, overrides),
-        allow_incomparable=allow_incomparable,
-        resamples=resamples,
-        confidence=confidence,
-        seed=seed,
-        summary=summary,
-        language=language,
-        ui_url=ui_url,
-        say=info,
-        attribute=attribute,
-    )
+    store = [*(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
+    again = " ".join(["ragexp", "diff", *map(shlex.quote, [baseline, candidate, *store]), "--attribute"])
+    with resumable(again) if attribute else contextlib.nullcontext():
+        compared = compare_runs(
+            baseline,
+            candidate,
+            top=top,
+            tracking_uri=store_option("diff", tracking_uri, overrides),
+            allow_incomparable=allow_incomparable,
+            resamples=resamples,
+            confidence=confidence,
+            seed=seed,
+            summary=summary,
+            language=language,
+            ui_url=ui_url,
+            say=info,
+            attribute=attribute,
+        )
     if as_json:
         emit_json(compared.result.to_json())
     else:

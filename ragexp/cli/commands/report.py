@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import info
-from ragexp.cli.options import AllowIncomparable, StoreOverrides, TrackingUri, store_option
+from ragexp.cli.options import AllowIncomparable, StoreOverrides, TrackingUri, resumable, store_option
 from ragexp.errors import ConfigError
 
 
@@ -51,14 +51,23 @@ def report(
         return
     if run_id is None or sweep is not None:
         raise ConfigError("ragexp report: give a run id, or --sweep PARENT_RUN (one of them)")
-    done = publish_report(
-        run_id,
-        baseline=baseline,
-        out=out,
-        language=language,
-        tracking_uri=store_option("report", tracking_uri, overrides),
-        allow_incomparable=allow_incomparable,
-        say=info,
-        attribute=attribute,
-    )
+    import contextlib
+    import shlex
+
+    given = [run_id, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
+    for option, value in (("--baseline", baseline), ("--out", out), ("--language", language)):
+        given += [option, value] if value else []
+    given += ["--allow-incomparable"] if allow_incomparable else []
+    again = " ".join(["ragexp", "report", *map(shlex.quote, given), "--attribute"])
+    with resumable(again) if attribute else contextlib.nullcontext():
+        done = publish_report(
+            run_id,
+            baseline=baseline,
+            out=out,
+            language=language,
+            tracking_uri=store_option("report", tracking_uri, overrides),
+            allow_incomparable=allow_incomparable,
+            say=info,
+            attribute=attribute,
+        )
     print(report_line(run_id, done))

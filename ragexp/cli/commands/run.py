@@ -18,14 +18,10 @@ from ragexp.cli.options import (
     RetryErrors,
     TrackingUri,
     UntilDecided,
+    interrupt_on_sigterm,
     use_config_dir,
 )
 from ragexp.errors import ConfigError
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    # SIGTERM ends a run like Ctrl-C does: marked interrupted, checkpoint kept for --resume.
-    raise KeyboardInterrupt
 
 
 def run(
@@ -56,7 +52,7 @@ def run(
 
     if baseline is not None and not until_decided:
         raise ConfigError("--baseline goes with --until-decided (ragexp gate --baseline compares finished runs)")
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     given: dict[str, Any] = {"resume": resume, "retry_errors": retry_errors, "allow_draft": allow_draft}
     given["tracking_uri"] = tracking_uri
     try:

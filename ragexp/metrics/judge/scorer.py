@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -64,6 +64,26 @@ class JudgeOutcome:
     rationales: dict[int, dict[str, str]] = field(default_factory=dict)
     """Case index -> metric -> the judge's rationale where the metric gives one (its first repeat):
     the rubrics of the user's, and any ragas metric whose result carries a ``reason``."""
+
+
+Turns = Sequence[list[dict[str, str]] | None] | None
+"""Each case's earlier turns (``{"role", "content"}`` messages), None for a single-turn case; None
+for a run without conversations."""
+
+
+class Judging(Protocol):
+    """What scores a run's judge metrics: :class:`JudgeScorer`, or what wraps one (the sequential
+    run's judge, which asks it once per case)."""
+
+    adaptation_usage: Usage
+    """The judge's calls and tokens spent adapting its prompts before the run."""
+
+    def score(
+        self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None, histories: Turns = None
+    ) -> JudgeOutcome:
+        """The judge's scores of ``cases`` (and their errors, spread, usage and rationales);
+        ``histories``: each turn's earlier turns, which the judge reads before its question."""
+        ...
 
 
 class JudgeScorer:
@@ -232,14 +252,9 @@ class JudgeScorer:
     # --- during the run --------------------------------------------------------------------------
 
     def score(
-        self,
-        cases: Sequence[Case],
-        results: Sequence[CaseResult],
-        *,
-        progress: bool | None,
-        histories: Sequence[list[dict[str, str]] | None] | None = None,
+        self, cases: Sequence[Case], results: Sequence[CaseResult], *, progress: bool | None, histories: Turns = None
     ) -> JudgeOutcome:
-        """``histories``: each turn's earlier turns, which the judge reads before its question."""
+        """:meth:`Judging.score`."""
         # The collector stays off here (unlike the HTTP provider): measured, it cost a sixth of
         # the judging time, and judge runs are small enough that their cycles do not add up.
         return run_interruptibly(self._score(cases, results, progress, histories))
@@ -249,7 +264,7 @@ class JudgeScorer:
         cases: Sequence[Case],
         results: Sequence[CaseResult],
         progress_on: bool | None,
-        histories: Sequence[list[dict[str, str]] | None] | None = None,
+        histories: Turns = None,
     ) -> JudgeOutcome:
         cfg = self.config
         repeats = cfg.repeats
