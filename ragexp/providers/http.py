@@ -162,18 +162,13 @@ class HttpProvider(Provider):
             queue.put_nowait(index)
         watch = AbortWatch(min(self.config.abort_after, len(cases)), "the service")
         verify = self._ssl_context()
-        workers = [
-            asyncio.create_task(self._worker(queue, cases, on_result, watch, verify))
-            for _ in range(min(self.settings.concurrency, len(cases)))
-        ]
-        try:
-            await asyncio.gather(*workers)
-        finally:
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-        if watch.aborted is not None:
-            raise ProviderError(watch.aborted)
+        await gather_workers(
+            [
+                asyncio.create_task(self._worker(queue, cases, on_result, watch, verify))
+                for _ in range(min(self.settings.concurrency, len(cases)))
+            ],
+            watch,
+        )
 
     def client(self, verify: ssl.SSLContext | bool) -> httpx.AsyncClient:
         """One keep-alive connection with the configured headers and TLS."""
@@ -453,15 +448,21 @@ class HttpProvider(Provider):
                         return
                     report(index, result)
 
-        workers = [asyncio.create_task(worker()) for _ in range(min(self.settings.concurrency, len(chains.chains)))]
-        try:
-            await asyncio.gather(*workers)
-        finally:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-        if watch.aborted is not None:
-            raise ProviderError(watch.aborted)
+        await gather_workers(
+            [asyncio.create_task(worker()) for _ in range(min(self.settings.concurrency, len(chains.chains)))], watch
+        )
+
+
+async def gather_workers(workers: list[asyncio.Task[None]], watch: AbortWatch) -> None:
+    """Wait for the workers; cancel the rest when one raises; a run the watch aborted is refused."""
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    if watch.aborted is not None:
+        raise ProviderError(watch.aborted)
 
 
 def query_params(payload: Any) -> dict[str, Any]:

@@ -375,12 +375,7 @@ class PythonProvider(Provider):
         workers = min(self.settings.concurrency, len(cases))
         calls = _Calls(target, self.system, self.mapping, cases, self.settings.k, self.settings.outputs)
         driver: _Driver = (_Loop if target.is_async else _Threads)(calls, workers, self.system.timeout_s, on_result)
-        with collecting_garbage():  # a pipeline's own cycles (callbacks, futures) must not pile up
-            driver.start()
-            try:
-                driver.wait()
-            finally:
-                driver.stop()
+        driver.drive()
 
     def ask_chains(self, chains: Turns, on_result: OnResult) -> None:
         target = self._target
@@ -393,12 +388,7 @@ class PythonProvider(Provider):
         driver: _Driver = (_Loop if target.is_async else _Threads)(
             calls, workers, self.system.timeout_s, on_result, chains
         )
-        with collecting_garbage():
-            driver.start()
-            try:
-                driver.wait()
-            finally:
-                driver.stop()
+        driver.drive()
 
     def generation_missing(self) -> str | None:
         if self.system.generate is None:
@@ -432,12 +422,7 @@ class PythonProvider(Provider):
         driver: _Driver = (_Loop if target.is_async else _Threads)(
             calls, workers, self.system.timeout_s, keep_retrieval
         )
-        with collecting_garbage():
-            driver.start()
-            try:
-                driver.wait()
-            finally:
-                driver.stop()
+        driver.drive()
 
 
 GENERATE_MAPPING = compile_mapping(ResponseMapping(answer="answer", citations="citations"), f"{WHERE}.generate")
@@ -643,6 +628,15 @@ class _Driver:
         """Bumped when a slot's call is taken from it: the worker holding it then stops."""
         self.stopped = False
         self.failure: BaseException | None = None
+
+    def drive(self) -> None:
+        """Start the workers, wait for every report, and stop them, whatever the wait raised."""
+        with collecting_garbage():  # a pipeline's own cycles (callbacks, futures) must not pile up
+            self.start()
+            try:
+                self.wait()
+            finally:
+                self.stop()
 
     def start(self) -> None:
         raise NotImplementedError
