@@ -87,13 +87,18 @@ def interrupt_on_sigterm(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def resumable(again: str) -> Iterator[None]:
-    """While a command replays cases (``--attribute``): SIGTERM as Ctrl-C, and a stopped replay's
-    line ends with ``again``, the command whose rerun continues it."""
+def resumable(command: str, args: list[str], *, replaying: bool) -> Iterator[None]:
+    """While a command replays cases (``replaying``: ``--attribute``): SIGTERM as Ctrl-C, and a
+    stopped replay's line ends with ``ragexp COMMAND ARGS...``, the rerun that continues it."""
+    if not replaying:
+        yield
+        return
+    import shlex
     import signal
 
     from ragexp.runner import Stopped  # here: --help imports no runner code
 
+    again = " ".join(["ragexp", command, *map(shlex.quote, args)])
     previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         yield

@@ -48,15 +48,11 @@ def diff(
     ] = False,
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
-    import contextlib
-    import shlex
-
     from ragexp.cli.views import show_diff
     from ragexp.compare.release import compare_runs
 
     store = [*(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
-    again = " ".join(["ragexp", "diff", *map(shlex.quote, [baseline, candidate, *store]), "--attribute"])
-    with resumable(again) if attribute else contextlib.nullcontext():
+    with resumable("diff", [baseline, candidate, *store, "--attribute"], replaying=attribute):
         compared = compare_runs(
             baseline,
             candidate,

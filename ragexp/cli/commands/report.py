@@ -51,15 +51,11 @@ def report(
         return
     if run_id is None or sweep is not None:
         raise ConfigError("ragexp report: give a run id, or --sweep PARENT_RUN (one of them)")
-    import contextlib
-    import shlex
-
     given = [run_id, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
     for option, value in (("--baseline", baseline), ("--out", out), ("--language", language)):
         given += [option, value] if value else []
     given += ["--allow-incomparable"] if allow_incomparable else []
-    again = " ".join(["ragexp", "report", *map(shlex.quote, given), "--attribute"])
-    with resumable(again) if attribute else contextlib.nullcontext():
+    with resumable("report", [*given, "--attribute"], replaying=attribute):
         done = publish_report(
             run_id,
             baseline=baseline,
