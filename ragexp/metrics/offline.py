@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +51,16 @@ class OfflineInputs:
     """(n,) float seconds, NaN where unknown."""
     ttft: np.ndarray
     """(n,) float seconds to the first piece of a streamed answer, NaN where not streamed or failed."""
+    unsupported: dict[int, list[int]] = field(default_factory=dict)
+    """Case index -> its cited numbers that point at no relevant id (past the ranking included),
+    in citation order; only cases with such a citation, and only where gold is ids (evidence is
+    matched by text when a rationale names them)."""
+    missing_facts: dict[int, list[int]] = field(default_factory=dict)
+    """Case index -> the positions in ``expected_facts`` of the facts its answer lacks; only
+    answerable cases missing one."""
+    refusal_found: dict[int, int] = field(default_factory=dict)
+    """Case index -> the position in the refusal phrases of the first one its answer holds; only
+    unanswerable cases holding one."""
 
 
 def normalize(text: str) -> str:
@@ -88,6 +98,9 @@ def build_inputs(
     hit_rows: list[int] = []
     hit_cols: list[int] = []
     several: list[tuple[int, int, int]] = []  # (row, column, spans) of chunks covering several spans
+    unsupported: dict[int, list[int]] = {}
+    missing_facts: dict[int, list[int]] = {}
+    refusal_found: dict[int, int] = {}
     refusals = [normalize(phrase) for phrase in refusal_phrases]
     # normalize() inlined with its two calls bound locally: it runs on every answer and fact.
     nfkc, fold = unicodedata.normalize, str.casefold
@@ -138,22 +151,23 @@ def build_inputs(
         if citations and not case.relevant:
             cited[i] = len(citations)
             size = len(ranked)
-            count = 0
-            for c in citations:
-                if 0 < c <= size and ranked[c - 1] in relevant:
-                    count += 1
-            supported[i] = count
+            bad = [c for c in citations if not (0 < c <= size and ranked[c - 1] in relevant)]
+            supported[i] = len(citations) - len(bad)
+            if bad:  # what the rationale names: recorded here rather than found again there
+                unsupported[i] = bad
         answer = fold(nfkc("NFKC", output.answer))
         if case.unanswerable:
-            correct[i] = any(phrase in answer for phrase in refusals)
+            for j, phrase in enumerate(refusals):
+                if phrase in answer:
+                    correct[i] = True
+                    refusal_found[i] = j
+                    break
         else:
             facts = case.expected_facts
-            found = bool(facts)
-            for fact in facts:
-                if fold(nfkc("NFKC", fact)) not in answer:
-                    found = False
-                    break
-            correct[i] = found
+            lacking = [j for j, fact in enumerate(facts) if fold(nfkc("NFKC", fact)) not in answer]
+            correct[i] = bool(facts) and not lacking
+            if lacking:
+                missing_facts[i] = lacking
     hits = np.zeros((n, width), dtype=bool)
     hits[hit_rows, hit_cols] = True
     if several:
@@ -172,6 +186,9 @@ def build_inputs(
         np.array(ok, dtype=bool),
         np.array(latency, dtype=np.float64),
         np.array(ttft, dtype=np.float64),
+        unsupported,
+        missing_facts,
+        refusal_found,
     )
 
 

@@ -1,13 +1,16 @@
 """Why each offline score is what it is: one sentence per case and metric, in the run's language.
 
-Pure functions of a case, its system output and its score, beside the kernels of
-:mod:`ragexp.metrics.offline` that computed the score. The runner's scoring step calls
+Pure functions of the cases, their system outputs and their scores, beside the kernels of
+:mod:`ragexp.metrics.offline` that computed the scores. The runner's scoring step calls
 :func:`fill_rationales`, which writes them into ``CaseResult.rationale``: ``cases.jsonl``, the
-trace assessments' ``rationale``, ``diff`` and the report read them from there. Plain string
-building only: they run on every case of a run, so they cost a few microseconds each. What the
-scoring step already reduced (:class:`ragexp.metrics.offline.OfflineInputs`: the first relevant
-rank, the top-K hits) is read from there rather than walked again, and the words that depend only
-on a few counts are built once per run.
+trace assessments' ``rationale``, ``diff`` and the report read them from there.
+
+They run on every case of a run, so each metric's rationales are built a column at a time, with
+the run's words bound once: what the scoring step already found
+(:class:`ragexp.metrics.offline.OfflineInputs`: the first relevant rank, the top-K hits, the
+unsupported citations, the missing facts, the refusal phrase) is read from there rather than
+searched for again, and a sentence that depends only on a few counts is built once per run and
+shared by the cases.
 
 Each builder sits in :data:`BUILDERS` under the metric it explains; a metric without one keeps the
 rationale its own scorer gave (custom and judge metrics).
@@ -15,7 +18,6 @@ rationale its own scorer gave (custom and judge metrics).
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,44 +37,74 @@ QUOTED = 40
 
 
 @dataclass(slots=True)
-class Facts:
-    """One case as its rationales read it, with what the run's scoring step already reduced."""
+class Run:
+    """What the rationales of one run read: its cases, their outputs, what the scoring step
+    reduced them to, and the run's words."""
 
-    case: Case
-    output: SystemOutput
-    k: int
+    cases: Sequence[Case]
+    outputs: Sequence[SystemOutput | None]
+    """Per case: the system's output (None for a failed call: such a case gets no rationale)."""
+    inputs: OfflineInputs
     language: str
-    refusals: Sequence[tuple[str, str]]
-    """The refusal phrases as configured, each with its folded form (the one matched)."""
-    matcher: Matcher | None
+    """``en`` or ``zh``."""
     words: dict[str, str]
-    """The run language's phrases, looked up once per run (:data:`ragexp.phrases.PHRASES`)."""
+    """The run language's phrases (:data:`ragexp.phrases.PHRASES`)."""
+    refusals: Sequence[str]
+    """The refusal phrases as configured, in the order :func:`ragexp.metrics.offline.build_inputs` matched them."""
+    matcher: Matcher | None
+    """Matches chunks to evidence spans; None when no case's gold is evidence."""
     memo: dict[tuple[object, ...], str]
-    """Rationales that depend only on a few counts, built once per run and shared by the cases."""
-    first_rank: Sequence[int]
-    """Per case: :attr:`OfflineInputs.first_rank` (1-based, 0 for none)."""
-    gains: Sequence[bytes]
-    """Per case: its row of :attr:`OfflineInputs.hits` packed to bytes (equal rows, equal bytes)."""
-    hits: np.ndarray
-    """:attr:`OfflineInputs.hits`, read for a row whose words are not yet in :attr:`memo`."""
-    index: int = 0
-    """The case's position in the run."""
-    sep: str = ", "
+    """Sentences that depend only on a few counts, built once per run and shared by the cases."""
+    sep: str
     """Between listed items: ``, `` (``、`` in Chinese)."""
-    join: str = "; "
+    join: str
     """Between the parts of one rationale: ``; `` (``；`` in Chinese)."""
-    around: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """A phrase with one ``{items}`` slot split around it once per run: filling it is a concatenation."""
+    cuts: dict[tuple[object, ...], tuple[str, str]] = field(default_factory=dict)
+    """Phrases filled but for the one slot that differs by case, cut around it (see :meth:`cut`)."""
 
-    def span_ranks(self) -> list[int]:
+    def once(self, memo_key: tuple[object, ...], **values: object) -> str:
+        """``words[memo_key[0]]`` filled with ``values``, kept under ``memo_key`` (the phrase and
+        the counts the words depend on). The callers look in :attr:`memo` first: building the
+        keyword arguments costs more than the lookup."""
+        said = self.memo[memo_key] = self.words[str(memo_key[0])].format(**values)
+        return said
+
+    def cut(self, memo_key: tuple[object, ...], slot: str, **values: object) -> tuple[str, str]:
+        """``words[memo_key[0]]`` filled with ``values`` and cut around ``{slot}``, kept under
+        ``memo_key``: filling in the case's own part is then an f-string, not a ``format``."""
+        marked = self.words[str(memo_key[0])].format(**values, **{slot: "\0"})
+        before, _, after = marked.partition("\0")
+        self.cuts[memo_key] = before, after
+        return before, after
+
+    def listed(self, items: Sequence[str]) -> str:
+        """``a, b, c`` (``a、b、c`` in Chinese), the first :data:`LISTED`, then how many more."""
+        rest = len(items) - LISTED
+        if rest <= 0:
+            return self.sep.join(items)
+        return self.sep.join(items[:LISTED]) + self.words["reason_more"].format(n=rest)
+
+    def quoted(self, text: str) -> str:
+        cut = text if len(text) <= QUOTED else text[: QUOTED - 1] + "…"
+        return f"「{cut}」" if self.language == "zh" else f'"{cut}"'
+
+    def retrieved(self, output: SystemOutput) -> str:
+        """What an unanswerable case retrieved: the article's rule scores it on that alone."""
+        n = len(output.ranked_ids) or len(output.contexts)
+        if not n:
+            return self.words["reason_retrieved_nothing"]
+        key = ("reason_retrieved_some", n)
+        return self.memo.get(key) or self.once(key, n=n)
+
+    def span_ranks(self, case: Case, output: SystemOutput) -> list[int]:
         """Per evidence span: the 1-based rank of the first top-K chunk covering it, 0 if none."""
-        evidence = self.case.relevant
+        evidence = case.relevant
         if self.matcher is None:
             return [0] * len(evidence)
-        texts = self.output.contexts
-        docs = self.output.doc_ids if self.matcher.same_doc else []
+        texts = output.contexts
+        docs = output.doc_ids if self.matcher.same_doc else []
         first = [0] * len(evidence)
-        for rank in range(min(self.k, len(texts))):
+        for rank in range(min(self.inputs.k, len(texts))):
             mask = self.matcher.mask(evidence, texts[rank], docs[rank] if rank < len(docs) else "")
             for j in range(len(evidence)):
                 if mask >> j & 1 and not first[j]:
@@ -80,213 +112,231 @@ class Facts:
         return first
 
 
-def _listed(items: Sequence[str], facts: Facts) -> str:
-    """``a, b, c`` (``a、b、c`` in Chinese), the first :data:`LISTED`, then how many more."""
-    rest = len(items) - LISTED
-    if rest <= 0:
-        return facts.sep.join(items)
-    return facts.sep.join(items[:LISTED]) + facts.words["reason_more"].format(n=rest)
+Column = Callable[[Run, Sequence[int], Sequence[float]], list[str]]
+"""Builds one metric's rationales: for the cases at ``rows`` (each with an output and a score in
+``values``, indexed by case), in that order."""
 
 
-def _quoted(text: str, language: str) -> str:
-    cut = text if len(text) <= QUOTED else text[: QUOTED - 1] + "…"
-    return f"「{cut}」" if language == "zh" else f'"{cut}"'
-
-
-def _retrieved(facts: Facts) -> str:
-    """What an unanswerable case retrieved: the article's rule scores it on that alone."""
-    n = len(facts.output.ranked_ids) or len(facts.output.contexts)
-    if not n:
-        return facts.words["reason_retrieved_nothing"]
-    return facts.words["reason_retrieved_some"].format(n=n)
-
-
-def recall_reason(facts: Facts, score: float) -> str:
+def recall_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> list[str]:
     """The relevant ids found in the top K and those missed (with the rank of a missed one
     returned below K); for evidence, the spans covered and not, by document."""
-    case, k = facts.case, facts.k
-    if case.unanswerable:
-        return _retrieved(facts)
-    if case.relevant and facts.matcher is not None:
-        return _spans_reason(facts, score)
-    ranked = facts.output.ranked_ids
-    memo = facts.memo
-    found: list[str] = []
-    missed: list[str] = []
-    for item in dict.fromkeys(case.relevant_ids):
-        # The first appearance of each relevant id, searched in C: rankings are walked in
-        # Python once per run, by the scoring step.
-        if item not in ranked:
-            missed.append(f"{item} ({facts.words['reason_not_retrieved']})")
+    cases, outputs, k, words, sep, join = run.cases, run.outputs, run.inputs.k, run.words, run.sep, run.join
+    memo = run.memo
+    found_before, found_after = _around(words["reason_found"])
+    missed_before, missed_after = _around(words["reason_missed"])
+    not_retrieved = words["reason_not_retrieved"]
+    evidence = run.matcher is not None
+    said: list[str] = []
+    for i in rows:
+        case, output = cases[i], outputs[i]
+        assert output is not None  # rows hold cases with an output
+        if case.unanswerable:
+            said.append(run.retrieved(output))
             continue
-        rank = ranked.index(item) + 1
-        if rank > k:
-            below = memo.get(("below", rank))
-            if below is None:
-                below = memo["below", rank] = facts.words["reason_below_k"].format(rank=rank, k=k)
-            missed.append(f"{item} ({below})")
-        else:
-            found.append(f"{item} (#{rank})")
-    n = len(found) + len(missed)
-    said = memo.get(("recall", len(found), n))
-    if said is None:
-        said = memo["recall", len(found), n] = facts.words["reason_recall"].format(found=len(found), n=n, k=k)
-    if found:
-        before, after = facts.around["reason_found"]
-        listed = facts.sep.join(found) if len(found) <= LISTED else _listed(found, facts)
-        said = f"{said}{facts.join}{before}{listed}{after}"
-    if missed:
-        before, after = facts.around["reason_missed"]
-        listed = facts.sep.join(missed) if len(missed) <= LISTED else _listed(missed, facts)
-        said = f"{said}{facts.join}{before}{listed}{after}"
+        if evidence and case.relevant:
+            said.append(_spans_reason(run, case, output))
+            continue
+        ranked = output.ranked_ids
+        found: list[str] = []
+        missed: list[str] = []
+        for item in dict.fromkeys(case.relevant_ids):
+            # The first appearance of each relevant id, searched in C: rankings are walked in
+            # Python once per run, by the scoring step.
+            if item not in ranked:
+                missed.append(f"{item} ({not_retrieved})")
+                continue
+            rank = ranked.index(item) + 1
+            if rank > k:
+                key: tuple[object, ...] = ("reason_below_k", rank)
+                missed.append(f"{item} ({memo.get(key) or run.once(key, rank=rank, k=k)})")
+            else:
+                found.append(f"{item} (#{rank})")
+        n = len(found) + len(missed)
+        key = ("reason_recall", len(found), n)
+        text = memo.get(key) or run.once(key, found=len(found), n=n, k=k)
+        if found:
+            listed = sep.join(found) if len(found) <= LISTED else run.listed(found)
+            text = f"{text}{join}{found_before}{listed}{found_after}"
+        if missed:
+            listed = sep.join(missed) if len(missed) <= LISTED else run.listed(missed)
+            text = f"{text}{join}{missed_before}{listed}{missed_after}"
+        said.append(text)
     return said
 
 
-def _spans_reason(facts: Facts, score: float) -> str:
+def _spans_reason(run: Run, case: Case, output: SystemOutput) -> str:
     """Evidence-anchored recall: per document, how many of its spans a top-K chunk covered."""
-    language = facts.language
-    first = facts.span_ranks()
+    words = run.words
+    first = run.span_ranks(case, output)
     docs: dict[str, list[int]] = {}
-    for item, rank in zip(facts.case.relevant, first, strict=True):
+    for item, rank in zip(case.relevant, first, strict=True):
         docs.setdefault(item.doc, []).append(rank)
     covered_docs = [
-        facts.words["reason_doc_spans"].format(doc=doc, covered=sum(1 for r in ranks if r), n=len(ranks))
+        words["reason_doc_spans"].format(doc=doc, covered=sum(1 for r in ranks if r), n=len(ranks))
         for doc, ranks in docs.items()
         if any(ranks)
     ]
     missed = [
-        f"{item.doc} {_quoted(item.span, language)}"
-        for item, rank in zip(facts.case.relevant, first, strict=True)
-        if not rank
+        f"{item.doc} {run.quoted(item.span)}" for item, rank in zip(case.relevant, first, strict=True) if not rank
     ]
-    parts = [facts.words["reason_spans"].format(found=sum(1 for r in first if r), n=len(first), k=facts.k)]
+    parts = [words["reason_spans"].format(found=sum(1 for r in first if r), n=len(first), k=run.inputs.k)]
     if covered_docs:
-        parts.append(facts.words["reason_covered"].format(items=_listed(covered_docs, facts)))
+        parts.append(words["reason_covered"].format(items=run.listed(covered_docs)))
     if missed:
-        parts.append(facts.words["reason_not_covered"].format(items=_listed(missed, facts)))
-    return ("；" if language == "zh" else "; ").join(parts)
+        parts.append(words["reason_not_covered"].format(items=run.listed(missed)))
+    return run.join.join(parts)
 
 
-def mrr_reason(facts: Facts, score: float) -> str:
+def mrr_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> list[str]:
     """The rank of the first relevant id (for evidence: of the first chunk matching a span), or
     that the ranking holds none."""
-    case = facts.case
-    if case.unanswerable:
-        return _retrieved(facts)
-    if case.relevant and facts.matcher is not None:
-        if score > 0:
-            return facts.words["reason_first_chunk"].format(rank=round(1 / score))
-        return facts.words["reason_no_relevant"].format(n=len(facts.output.contexts))
-    rank = facts.first_rank[facts.index]
-    if not rank:
-        return facts.words["reason_no_relevant"].format(n=len(facts.output.ranked_ids))
-    return facts.words["reason_first"].format(item=facts.output.ranked_ids[rank - 1], rank=rank)
+    cases, outputs, memo = run.cases, run.outputs, run.memo
+    first_rank = run.inputs.first_rank.tolist()
+    cuts = run.cuts
+    evidence = run.matcher is not None
+    said: list[str] = []
+    for i in rows:
+        case, output = cases[i], outputs[i]
+        assert output is not None  # rows hold cases with an output
+        if case.unanswerable:
+            said.append(run.retrieved(output))
+        elif evidence and case.relevant:
+            score = values[i]
+            if score > 0:
+                said.append(run.once(("reason_first_chunk", round(1 / score)), rank=round(1 / score)))
+            else:
+                said.append(run.once(("reason_no_relevant", len(output.contexts)), n=len(output.contexts)))
+        elif rank := first_rank[i]:
+            key = ("reason_first", rank)
+            before, after = cuts.get(key) or run.cut(key, "item", rank=rank)
+            said.append(f"{before}{output.ranked_ids[rank - 1]}{after}")
+        else:
+            key = ("reason_no_relevant", len(output.ranked_ids))
+            said.append(memo.get(key) or run.once(key, n=len(output.ranked_ids)))
+    return said
 
 
-def ndcg_reason(facts: Facts, score: float) -> str:
+def ndcg_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> list[str]:
     """The ranks in the top K that gained, against the ideal ranking's."""
-    case, k = facts.case, facts.k
-    if case.unanswerable:
-        return _retrieved(facts)
-    if case.relevant and facts.matcher is not None:
-        gained = sorted({rank for rank in facts.span_ranks() if rank})
-        return _ndcg_words(facts, min(len(case.relevant), k), gained)
-    # The ranks that gained are the hits the scoring step kept: the case's packed row is the key.
-    ideal = min(len(set(case.relevant_ids)), k)
-    said = facts.memo.get(("ndcg-row", ideal, facts.gains[facts.index]))
-    if said is None:
-        gained = [int(rank) + 1 for rank in np.flatnonzero(facts.hits[facts.index])]
-        said = facts.memo["ndcg-row", ideal, facts.gains[facts.index]] = _ndcg_words(facts, ideal, gained)
+    cases, outputs, k = run.cases, run.outputs, run.inputs.k
+    hits = run.inputs.hits
+    gains = _packed_rows(hits)
+    evidence = run.matcher is not None
+    said: list[str] = []
+    for i in rows:
+        case, output = cases[i], outputs[i]
+        assert output is not None  # rows hold cases with an output
+        if case.unanswerable:
+            said.append(run.retrieved(output))
+        elif evidence and case.relevant:
+            gained = sorted({rank for rank in run.span_ranks(case, output) if rank})
+            said.append(_ndcg_words(run, min(len(case.relevant), k), gained))
+        else:
+            # The ranks that gained are the hits the scoring step kept: the case's packed row is the key.
+            ideal = min(len(set(case.relevant_ids)), k)
+            key = ("ndcg-row", ideal, gains[i])
+            text = run.memo.get(key)
+            if text is None:
+                gained = [int(rank) + 1 for rank in np.flatnonzero(hits[i])]
+                text = run.memo[key] = _ndcg_words(run, ideal, gained)
+            said.append(text)
     return said
 
 
-def _ndcg_words(facts: Facts, ideal: int, gained: list[int]) -> str:
-    key = ("ndcg", ideal, *gained)
-    said = facts.memo.get(key)
-    if said is None:
-        ranks = ", ".join(str(rank) for rank in gained) if gained else facts.words["none"]
-        said = facts.memo[key] = facts.words["reason_ndcg"].format(ranks=ranks, k=facts.k, ideal=ideal)
-    return said
+def _ndcg_words(run: Run, ideal: int, gained: list[int]) -> str:
+    ranks = ", ".join(str(rank) for rank in gained) if gained else run.words["none"]
+    return run.once(("reason_ndcg", ideal, *gained), ranks=ranks, k=run.inputs.k, ideal=ideal)
 
 
-def citation_reason(facts: Facts, score: float) -> str:
+def citation_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> list[str]:
     """The cited numbers that do not point at a relevant id (or a chunk matching the evidence)."""
-    case, output = facts.case, facts.output
-    citations = output.citations
-    if not citations:
-        key = "reason_no_citation_unanswerable" if case.unanswerable else "reason_no_citation"
-        return facts.words[key]
-    if score == 1.0:  # every citation supports (the score says so): the words depend on the count alone
-        said = facts.memo.get(("citations", len(citations)))
-        if said is None:
-            said = facts.memo["citations", len(citations)] = facts.words["reason_citations_all"].format(
-                n=len(citations)
-            )
-        return said
-    size = len(output.contexts) if case.relevant else len(output.ranked_ids)
-    relevant = set(case.relevant_ids)
-    docs = output.doc_ids if facts.matcher is not None and facts.matcher.same_doc else []
-    bad = []
-    for cited in citations:
-        if not 0 < cited <= size:
-            bad.append(f"[{cited}] ({facts.words['reason_no_such_rank']})")
+    cases, outputs, words, memo, cuts, sep = run.cases, run.outputs, run.words, run.memo, run.cuts, run.sep
+    unsupported = run.inputs.unsupported
+    no_such = words["reason_no_such_rank"]
+    evidence = run.matcher is not None
+    said: list[str] = []
+    for i in rows:
+        case, output = cases[i], outputs[i]
+        assert output is not None  # rows hold cases with an output
+        citations = output.citations
+        if not citations:
+            said.append(words["reason_no_citation_unanswerable" if case.unanswerable else "reason_no_citation"])
             continue
-        if case.relevant and facts.matcher is not None:
-            position = cited - 1
-            doc = docs[position] if position < len(docs) else ""
-            ok = facts.matcher.mask(case.relevant, output.contexts[position], doc) > 0
-            if not ok:
-                bad.append(f"[{cited}]")
-        elif output.ranked_ids[cited - 1] not in relevant:
-            bad.append(f"[{cited}] {output.ranked_ids[cited - 1]}")
-    if not bad:
-        return facts.words["reason_citations_all"].format(n=len(citations))
-    return facts.words["reason_citations_bad"].format(bad=len(bad), n=len(citations), items=_listed(bad, facts))
-
-
-def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
-def accuracy_reason(facts: Facts, score: float) -> str:
-    """The expected facts missing from the answer; for an unanswerable case, the refusal phrase found."""
-    case, language = facts.case, facts.language
-    expected = case.expected_facts
-    if score == 1.0 and not case.unanswerable:  # every fact found (the score says so)
-        return _facts_all(facts, len(expected))
-    nfkc, fold = unicodedata.normalize, str.casefold  # _fold inlined: it runs on every answer and fact
-    answer = fold(nfkc("NFKC", facts.output.answer))
-    if case.unanswerable:
-        for phrase, folded in facts.refusals:
-            if folded in answer:
-                return facts.words["reason_refusal_found"].format(phrase=_quoted(phrase, language))
-        return facts.words["reason_refusal_missing"]
-    if not expected:
-        return facts.words["reason_no_facts"]
-    missing = [_quoted(fact, language) for fact in expected if fold(nfkc("NFKC", fact)) not in answer]
-    if not missing:
-        return _facts_all(facts, len(expected))
-    return facts.words["reason_facts_missing"].format(
-        missing=len(missing), n=len(expected), items=_listed(missing, facts)
-    )
-
-
-def _facts_all(facts: Facts, n: int) -> str:
-    said = facts.memo.get(("facts", n))
-    if said is None:
-        said = facts.memo["facts", n] = facts.words["reason_facts_all"].format(n=n)
+        if values[i] == 1.0:  # every citation supports (the score says so)
+            bad = []
+        elif evidence and case.relevant:
+            bad = _unsupported_spans(run, case, output)
+        elif numbers := unsupported.get(i):
+            ranked = output.ranked_ids
+            size = len(ranked)
+            bad = [f"[{c}] {ranked[c - 1]}" if 0 < c <= size else f"[{c}] ({no_such})" for c in numbers]
+        else:
+            bad = []
+        if bad:
+            key: tuple[object, ...] = ("reason_citations_bad", len(bad), len(citations))
+            before, after = cuts.get(key) or run.cut(key, "items", bad=len(bad), n=len(citations))
+            said.append(f"{before}{sep.join(bad) if len(bad) <= LISTED else run.listed(bad)}{after}")
+        else:  # every citation supports: the words depend on the count alone
+            key = ("reason_citations_all", len(citations))
+            said.append(memo.get(key) or run.once(key, n=len(citations)))
     return said
 
 
-_BY_KIND: dict[str, Callable[[Facts, float], str]] = {
-    "recall": recall_reason,
-    "rank": mrr_reason,
-    "ndcg": ndcg_reason,
-    "citation": citation_reason,
-    "accuracy": accuracy_reason,
+def _unsupported_spans(run: Run, case: Case, output: SystemOutput) -> list[str]:
+    """The cited numbers whose chunk matches none of the case's evidence spans."""
+    assert run.matcher is not None  # called only where gold is evidence
+    size = len(output.contexts)
+    docs = output.doc_ids if run.matcher.same_doc else []
+    bad = []
+    for cited in output.citations:
+        if not 0 < cited <= size:
+            bad.append(f"[{cited}] ({run.words['reason_no_such_rank']})")
+            continue
+        doc = docs[cited - 1] if cited - 1 < len(docs) else ""
+        if not run.matcher.mask(case.relevant, output.contexts[cited - 1], doc):
+            bad.append(f"[{cited}]")
+    return bad
+
+
+def accuracy_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> list[str]:
+    """The expected facts missing from the answer; for an unanswerable case, the refusal phrase found."""
+    cases, words, memo, cuts, sep = run.cases, run.words, run.memo, run.cuts, run.sep
+    missing_facts, refusal_found = run.inputs.missing_facts, run.inputs.refusal_found
+    said: list[str] = []
+    for i in rows:
+        case = cases[i]
+        if case.unanswerable:
+            j = refusal_found.get(i)
+            if j is None:
+                said.append(words["reason_refusal_missing"])
+            else:
+                key: tuple[object, ...] = ("reason_refusal_found", j)
+                said.append(memo.get(key) or run.once(key, phrase=run.quoted(run.refusals[j])))
+            continue
+        expected = case.expected_facts
+        lacking = missing_facts.get(i)
+        if not expected:
+            said.append(words["reason_no_facts"])
+        elif lacking:
+            missing = [run.quoted(expected[j]) for j in lacking]
+            key = ("reason_facts_missing", len(missing), len(expected))
+            before, after = cuts.get(key) or run.cut(key, "items", missing=len(missing), n=len(expected))
+            said.append(f"{before}{sep.join(missing) if len(missing) <= LISTED else run.listed(missing)}{after}")
+        else:
+            key = ("reason_facts_all", len(expected))
+            said.append(memo.get(key) or run.once(key, n=len(expected)))
+    return said
+
+
+_BY_KIND: dict[str, Column] = {
+    "recall": recall_reasons,
+    "rank": mrr_reasons,
+    "ndcg": ndcg_reasons,
+    "citation": citation_reasons,
+    "accuracy": accuracy_reasons,
 }
-BUILDERS: dict[str, Callable[[Facts, float], str]] = {name: _BY_KIND[kind] for name, kind in REASON_KINDS.items()}
-"""Metric name -> the builder of its per-case rationale (the names are the registry's)."""
+BUILDERS: dict[str, Column] = {name: _BY_KIND[kind] for name, kind in REASON_KINDS.items()}
+"""Metric name -> the builder of its per-case rationales (the names are the registry's)."""
 
 
 def fill_rationales(
@@ -303,57 +353,46 @@ def fill_rationales(
     """Write each scored case's rationale of every offline metric with a builder into
     ``results[i].rationale``; an unanswerable case on a metric whose mean leaves it out also names
     the rule that scored it. A case without a score (an error) gets none: its error says why.
-    ``inputs``: what :func:`ragexp.metrics.offline.build_inputs` reduced these cases to (its K is
-    the run's)."""
+    ``inputs``: what :func:`ragexp.metrics.offline.build_inputs` reduced these cases to (with the
+    same ``refusal_phrases`` and ``match``; its K is the run's)."""
     chosen = [(spec, BUILDERS[spec.name]) for spec in specs if spec.name in BUILDERS and spec.name in scores]
     if not chosen:
         return
     language = language if language in ("en", "zh") else "en"
     words = {key: text[language] for key, text in PHRASES.items()}
-    rule = words["unanswerable_row"]
     join = "；" if language == "zh" else "; "
-    columns = [
-        (spec.name, build, scores[spec.name].tolist(), (~covered(spec, inputs.unanswerable)).tolist())
-        for spec, build in chosen
-    ]
-    refusals = [(phrase, _fold(phrase)) for phrase in refusal_phrases]
-    matcher = Matcher(match) if any(case.relevant for case in cases) else None
-    first_rank, gains = inputs.first_rank.tolist(), _packed_rows(inputs.hits)
-    around = {key: _around(words[key]) for key in ("reason_found", "reason_missed")}
-    sep = "、" if language == "zh" else ", "
-    facts: Facts | None = None
-    for i, (case, result) in enumerate(zip(cases, results, strict=True)):
-        output = result.output
-        if output is None:
-            continue
-        if facts is None:
-            facts = Facts(
-                case,
-                output,
-                inputs.k,
-                language,
-                refusals,
-                matcher,
-                words,
-                {},
-                first_rank,
-                gains,
-                inputs.hits,
-                i,
-                sep,
-                join,
-                around,
-            )
-        else:  # one object reused: building one per case costs as much as a rationale
-            facts.case, facts.output, facts.index = case, output, i
-        rationale = result.rationale
-        errors = result.metric_errors
-        for name, build, values, apart in columns:
-            score = values[i]
-            if score != score or (errors and name in errors):
-                continue
-            said = build(facts, score)
-            rationale[name] = f"{said}{join}{rule}" if apart[i] else said
+    run = Run(
+        cases,
+        [result.output for result in results],
+        inputs,
+        language,
+        words,
+        refusal_phrases,
+        Matcher(match) if any(case.relevant for case in cases) else None,
+        {},
+        "、" if language == "zh" else ", ",
+        join,
+    )
+    rationales = [result.rationale for result in results]
+    answered = np.fromiter((output is not None for output in run.outputs), dtype=bool, count=len(results))
+    flagged = {i: result.metric_errors for i, result in enumerate(results) if result.metric_errors}
+    rule = words["unanswerable_row"]
+    for spec, build in chosen:
+        name = spec.name
+        column = scores[name]
+        rows = np.flatnonzero(answered & ~np.isnan(column)).tolist()  # a NaN score is an error: it says why
+        if flagged:
+            rows = [i for i in rows if name not in flagged.get(i, ())]
+        values = column.tolist()
+        for i, said in zip(rows, build(run, rows, values), strict=True):
+            rationales[i][name] = said
+        with_rule: dict[str, str] = {}
+        for i in np.flatnonzero(~covered(spec, inputs.unanswerable)).tolist():
+            own = rationales[i].get(name)
+            if own is not None:
+                if own not in with_rule:
+                    with_rule[own] = f"{own}{join}{rule}"
+                rationales[i][name] = with_rule[own]
 
 
 def _packed_rows(hits: np.ndarray) -> list[bytes]:
