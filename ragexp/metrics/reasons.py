@@ -53,12 +53,12 @@ class Run:
     """The refusal phrases as configured, in the order :func:`ragexp.metrics.offline.build_inputs` matched them."""
     matcher: Matcher | None
     """Matches chunks to evidence spans; None when no case's gold is evidence."""
-    memo: dict[tuple[object, ...], str]
-    """Sentences that depend only on a few counts, built once per run and shared by the cases."""
     sep: str
     """Between listed items: ``, `` (``、`` in Chinese)."""
     join: str
     """Between the parts of one rationale: ``; `` (``；`` in Chinese)."""
+    memo: dict[tuple[object, ...], str] = field(default_factory=dict)
+    """Sentences that depend only on a few counts, built once per run and shared by the cases."""
     cuts: dict[tuple[object, ...], tuple[str, str]] = field(default_factory=dict)
     """Phrases filled but for the one slot that differs by case, cut around it (see :meth:`cut`)."""
 
@@ -98,9 +98,8 @@ class Run:
 
     def span_ranks(self, case: Case, output: SystemOutput) -> list[int]:
         """Per evidence span: the 1-based rank of the first top-K chunk covering it, 0 if none."""
+        assert self.matcher is not None  # called only where gold is evidence
         evidence = case.relevant
-        if self.matcher is None:
-            return [0] * len(evidence)
         texts = output.contexts
         docs = output.doc_ids if self.matcher.same_doc else []
         first = [0] * len(evidence)
@@ -122,8 +121,8 @@ def recall_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> li
     returned below K); for evidence, the spans covered and not, by document."""
     cases, outputs, k, words, sep, join = run.cases, run.outputs, run.inputs.k, run.words, run.sep, run.join
     memo = run.memo
-    found_before, found_after = _around(words["reason_found"])
-    missed_before, missed_after = _around(words["reason_missed"])
+    found_before, found_after = run.cut(("reason_found",), "items")
+    missed_before, missed_after = run.cut(("reason_missed",), "items")
     not_retrieved = words["reason_not_retrieved"]
     evidence = run.matcher is not None
     said: list[str] = []
@@ -369,7 +368,6 @@ def fill_rationales(
         words,
         refusal_phrases,
         Matcher(match) if any(case.relevant for case in cases) else None,
-        {},
         "、" if language == "zh" else ", ",
         join,
     )
@@ -402,8 +400,3 @@ def _packed_rows(hits: np.ndarray) -> list[bytes]:
     packed = np.ascontiguousarray(np.packbits(hits != 0, axis=1))
     rows: list[bytes] = packed.view(np.dtype((np.void, packed.shape[1]))).ravel().tolist()  # type: ignore[assignment]
     return rows
-
-
-def _around(phrase: str) -> tuple[str, str]:
-    before, _, after = phrase.partition("{items}")
-    return before, after
