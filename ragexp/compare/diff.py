@@ -10,12 +10,13 @@ import numpy as np
 from ragexp.compare.data import RunData
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.missing import metric_why
+from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cases
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired, paired_by_unit, unit_means
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
-from ragexp.metrics.population import Population, answerable_only, covered
+from ragexp.metrics.population import Population, population
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
 from ragexp.phrases import t
 
@@ -36,8 +37,9 @@ class MetricDiff:
     direction: str
     baseline: float | None
     candidate: float | None
+    """Each run's mean over the paired cases (:attr:`pairing`); a run-level figure's logged value."""
     delta: float | None
-    """candidate - baseline of the logged values."""
+    """candidate - baseline over the paired cases (of the logged values for a run-level figure)."""
     ci_low: float | None
     ci_high: float | None
     """Confidence interval of the mean paired difference (None for run-level figures)."""
@@ -64,6 +66,29 @@ class MetricDiff:
     runs have conversations, else cases."""
     unit: str = "case"
     """``conversation`` or ``case``: what the paired test and its interval resample."""
+    pairing: Pairing | None = None
+    """The cases paired and those left out, by reason (None for a run-level figure)."""
+    baseline_own: float | None = None
+    candidate_own: float | None = None
+    """Each run's own logged value, over its own population (a ``min``/``max`` rule reads the
+    candidate's); equal to :attr:`baseline`/:attr:`candidate` when no case is left out."""
+    candidate_population: Population | None = None
+    """The candidate's own population of :attr:`candidate_own` (None for a run-level figure)."""
+
+    def __post_init__(self) -> None:
+        # A comparison built without its runs' own values (no case left out): they are the pairs'.
+        if self.baseline_own is None:
+            self.baseline_own = self.baseline
+        if self.candidate_own is None:
+            self.candidate_own = self.candidate
+        if self.candidate_population is None and self.pairing is None:
+            self.candidate_population = self.population
+
+    def compared(self) -> str | None:
+        """The cases compared, in words, with those left out and why; None for a run-level figure."""
+        if self.pairing is not None:
+            return self.pairing.words()
+        return self.population.words() if self.population is not None else None
 
     @property
     def detectable_effect(self) -> float | None:
@@ -129,6 +154,9 @@ class MetricDiff:
             "population": self.population.to_json() if self.population is not None else None,
             "n": self.n,
             "unit": self.unit,
+            "pairing": self.pairing.to_json() if self.pairing is not None else None,
+            "baseline_own": self.baseline_own,
+            "candidate_own": self.candidate_own,
             **extra,
         }
 
@@ -199,14 +227,13 @@ def compute_diff(
     allow_incomparable: bool = False,
 ) -> DiffResult:
     found = check_comparable(baseline, candidate, allow=allow_incomparable)
-    candidate_ids = set(candidate.case_ids)
-    shared = [case_id for case_id in baseline.case_ids if case_id in candidate_ids]
-    base, cand = baseline.select(shared), candidate.select(shared)
+    runs = shared_cases(baseline, candidate)
+    base, cand = runs.baseline, runs.candidate
     names = [name for name in baseline.metrics if name in candidate.metrics or found]
     for name in candidate.metrics:
         if name not in names:
             names.append(name)
-    metrics = [_metric_diff(name, base, cand, baseline, candidate, resamples, confidence, seed) for name in names]
+    metrics = [_metric_diff(name, runs, baseline, candidate, resamples, confidence, seed) for name in names]
     apart = {m.name for m in metrics if m.not_comparable is not None}
     worst = _worst_cases(base, cand, top, apart)
     return DiffResult(baseline, candidate, metrics, worst, diagnose(metrics), found, confidence)
@@ -214,33 +241,39 @@ def compute_diff(
 
 def _metric_diff(
     name: str,
-    base: RunData,
-    cand: RunData,
+    runs: SharedCases,
     baseline: RunData,
     candidate: RunData,
     resamples: int,
     confidence: float,
     seed: int,
 ) -> MetricDiff:
+    """One metric compared: every figure over its pairing (:func:`ragexp.compare.pairing.pair_metric`),
+    each run's own logged value beside."""
+    base, cand = runs.baseline, runs.candidate
     spec = candidate.spec(name) or baseline.spec(name)
     direction = spec.direction if spec else "higher"
-    b_value, c_value = baseline.summary(name), candidate.summary(name)
+    b_own, c_own = baseline.summary(name), candidate.summary(name)
     changed = definition_change(baseline.spec(name), candidate.spec(name))
     if changed is not None:
         why = f"defined differently in the two runs: {changed}"
         return MetricDiff(
-            name, direction, b_value, c_value, None, None, None, None, 0, 0, 0, 0, not_comparable=why, spec=spec
+            name, direction, b_own, c_own, None, None, None, None, 0, 0, 0, 0, not_comparable=why, spec=spec
         )
+    b_value, c_value = b_own, c_own
     delta = c_value - b_value if b_value is not None and c_value is not None else None
     b_cases, c_cases = base.per_case(name), cand.per_case(name)
     improved = regressed = unchanged = pairs = n = 0
     compared: Population | None = None
+    pairing: Pairing | None = None
     units = base.units()
     ci_low = ci_high = p_value = None
     power = None
+    mask = np.zeros(len(base.case_ids), dtype=bool)
     if b_cases is not None and c_cases is not None:
-        within = covered(spec, base.unanswerable)
-        mask = np.isfinite(b_cases) & np.isfinite(c_cases) & within
+        pairing = pair_metric(name, spec, runs)
+        assert pairing is not None  # both runs have per-case values
+        mask = pairing.mask
         change = c_cases[mask] - b_cases[mask]
         if direction == "lower":
             change = -change
@@ -249,10 +282,13 @@ def _metric_diff(
         unchanged = int(change.size - improved - regressed)
         pairs = int(change.size)
         if spec is not None and spec.per_case:
-            name_of = "answerable" if answerable_only(spec, base.unanswerable) else "all"
-            compared = Population(pairs, int(within.sum()), int(within.size), name_of)
+            compared = pairing.population
         n = pairs if units is None else int(np.unique(units[mask]).size)
-        if spec is not None and spec.mean_of_cases:
+        if spec is None or not spec.mean_of_cases:
+            pairing = None  # a run-level figure (a percentile of latency): the logged values compare
+        else:
+            # The means and delta of the very cases the test and the gate's rules run on.
+            b_value, c_value, delta = pairing.baseline, pairing.candidate, pairing.delta
             if units is None:
                 stats = paired(b_cases[mask], c_cases[mask], resamples=resamples, confidence=confidence, seed=seed)
                 power = paired_power(change, confidence=confidence)
@@ -268,6 +304,7 @@ def _metric_diff(
             if stats is not None:
                 ci_low, ci_high, p_value = stats.ci_low, stats.ci_high, stats.p_value
     ppi = _paired_ppi(name, base, cand, mask, confidence) if b_cases is not None and c_cases is not None else None
+    own = candidate.per_case(name) if spec is not None and spec.per_case else None
     return MetricDiff(
         name,
         direction,
@@ -287,6 +324,10 @@ def _metric_diff(
         population=compared,
         n=n,
         unit=base.unit,
+        pairing=pairing,
+        baseline_own=b_own,
+        candidate_own=c_own,
+        candidate_population=population(spec, own, candidate.unanswerable) if own is not None else None,
     )
 
 

@@ -288,10 +288,10 @@ def rule_results(
         _add_power(result, compared)
         if (
             compared is not None
-            and compared.population is not None
-            and result.rule not in ("max_error_rate", *CALIBRATION_RULES)
+            and compared.compared() is not None
+            and result.rule not in ("max_error_rate", *CALIBRATION_RULES, *BOUND_RULES)
         ):
-            result.population = compared.population.words()
+            result.population = compared.compared()
     return results
 
 
@@ -385,19 +385,13 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
     def result(outcome: Outcome, message: str) -> RuleResult:
         return RuleResult(name, kind, base, cand, threshold, message, outcome)
 
+    if kind in BOUND_RULES:
+        return _check_bound(name, kind, threshold, metric)
     if metric is None or cand is None:
         return result("undecided", f"{name}: the candidate has no score for it, so '{kind}' cannot pass")
     on = _on(metric)
     if metric.not_comparable is not None and kind in CHANGE_RULES:
         return result("undecided", f"{name}: {metric.not_comparable}, so '{kind}' cannot be checked")
-    if kind == "min":
-        below = cand < threshold - EPSILON
-        word = "below" if below else "at or above"
-        return result("failed" if below else "passed", f"{name}: {fmt(cand)}{on} is {word} the floor {threshold:g}")
-    if kind == "max":
-        above = cand > threshold + EPSILON
-        word = "above" if above else "at or below"
-        return result("failed" if above else "passed", f"{name}: {fmt(cand)}{on} is {word} the ceiling {threshold:g}")
     if base is None:
         return result("undecided", f"{name}: the baseline has no score for it, so '{kind}' cannot be checked")
     worse_by = base - cand if direction == "higher" else cand - base
@@ -415,6 +409,33 @@ def _check(name: str, kind: str, threshold: float, rule: GateRule, metric: Metri
             return result("failed", f"{move}, up by {fmt(worse_by)} (allowed increase {threshold:g})")
         return result("passed", f"{move}, {_moved(worse_by)} (allowed increase {threshold:g})")
     return _ratio(move, base, cand, worse_by, threshold, result)
+
+
+BOUND_RULES = ("min", "max")
+"""Rules on the candidate alone: they read its own value over its own population, not the pairs."""
+
+
+def _check_bound(name: str, kind: str, threshold: float, metric: MetricDiff | None) -> RuleResult:
+    """``min``/``max``: the candidate's own logged value against the bound, and the message says so."""
+    base = metric.baseline_own if metric else None
+    cand = metric.candidate_own if metric else None
+    if metric is None or cand is None:
+        missing = f"{name}: the candidate has no score for it, so '{kind}' cannot pass"
+        return RuleResult(name, kind, base, cand, threshold, missing, "undecided")
+    own = metric.candidate_population
+    what = f"the candidate's own {'mean' if own is not None else 'value'} {fmt(cand)}"
+    if own is not None:
+        what += f" on {own.words()}"
+    if kind == "min":
+        failed = cand < threshold - EPSILON
+        where = f"{'below' if failed else 'at or above'} the floor {threshold:g}"
+    else:
+        failed = cand > threshold + EPSILON
+        where = f"{'above' if failed else 'at or below'} the ceiling {threshold:g}"
+    outcome: Outcome = "failed" if failed else "passed"
+    checked = RuleResult(name, kind, base, cand, threshold, f"{name}: {what} is {where}", outcome)
+    checked.population = own.words() + " (the candidate's own)" if own is not None else None
+    return checked
 
 
 def _ratio(
@@ -446,8 +467,10 @@ def _ratio(
 
 
 def _on(metric: MetricDiff) -> str:
-    """`` on 30 of 35 (answerable)`` after a quoted mean or change; nothing for a run-level figure."""
-    return metric.population.on() if metric.population is not None else ""
+    """`` on 30 of 35 (answerable)`` after a quoted change, with the cases left out of the pairs
+    and why; nothing for a run-level figure."""
+    compared = metric.compared()
+    return f" on {compared}" if compared is not None else ""
 
 
 def _moved(worse_by: float) -> str:

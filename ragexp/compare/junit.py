@@ -90,5 +90,6 @@ def _details(rule: RuleResult) -> str:
         f"baseline: {fmt(rule.baseline)}\n"
         f"candidate: {fmt(rule.candidate)}\n"
         f"threshold: {threshold(rule.threshold)}\n"
-        f"{rule.message}"
+        + (f"compared: {rule.population}\n" if rule.population else "")
+        + f"{rule.message}"
     )

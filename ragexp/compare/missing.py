@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ragexp.compare.figures import fmt
 from ragexp.compare.power import detectable_words
 from ragexp.metrics.registry import METRICS
 from ragexp.phrases import t
@@ -61,7 +62,25 @@ def metric_legend(diff: DiffResult, language: str = "en") -> list[str]:
         reasons = list(dict.fromkeys(metric_why(diff, m, language).values()))
         if reasons:
             lines.append(f"{m.name}: {'; '.join(reasons)}")
-    return [t("dash_means", language), *lines] if lines else []
+    legend = [t("dash_means", language), *lines] if lines else []
+    return legend + own_means(diff)
+
+
+def own_means(diff: DiffResult) -> list[str]:
+    """A line per metric whose comparison left cases out: each run's own value over its own
+    cases, labelled as such (the table's means are over the pairs)."""
+    lines = []
+    for m in diff.metrics:
+        if m.pairing is None or not m.pairing.left_out:
+            continue
+        own = f"candidate {fmt(m.candidate_own)}"
+        if m.candidate_population is not None:
+            own += f" on {m.candidate_population.words()}"
+        lines.append(
+            f"{m.name}: compared on {m.pairing.pairs} pairs ({m.pairing.left_out_words()}); "
+            f"each run's own value: baseline {fmt(m.baseline_own)}, {own}"
+        )
+    return lines
 
 
 def case_legend(cases: Sequence[dict[str, Any]], language: str = "en") -> list[str]:

@@ -53,7 +53,7 @@ def _metric_row(m: MetricDiff, language: str, marks: bool) -> list[str]:
         f"{m.improved}/{m.regressed}/{m.unchanged}",
         (_MARKS.get(verdict, "") if marks else "") + t(f"moved_{verdict}", language),
         fmt(m.detectable_effect),
-        m.population.words() if m.population is not None else t("run_figure", language),
+        m.compared() or t("run_figure", language),
     ]
 
 
