@@ -229,7 +229,7 @@ def test_a_gate_reason_names_the_cases_its_mean_or_change_is_over(ragexp: Any, t
         f"mrr: 1.0000 -> {fmt(1 - 3.5 / 30)} on 30 of 35 (answerable), worse by {fmt(3.5 / 30)} (allowed drop 0.01)"
     )
     assert checked["recall_at_k", "min"]["message"] == (
-        "recall_at_k: 1.0000 on 30 of 35 (answerable) is at or above the floor 0.9"
+        "recall_at_k: the candidate's own mean 1.0000 on 30 of 35 (answerable) is at or above the floor 0.9"
     )
     ndcg = checked["ndcg_at_k", "max_drop"]["message"]
     assert ndcg.startswith("ndcg_at_k: paired difference interval [") and "] on 30 of 35 (answerable) " in ndcg

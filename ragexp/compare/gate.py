@@ -11,6 +11,7 @@ import numpy as np
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
+from ragexp.compare.pairing import paired_mask
 from ragexp.compare.power import Power, cannot_tell_line
 from ragexp.compare.sequential import (
     bound_decision,
@@ -434,7 +435,7 @@ def _check_bound(name: str, kind: str, threshold: float, metric: MetricDiff | No
         where = f"{'above' if failed else 'at or below'} the ceiling {threshold:g}"
     outcome: Outcome = "failed" if failed else "passed"
     checked = RuleResult(name, kind, base, cand, threshold, f"{name}: {what} is {where}", outcome)
-    checked.population = own.words() + " (the candidate's own)" if own is not None else None
+    checked.population = own.words() if own is not None else None
     return checked
 
 
@@ -589,7 +590,10 @@ def _sequential_rule(result: RuleResult, values: SequentialValues, confidence: f
         return None
     width = float(spec.high) - spec.low  # type: ignore[arg-type]  # bounded: high is set
     alpha = 1.0 - confidence
-    mask = np.isfinite(cand) & (np.isfinite(base) if kind == "max_drop" else True) & covered(spec, values.unanswerable)
+    if kind == "max_drop":
+        mask = paired_mask(spec, base, cand, values.unanswerable)
+    else:  # a floor or a ceiling: the candidate's own cases
+        mask = np.isfinite(cand) & covered(spec, values.unanswerable)
     counted = np.cumsum(mask)
     looks = np.unique(counted[values.looks - 1]) if values.looks.size else np.empty(0, dtype=np.int64)
     looks = looks[looks > 0]
@@ -639,6 +643,11 @@ def _sequential_rule(result: RuleResult, values: SequentialValues, confidence: f
     )
     checked.sequential = found
     checked.population = f"{pairs} of {evaluated} evaluated ({values.total} in the dataset)"
+    unscored = int(np.count_nonzero(covered(spec, values.unanswerable)[:evaluated])) - pairs
+    if unscored > 0:  # evaluated, in the population, without a score (in either run, for a drop)
+        checked.population += (
+            f"; {unscored} left out: not scored by {'both runs' if kind == 'max_drop' else 'the candidate'}"
+        )
     return checked
 
 

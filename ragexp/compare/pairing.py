@@ -109,6 +109,16 @@ def shared_cases(baseline: RunData, candidate: RunData) -> SharedCases:
     )
 
 
+def paired_mask(
+    spec: MetricSpec | None, baseline: np.ndarray, candidate: np.ndarray, unanswerable: np.ndarray
+) -> np.ndarray:
+    """(n,) bool: the pairs of one metric over cases both runs hold, in one order: both scored it,
+    and the case is in the metric's population. Every comparison pairs with this (``diff``, the
+    gates, a sequential run's looks)."""
+    mask: np.ndarray = np.isfinite(baseline) & np.isfinite(candidate) & covered(spec, unanswerable)
+    return mask
+
+
 def pair_metric(name: str, spec: MetricSpec | None, runs: SharedCases) -> Pairing | None:
     """The pairing of metric ``name`` over the runs' shared cases, with every case of its
     population either run holds outside the pairs counted by reason; None when either run has no
@@ -119,7 +129,7 @@ def pair_metric(name: str, spec: MetricSpec | None, runs: SharedCases) -> Pairin
     base, cand = runs.baseline, runs.candidate
     within = covered(spec, base.unanswerable)
     b_scored, c_scored = np.isfinite(b_values), np.isfinite(c_values)
-    mask = b_scored & c_scored & within
+    mask = paired_mask(spec, b_values, c_values, base.unanswerable)
     left: dict[str, int] = {}
 
     def count(reason: str, where: np.ndarray) -> None:

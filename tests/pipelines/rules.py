@@ -69,3 +69,10 @@ async def asynchronous(case: Case, output: SystemOutput) -> float:
 
 
 NOT_CALLABLE = 3
+
+
+def fussy(case: Case, output: SystemOutput) -> float:
+    """Raises on an answer that says "boom" (an error for that case), else 1 for a "good" answer."""
+    if "boom" in output.answer:
+        raise ValueError("boom")
+    return 1.0 if "good" in output.answer else 0.0
