@@ -29,7 +29,20 @@ SOURCE_ID = "ragexp"
 CASE_METADATA = "ragexp.case_id"
 """Trace metadata key holding the whole case id."""
 SESSION_METADATA = "mlflow.trace.session"
-"""Trace metadata key MLflow groups a session's traces by: a turn's conversation id."""
+"""Trace metadata key MLflow groups a session's traces by: the run and the turn's conversation
+(:func:`session_id`)."""
+OUTSIDE_METADATA = "ragexp.outside_mean"
+"""Trace metadata key of an unanswerable case: its own row's scores on the metrics whose run mean
+leaves it out, and the rule that scored them (no assessment carries them: the UI's mean of a
+metric's assessments is the run's)."""
+
+
+def session_id(run_id: str, conversation: str) -> str:
+    """A conversation's MLflow session in one run: the same conversation run twice in one
+    experiment is two sessions, each showing that run's turns only."""
+    return f"{conversation}@{run_id}"
+
+
 PREVIEW_CHARS = limits.PREVIEW.chars
 """Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
 SPAN_TEXT_CHARS = 20_000
@@ -78,6 +91,9 @@ class CaseTrace:
     session view groups a conversation's turns (None: a single question)."""
     history: list[dict[str, str]] | None = None
     """The turns before this one as ``{"role", "content"}`` messages, shown on the root span."""
+    outside: dict[str, float] = field(default_factory=dict)
+    """An unanswerable case's own row scores on metrics whose run mean leaves it out (the trace's
+    ``ragexp.outside_mean`` metadata, never an assessment)."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -216,15 +232,14 @@ class TracePlan:
     """True when only the errored and imperfect cases got a trace."""
 
 
-def outside_mean(said: str | None, language: str) -> str:
-    """The rationale of an unanswerable case's score on a metric averaged over the answerable
-    cases: the rule that scored it, after what the metric itself said."""
+def outside_mean(scores: dict[str, float], language: str) -> str:
+    """The ``ragexp.outside_mean`` metadata of an unanswerable case: its row's scores on the
+    metrics averaged over the answerable cases, then the rule that scored them."""
     from ragexp.phrases import t
 
     rule = t("unanswerable_row", language if language in ("en", "zh") else "en")
-    if said and rule in said:  # the metric's own rationale already names it (ragexp.metrics.reasons)
-        return said
-    return f"{said}; {rule}" if said else rule
+    values = ", ".join(f"{name} {value:g}" for name, value in scores.items())
+    return f"{values}: {rule}"
 
 
 def select_cases(
@@ -269,9 +284,9 @@ def build_traces(
 
     A metric with a score is a feedback value; a metric that could not be computed (the case's
     system call failed, or the metric itself failed) is a feedback carrying the error, never a
-    value. An unanswerable case keeps its own row's score on a metric averaged over the answerable
-    cases (as ``cases.jsonl`` does), its rationale saying the run's mean leaves it out
-    (:mod:`ragexp.metrics.population`).
+    value. An unanswerable case has no assessment of a metric averaged over the answerable cases
+    (:mod:`ragexp.metrics.population`), so the mean of a metric's assessments is the run's value;
+    its own row's score stays in ``cases.jsonl`` and the trace's ``ragexp.outside_mean`` metadata.
     """
     unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
     per_case = [spec for spec in specs if spec.per_case and spec.name in scores]
@@ -282,13 +297,17 @@ def build_traces(
         case, result = cases[index], results[index]
         output = result.output
         feedback: list[FeedbackRecord] = []
+        left_out: dict[str, float] = {}
         for spec in per_case:
             value = float(scores[spec.name][index])
             source = judge if spec.judge else None
+            if value == value and outside[spec.name][index]:
+                # Outside the metric's run mean: no assessment (the UI averages every assessment
+                # of a name), the row's score on the trace's metadata instead.
+                left_out[spec.name] = value
+                continue
             if value == value:
                 said = result.rationale.get(spec.name)
-                if outside[spec.name][index]:
-                    said = outside_mean(said, language)
                 feedback.append(FeedbackRecord(spec.name, value, judge=source, rationale=said))
                 continue
             reason = result.metric_errors.get(spec.name) or (f"case error: {result.error}" if result.error else None)
@@ -312,6 +331,7 @@ def build_traces(
                 language=language,
                 session=case.conversation,
                 history=histories[index] if histories is not None else None,
+                outside=left_out,
             )
         )
     return TracePlan(traces, len(cases), capped)

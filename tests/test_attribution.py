@@ -135,8 +135,18 @@ def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, 
 
     base = _run(ragexp)
     cand = _run(ragexp, KNOB)
-    found = _attributed(ragexp, base, cand)
+    whole = ragexp("diff", base, cand, "--attribute", "--json", "--resamples", "500")
+    assert whole.code == 0, whole.stderr
+    found = whole.json()["attribution"]
     assert found["replayed"] > 0 and not found["errors"]
+    # One verdict per metric: the attribution's total is the diff row's delta, with its interval.
+    rows = {m["name"]: m for m in whole.json()["metrics"]}
+    for row in found["metrics"]:
+        if row["total"] is not None:
+            compared = rows[row["name"]]
+            assert row["cases"] == compared["pairing"]["pairs"], row["name"]
+            assert row["total"] == pytest.approx(compared["delta"], abs=1e-12), row["name"]
+            assert row["total_ci"] == [compared["ci_low"], compared["ci_high"]], row["name"]
     for name in ("answer_accuracy", "citation_precision"):
         row = _metric(found, name)
         assert row["generation"] == 0.0 and row["generation_ci"] == [0.0, 0.0] and row["interaction"] == 0.0

@@ -487,16 +487,21 @@ def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_ur
 
     result = run_chat(ragexp, chats, "remembers")
     assert result.code == 0, result.stderr
+    again = run_chat(ragexp, chats, "remembers")  # the same conversations, another run, one experiment
+    assert again.code == 0, again.stderr
+    run_id = result.json()["run_id"]
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("ragexp").experiment_id
+    name = f"conv-ret@{run_id}"  # the session names the run and the conversation
     session = client.search_traces(
-        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = 'conv-ret'"
+        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = '{name}'"
     )
     cases = sorted(json.loads(trace.info.request_preview)["case_id"] for trace in session)
-    assert cases == ["conv-ret#1", "conv-ret#2"]
+    assert cases == ["conv-ret#1", "conv-ret#2"]  # this run's turns only
+    assert {t.info.request_metadata["mlflow.sourceRun"] for t in session} == {run_id}
     second = next(t for t in session if json.loads(t.info.request_preview)["case_id"] == "conv-ret#2")
     full = client.get_trace(second.info.trace_id)
-    assert full.info.trace_metadata[TraceMetadataKey.TRACE_SESSION] == "conv-ret"
+    assert full.info.trace_metadata[TraceMetadataKey.TRACE_SESSION] == name
     assert {a.name for a in full.info.assessments} >= {"recall_at_k", "mrr"}
     root = next(span for span in full.data.spans if span.parent_id is None)
     assert root.inputs["history"] == [

@@ -306,6 +306,18 @@ def test_confirm_chooses_on_the_rest_and_gates_a_run_on_the_held_out_cases(
     assert [r["outcome"] for r in gate.json()["rules"]] == [r["outcome"] for r in confirm["gate"]["rules"]]
     assert {r["metric"] for r in confirm["gate"]["rules"]} == {"error_rate", "recall_at_k", "mrr", "answer_accuracy"}
     assert client.get_run(confirm["run_id"]).data.tags["ragexp.gate.baseline"] == sentence
+    # The confirm gate pairs the baseline's held-out cases with the confirm run's: its means and
+    # change are over those 14 cases (the answerable ones, for recall), never the baseline's 35.
+    base_rows, held_rows = (
+        rows_of(client, sentence, tmp_path / "base"),
+        rows_of(client, confirm["run_id"], tmp_path / "c"),
+    )
+    on_held = [case_id for case_id in held_rows if not held_rows[case_id]["unanswerable"]]
+    rule = next(r for r in confirm["gate"]["rules"] if (r["metric"], r["rule"]) == ("recall_at_k", "max_drop"))
+    b_held = sum(base_rows[c]["metrics"]["recall_at_k"] for c in on_held) / len(on_held)
+    c_held = sum(held_rows[c]["metrics"]["recall_at_k"] for c in on_held) / len(on_held)
+    assert (rule["baseline"], rule["candidate"]) == pytest.approx((b_held, c_held))
+    assert f"{len(on_held)} of " in rule["population"] and "not in the candidate's cases" in rule["population"]
     # The confirm run is no point of the sweep.
     again = json.loads(shown_json(ragexp, parent))
     assert [p["run_id"] for p in again["points"]] == [sentence, doc] and again["confirm"] is None

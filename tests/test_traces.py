@@ -92,13 +92,22 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
         for name, mark in marks.items():
             assert mark.source.source_type == "CODE" and mark.error is None
             assert mark.value == row["metrics"][name]
-            # The summary averages retrieval over the answerable cases: an unanswerable case's
-            # retrieval assessment is its own row's score, its rationale saying the mean leaves it out.
-            if not (row["unanswerable"] and name in RETRIEVAL):
-                per_metric.setdefault(name, []).append(mark.value)
-            else:
-                assert mark.rationale.endswith((t("unanswerable_row", "en"), t("unanswerable_row", "zh")))
-        assert set(marks) >= RETRIEVAL | {"answer_accuracy"}
+            per_metric.setdefault(name, []).append(mark.value)
+        # The summary averages retrieval over the answerable cases: an unanswerable case has no
+        # retrieval assessment; its own row's scores and their rule are the trace's metadata.
+        if row["unanswerable"]:
+            assert not set(marks) & RETRIEVAL
+            said = trace.info.trace_metadata["ragexp.outside_mean"]
+            assert said.startswith(
+                ", ".join(
+                    f"{name} {row['metrics'][name]:g}" for name in sorted(RETRIEVAL, key=list(row["metrics"]).index)
+                )
+            )
+            assert said.endswith((t("unanswerable_row", "en"), t("unanswerable_row", "zh")))
+        else:
+            assert (
+                set(marks) >= RETRIEVAL | {"answer_accuracy"} and "ragexp.outside_mean" not in trace.info.trace_metadata
+            )
         expectations = {a.name: a.value for a in trace.info.assessments if a.expectation is not None}
         assert expectations["unanswerable"] == row["unanswerable"]
         # The retriever span lists the documents in rank order.
@@ -106,7 +115,7 @@ def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
         (retriever,) = [s for s in full.data.spans if s.span_type == "RETRIEVER"]
         assert [d["id"] for d in retriever.outputs] == row["output"]["ranked_ids"]
         assert [d["page_content"] for d in retriever.outputs] == row["output"]["contexts"]
-    # The MLflow UI's AVG per assessment over the metric's population is ragexp's summary.
+    # The MLflow UI's AVG of every assessment of a name is ragexp's summary.
     for name, values in per_metric.items():
         assert sum(values) / len(values) == pytest.approx(payload["summary"][name], abs=1e-12), name
     assert set(per_metric) == {"recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"}

@@ -19,9 +19,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -254,6 +255,48 @@ def test_evaluation_runs_comparison_shows_cases_paired_with_assessments(
         shutil.copy(shot, Path(__file__).resolve().parents[1] / "docs/ui-compare-runs.png")
 
 
+RETRIEVAL_AVG = ("recall_at_k", "mrr")
+"""Headline metrics averaged over the answerable cases: the UI's AVG covered every case before."""
+
+
+def averages(text: str, names: Iterable[str]) -> dict[str, float]:
+    """Each metric's AVG the comparison page shows (the candidate's), of those it shows."""
+    found = {}
+    for name in names:
+        shown = re.search(rf"\| {re.escape(name)} \| AVG \| ([-\d.]+) \|", text)
+        if shown is not None:
+            found[name] = float(shown.group(1))
+    return found
+
+
+def test_the_uis_average_of_each_metric_is_the_runs_value(
+    ragexp: Any, store_uri: str, ui_server: str, page: Callable[[str], Page], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default run (``kb_zh``: 35 cases, 30 answerable): the AVG the MLflow UI's comparison
+    page shows of each assessment is the run's value ``ragexp runs --json`` lists (an unanswerable
+    case has no retrieval assessment, so the UI averages over the answerable cases too)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
+    experiment_name = f"ui-avg-{time.time_ns()}"
+    base = ragexp("run", f"experiment={experiment_name}", "run_name=baseline", "k=3", "--json")
+    cand = ragexp("run", f"experiment={experiment_name}", "run_name=candidate", "--json")
+    assert base.code == 0 and cand.code == 0, base.stderr + cand.stderr
+    base_id, cand_id = base.json()["run_id"], cand.json()["run_id"]
+    listed = ragexp("runs", "--experiment", experiment_name, "--json")
+    assert listed.code == 0, listed.stderr
+    logged = next(r for r in listed.json()["runs"] if r["run_id"] == cand_id)["metrics"]
+    assert set(RETRIEVAL_AVG) <= set(logged)
+    experiment = httpx.get(
+        ui_server + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment_name}, timeout=30
+    ).json()["experiment"]["experiment_id"]
+    url = f"{ui_server}/#/experiments/{experiment}/evaluation-runs?selectedRunUuid={cand_id}&compareToRunUuid={base_id}"
+    shown = page(url)
+    text = shown.wait_for(lambda t: set(RETRIEVAL_AVG) <= set(averages(t, logged)), "the averages of retrieval")
+    shown_avg = averages(text, logged)
+    for name, value in shown_avg.items():
+        # The page rounds to two places: a mean over all 35 cases is off by more (0.9000 vs 0.8833).
+        assert value == pytest.approx(logged[name], abs=0.005), name
+
+
 def click(shown: Page, text: str, selector: str = "button, [role=menuitem]") -> None:
     """A real mouse click (pressed and released) on the visible element reading exactly ``text``:
     the UI's menus open on pointer events, not on a script's ``click()``. The first such control
@@ -367,24 +410,29 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
 def test_a_conversations_turns_are_one_session_in_the_ui(
     ragexp: Any, store_uri: str, ui_server: str, page: Callable[[str], Page], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each turn is a trace in its conversation's session: MLflow's session page of one
-    conversation lists the traces of its turns, in order, and no trace of another."""
+    """Each turn is a trace in its conversation's session of its run: MLflow's session page of
+    one conversation of one run lists the traces of its turns, in order, and no trace of another
+    conversation or of the other run of the same conversations in the experiment."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store_uri)
     experiment_name = f"ui-chat-{time.time_ns()}"
     done = ragexp("run", "dataset=kb_zh_chat", f"experiment={experiment_name}", "--json")
     assert done.code == 0, done.stderr
-    traces = traces_of(store_uri, done.json()["run_id"])
+    again = ragexp("run", "dataset=kb_zh_chat", f"experiment={experiment_name}", "--json")
+    assert again.code == 0, again.stderr
+    run_id = done.json()["run_id"]
+    traces = traces_of(store_uri, run_id)
     by_case = {case_id(t): t for t in traces}
     turns = sorted((c for c in by_case if c.startswith("chat-shipping#")), key=lambda c: int(c.split("#")[1]))
     assert len(turns) >= 2
     experiment = httpx.get(
         ui_server + "/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": experiment_name}, timeout=30
     ).json()["experiment"]["experiment_id"]
-    shown = page(f"{ui_server}/#/experiments/{experiment}/chat-sessions/chat-shipping")
+    shown = page(f"{ui_server}/#/experiments/{experiment}/chat-sessions/{quote(f'chat-shipping@{run_id}', safe='')}")
     others = sorted({c.split("#")[0] for c in by_case} - {"chat-shipping"})
     text = shown.wait_for(lambda text: all(f"case_id | {c} |" in text for c in turns), f"the turns {turns}")
     positions = [text.index(f"case_id | {c} |") for c in turns]
     assert positions == sorted(positions), "the turns in the order they were asked"
+    # One run's turns: the other run's turns of the same conversation would be turns beyond these.
     assert f"Turn {len(turns)}" in text and f"Turn {len(turns) + 1}" not in text
     assert not any(f"case_id | {other}#" in text for other in others), "a turn of another conversation"
 

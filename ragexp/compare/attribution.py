@@ -13,6 +13,8 @@ baseline as reference cell (treatment coding), which is exact by construction:
 so ``R + G + I = cc - bb``, the case's paired delta, for every case and therefore on average.
 Each part's mean carries a paired percentile bootstrap interval: one resampling of the cases
 (with replacement) draws every part at once, so the parts' intervals come from the same draws.
+The total's interval is the one ``diff`` gives the paired delta (:mod:`ragexp.compare.stats`):
+over the same cases, the attribution's total and the diff row are one computation, one verdict.
 
 Pure numpy: which runs the cells come from is :mod:`ragexp.attribution`'s concern.
 """
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from ragexp.compare.stats import paired_differences
 
 PARTS = ("retrieval", "generation", "interaction")
 Cause = Literal["retrieval", "generation", "both", "neither"]
@@ -114,6 +118,11 @@ def decompose(cells: Cells, *, resamples: int, confidence: float, seed: int) -> 
     order = ("total", *PARTS)
     columns = np.vstack([parts[name][keep] for name in order])
     intervals = bootstrap_intervals(columns, resamples=resamples, confidence=confidence, seed=seed)
+    # The total is the diff row's paired delta: its interval is the diff's own (the sign-flip test
+    # inverted, same draws), so the table and the attribution give a metric one verdict.
+    tested = paired_differences(columns[0], resamples=resamples, confidence=confidence, seed=seed)
+    if tested is not None:
+        intervals[0] = (tested[1], tested[2])
     means = [float(row.mean()) for row in columns]
     # The mean of the remainder is the remainder of the means: the three add up to the total.
     means[3] = means[0] - means[1] - means[2]

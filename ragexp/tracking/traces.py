@@ -27,7 +27,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ragexp import limits
-from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME, CaseTrace, PlannedTrace, cut, plan_traces
+from ragexp.case_traces import (
+    CASE_METADATA,
+    OUTSIDE_METADATA,
+    SESSION_METADATA,
+    TRACE_NAME,
+    CaseTrace,
+    PlannedTrace,
+    cut,
+    outside_mean,
+    plan_traces,
+    session_id,
+)
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
 from ragexp.secrets import mask_url
 from ragexp.tracking.mlflow_sql import internals
@@ -277,7 +288,9 @@ class TraceWriter:
             "mlflow.trace_schema.version": "3",
         }
         if trace.case.session is not None:
-            metadata[SESSION_METADATA] = trace.case.session
+            metadata[SESSION_METADATA] = session_id(self.run_id, trace.case.session)
+        if trace.case.outside:
+            metadata[OUTSIDE_METADATA] = outside_mean(trace.case.outside, trace.case.language)
         return metadata
 
     def _trace_info(self, trace: PlannedTrace, now_ms: int | None = None) -> Any:
