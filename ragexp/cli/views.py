@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
+from ragexp.compare.listing import role_words
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.tables import failure_table, metric_table
@@ -234,9 +235,12 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
     """One row per run; ``with_experiment``: the runs come from several experiments."""
     headline = headline_metrics()
     shown = [name for name in headline if any(name in item["metrics"] for item in items)]
+    # A run's role only when some listed run has one (the cells of diff --attribute).
+    roles = any(item.get("role") for item in items)
     rows = [
         [
             item["run_id"],
+            *([role_words(item.get("role")) or "run"] if roles else []),
             *([item["experiment"]] if with_experiment else []),
             item["start_time"].replace("T", " "),
             item["status"].lower(),
@@ -253,6 +257,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
         table(
             [
                 "run",
+                *(["role"] if roles else []),
                 *(["experiment"] if with_experiment else []),
                 "started",
                 "status",
@@ -264,7 +269,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
                 "errors",
             ],
             rows,
-            "l" * (7 + with_experiment) + "r" * len(shown) + "r",
+            "l" * (7 + with_experiment + roles) + "r" * len(shown) + "r",
         )
     )
     if any(item["metrics"].get(name) is None for item in items for name in shown):
