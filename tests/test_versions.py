@@ -205,3 +205,22 @@ def test_a_run_without_case_hashes_uses_its_dataset_file_or_says_why_not(
         f"and its dataset file {old} has changed since: it has no case ledger (run it again to compare it on "
         "common cases)"
     ]
+
+
+def test_an_earlier_turn_that_changed_changes_the_history_of_the_turns_after_it(ragexp: Any, tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in (package_data() / "kb_zh/chat.jsonl").read_text(encoding="utf-8").splitlines()]
+    old = write_jsonl(tmp_path / "old.jsonl", rows)
+    first = rows[0]
+    edited = {
+        **first,
+        "turns": [{**first["turns"][0], "question": "七天无理由退货需要什么条件？"}, *first["turns"][1:]],
+    }
+    new = write_jsonl(tmp_path / "new.jsonl", [edited, *rows[1:]])
+    found = ragexp("datasets", "diff", str(old), str(new), "--json")
+    assert found.code == 0, found.stderr
+    turns = len(first["turns"])
+    assert found.json()["changed_ids"] == {
+        f"{first['id']}#1": ["question"],
+        **{f"{first['id']}#{n}": ["history"] for n in range(2, turns + 1)},
+    }
+    assert found.json()["added"] == found.json()["removed"] == 0
