@@ -224,3 +224,13 @@ def test_an_earlier_turn_that_changed_changes_the_history_of_the_turns_after_it(
         **{f"{first['id']}#{n}": ["history"] for n in range(2, turns + 1)},
     }
     assert found.json()["added"] == found.json()["removed"] == 0
+
+
+def test_bundled_datasets_are_named_by_their_option(ragexp: Any) -> None:
+    # kb_zh_spans holds kb_zh's cases with the answerable ones' gold anchored to spans instead of ids.
+    found = ragexp("datasets", "diff", "kb_zh", "kb_zh_spans", "--json")
+    assert found.code == 0, found.stderr
+    ledger = found.json()
+    assert ledger["old"].startswith("dataset=kb_zh (") and ledger["new"].startswith("dataset=kb_zh_spans (")
+    assert (ledger["added"], ledger["removed"], ledger["changed"], ledger["unchanged"]) == (0, 0, 30, 5)
+    assert set(map(tuple, ledger["changed_ids"].values())) == {("gold",)}

@@ -21,7 +21,7 @@ from ragexp.compare.diff import differences
 from ragexp.datasets.ledger import Ledger, case_hashes, compare, hashes_of_rows
 from ragexp.datasets.loader import load_dataset, only_cases, resolve_path
 from ragexp.errors import ConfigError, IncomparableRunsError, RagexpError, TrackingError
-from ragexp.paths import data_roots
+from ragexp.paths import data_roots, packaged_trees
 from ragexp.tracking.store import Store
 
 Hashes = dict[str, dict[str, str]]
@@ -41,13 +41,17 @@ class VersionDiff:
 
 
 def datasets_diff(old: str, new: str, *, tracking_uri: str | None = None) -> VersionDiff:
-    """The ledger from ``old`` to ``new``, each a dataset file or a run id."""
+    """The ledger from ``old`` to ``new``, each a dataset file, a bundled dataset's name
+    (``kb_zh``) or a run id."""
     store: list[Store] = []
 
     def side(given: str, role: str) -> tuple[str, Hashes]:
         path = resolve_path(given, data_roots())
         if path.is_file():
             return f"file {path}", case_hashes(load_dataset(path).cases)
+        bundled = bundled_dataset(given)
+        if bundled is not None:
+            return f"dataset={given} ({bundled[0]})", case_hashes(load_dataset(*bundled).cases)
         if Path(given).suffix in (".jsonl", ".json") or "/" in given:
             raise ConfigError(f"{role} {given}: no such file")
         if not store:
@@ -60,6 +64,18 @@ def datasets_diff(old: str, new: str, *, tracking_uri: str | None = None) -> Ver
 
     (old_name, old_hashes), (new_name, new_hashes) = side(old, "OLD"), side(new, "NEW")
     return VersionDiff(old_name, new_name, compare(old_hashes, new_hashes))
+
+
+def bundled_dataset(name: str) -> tuple[Path, str] | None:
+    """The file and format of the bundled dataset option ``name`` (``kb_zh``), if there is one."""
+    import yaml
+
+    for tree in packaged_trees():
+        option = tree / "dataset" / f"{name}.yaml"
+        if option.is_file():
+            group = yaml.safe_load(option.read_text(encoding="utf-8")) or {}
+            return resolve_path(str(group.get("path", "")), data_roots()), str(group.get("format") or "auto")
+    return None
 
 
 def run_hashes(store: Store, data: RunData) -> Hashes:

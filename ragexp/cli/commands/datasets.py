@@ -9,7 +9,12 @@ import typer
 from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, TrackingUri, store_option
 
-Side = Annotated[str, typer.Argument(help="A dataset file (JSONL or columns) or a run id.", show_default=False)]
+Side = Annotated[
+    str,
+    typer.Argument(
+        help="A dataset file (JSONL or columns), a bundled dataset (kb_zh), or a run id.", show_default=False
+    ),
+]
 
 
 def datasets() -> None:
