@@ -128,6 +128,11 @@ def test_common_cases_compare_exactly_the_unchanged_cases_in_every_output(
         assert metric["improved"] + metric["regressed"] + metric["unchanged"] == len(pairs)
         assert metric["baseline"] == pytest.approx(math.fsum(b for b, _ in pairs) / len(pairs), abs=1e-12)
         assert metric["candidate"] == pytest.approx(math.fsum(c for _, c in pairs) / len(pairs), abs=1e-12)
+    # A run-level percentile too is taken over the unchanged cases (nearest rank of the answered ones).
+    p95 = next(m for m in found["metrics"] if m["name"] == "p95_seconds")
+    for side, rows in (("baseline", b_rows), ("candidate", c_rows)):
+        latencies = sorted(rows[i]["latency_seconds"] for i in unchanged if rows[i]["latency_seconds"] is not None)
+        assert p95[side] == latencies[math.ceil(len(latencies) * 0.95) - 1]
     assert {case["id"] for case in found["cases"]} <= set(unchanged)
     shown = ragexp("diff", base, cand, "--common-cases")
     assert (

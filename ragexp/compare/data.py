@@ -15,6 +15,7 @@ import numpy as np
 
 from ragexp import artifacts
 from ragexp.errors import StoreUnreachable, TrackingError
+from ragexp.metrics.offline import nearest_rank
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, lookup
 from ragexp.metrics.summary import mean_or_none
@@ -44,8 +45,8 @@ class RunData:
     conversations: list[str | None] | None = None
     """Each case's conversation id (None: a single question); None when the run has none."""
     restricted: bool = False
-    """Cut to some of its cases for a comparison (``--common-cases``): a mean of per-case values
-    is taken over the cases kept, not read from the run's logged summary."""
+    """Cut to some of its cases for a comparison (``--common-cases``): a mean or a percentile of
+    per-case values is taken over the cases kept, not read from the run's logged summary."""
 
     @property
     def unit(self) -> str:
@@ -79,9 +80,11 @@ class RunData:
     def summary(self, name: str) -> float | None:
         """The run's logged value of a metric (None when it had no score)."""
         spec = self.spec(name)
-        values = self.per_case(name) if self.restricted and spec is not None and spec.mean_of_cases else None
-        if values is not None:
+        values = self.per_case(name) if self.restricted and spec is not None else None
+        if values is not None and spec is not None and spec.mean_of_cases:
             return mean_or_none(values[covered(spec, self.unanswerable)])
+        if values is not None and spec is not None and spec.percentile is not None:
+            return nearest_rank(values, spec.percentile)
         if name not in self.record.metrics and spec is not None and spec.case_values == "errored":
             return float(self.errored.mean()) if self.errored.size else None
         return self.record.metrics.get(name)
