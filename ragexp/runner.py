@@ -271,13 +271,17 @@ def metrics_that_fit(
 
 
 def datasets_that_fit(config: RagexpConfig, specs: Sequence[MetricSpec], provider: Provider) -> str:
-    """The other fix: the bundled datasets (``dataset/`` options) on which this system can score
-    every chosen metric, e.g. a replaying preset on the default set, which records no outputs."""
+    """The other fix, when the dataset is one of the bundled ones: the other bundled datasets
+    (``dataset/`` options) on which this system can score every chosen metric, e.g. for a
+    replaying preset on the default set, which records no outputs."""
     import yaml
 
+    trees = packaged_trees()
+    if not any((tree / "dataset" / f"{config.dataset.name}.yaml").is_file() for tree in trees):
+        return ""  # a set of the user's own: a bundled sample set is no fix for it
     judged = config.provider.judge is not None
     ways = []
-    for tree in packaged_trees():
+    for tree in trees:
         for option in sorted((tree / "dataset").glob("*.yaml")):
             try:
                 group = yaml.safe_load(option.read_text(encoding="utf-8"))
