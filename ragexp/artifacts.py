@@ -22,6 +22,8 @@ from typing import Any, overload
 import numpy as np
 import orjson
 
+from ragexp.datasets.ledger import KEY as CONTENT_HASH
+from ragexp.datasets.ledger import case_hashes
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import MetricSpec, spec_from_json, spec_json
 from ragexp.records import Case, CaseResult
@@ -75,8 +77,10 @@ def write_cases(
     spread: Mapping[str, list[float | None]],
 ) -> None:
     """``cases.jsonl``: per case its id, question, scores, error, system output and latency; a
-    turn of a conversation also its ``conversation`` id and 1-based ``turn``."""
+    turn of a conversation also its ``conversation`` id and 1-based ``turn``; every case its
+    content hashes (:func:`ragexp.datasets.ledger.case_hashes`), which tell dataset versions apart."""
     names = list(columns)
+    hashes = case_hashes(cases)
     # One pass over the rows of a transposed table instead of a dict lookup per metric and case,
     # and one write per chunk instead of one per case: this file is written for every case.
     n = len(cases)
@@ -96,6 +100,7 @@ def write_cases(
                 "error": error_text(result) if result.error is not None or result.metric_errors else None,
                 "output": output.to_json() if output is not None else None,
                 "latency_seconds": seconds,
+                CONTENT_HASH: hashes[case.id],
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors

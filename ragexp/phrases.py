@@ -109,6 +109,12 @@ PHRASES: dict[str, dict[str, str]] = {
     "updown": {"zh": "变好/变差/不变", "en": "Up/down/same"},
     "compared": {"zh": "比较的样本", "en": "Cases compared"},
     "run_figure": {"zh": "整次运行", "en": "run"},
+    "versions_ledger": {
+        "zh": "数据集版本不同（--common-cases）：新增 {added}、删除 {removed}、修改 {changed}、未变 {unchanged}；"
+        "只比较两个版本都未改动的 {unchanged} 条样本",
+        "en": "Dataset versions differ (--common-cases): {added} added, {removed} removed, {changed} changed, "
+        "{unchanged} unchanged; compared on the {unchanged} cases both versions hold unchanged",
+    },
     "scatter": {"zh": "逐条对比（基线 vs 候选）", "en": "Per case: baseline vs candidate"},
     "gate": {"zh": "发布门禁", "en": "Release gate"},
     "rule": {"zh": "规则", "en": "Rule"},

@@ -50,7 +50,7 @@ from ragexp.metrics.registry import (
     with_stream_metrics,
 )
 from ragexp.metrics.summary import score_cases, summarize
-from ragexp.paths import data_roots
+from ragexp.paths import data_roots, packaged_trees
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
@@ -232,7 +232,8 @@ def check_config(
             specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name
         )
     except MetricError as exc:
-        raise MetricError(f"{exc}{metrics_that_fit(config, specs, dataset.label_fields, outputs)}") from None
+        fit = metrics_that_fit(config, specs, dataset.label_fields, outputs)
+        raise MetricError(f"{exc}{fit}{datasets_that_fit(config, specs, provider)}") from None
     check_prices(
         config.cost,
         reports_usage=provider.reports_usage(),
@@ -267,6 +268,34 @@ def metrics_that_fit(
     if kept and len(kept) < len(specs):
         ways.append(f"metrics.names=[{','.join(kept)}]")
     return f"; metrics that fit: {' or '.join(ways)}" if ways else ""
+
+
+def datasets_that_fit(config: RagexpConfig, specs: Sequence[MetricSpec], provider: Provider) -> str:
+    """The other fix, when the dataset is one of the bundled ones: the other bundled datasets
+    (``dataset/`` options) on which this system can score every chosen metric, e.g. for a
+    replaying preset on the default set, which records no outputs."""
+    import yaml
+
+    trees = packaged_trees()
+    if not any((tree / "dataset" / f"{config.dataset.name}.yaml").is_file() for tree in trees):
+        return ""  # a set of the user's own: a bundled sample set is no fix for it
+    judged = config.provider.judge is not None
+    ways = []
+    for tree in trees:
+        for option in sorted((tree / "dataset").glob("*.yaml")):
+            try:
+                group = yaml.safe_load(option.read_text(encoding="utf-8"))
+                if group.get("name") == config.dataset.name:
+                    continue
+                other = load_dataset(resolve_path(group["path"], data_roots()), group.get("format", "auto"))
+                outputs, labels = provider.output_fields(other), other.label_fields
+                if not all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in specs):
+                    continue
+                provider.check(other)
+            except (RagexpError, OSError, KeyError, AttributeError, yaml.YAMLError):
+                continue  # a dataset that cannot be read or scored here is no fix
+            ways.append(f"dataset={option.stem}")
+    return f"; datasets that fit: {' or '.join(ways)}" if ways else ""
 
 
 def check_store_fields(config: RagexpConfig) -> None:

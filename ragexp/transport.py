@@ -354,7 +354,8 @@ def check_reachable(where: str, url: str, timeout: float, context: ssl.SSLContex
         sock = socket.create_connection((parts.hostname, port), timeout=wait)
     except OSError as exc:
         raise ProviderError(
-            f"{where}: cannot connect to {parts.hostname}:{port} ({exc.strerror or exc}); is the service running?"
+            f"{where}: cannot connect to {parts.hostname}:{port} ({exc.strerror or exc}) at {mask_url(url)}; "
+            "is the service running?"
         ) from None
     with sock:
         if parts.scheme == "https":

@@ -535,3 +535,56 @@ def test_a_sigterm_stops_a_replay_in_its_own_process_and_the_rerun_asks_only_the
     row = _metric(resumed.json()["attribution"], "answer_accuracy")
     for part, value in KNOWN.items():
         assert row[part] == pytest.approx(value, abs=1e-12)
+
+
+@pytest.mark.system  # whole runs: `make test`, not the edit loop
+def test_runs_leaves_the_cells_out_unless_asked_and_marks_them_by_config_hash(
+    ragexp: Any, store_uri: str, corpus_cases: Path
+) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate",
+    )
+    _attributed(ragexp, base, cand)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store_uri)
+    cells = {run.info.run_id: run.data.tags["ragexp.attribution.cell"] for run in _cell_runs(store_uri, cand)}
+    assert sorted(cells.values()) == ["baseline/candidate", "candidate/baseline"]
+    listed = ragexp("runs", "--json")
+    assert listed.code == 0, listed.stderr
+    assert [row["run_id"] for row in listed.json()["runs"]] == [cand, base]
+    assert listed.json()["cells_left_out"] == 2
+    assert all(row["role"] is None for row in listed.json()["runs"])
+    terminal = ragexp("runs")
+    assert "2 attribution cell run(s) of diff --attribute not listed (--cells lists them)" in terminal.stderr
+    assert not any(cell in terminal.stdout for cell in cells)
+    every = ragexp("runs", "--cells", "--json").json()
+    roles = {row["run_id"]: row["role"] for row in every["runs"]}
+    assert roles == {
+        base: None,
+        cand: None,
+        **{run_id: {"kind": "attribution_cell", "of": cand, "cell": cell} for run_id, cell in cells.items()},
+    }
+    assert every["cells_left_out"] == 0
+    # A cell replays its generator's config: it shares that run's config hash, and says it is a cell.
+    base_hash = client.get_run(base).data.tags["ragexp.config_hash"]
+    same = ragexp("runs", "--config-hash", base_hash[:12], "--json").json()["runs"]
+    base_cell = next(run_id for run_id, cell in cells.items() if cell == "candidate/baseline")
+    assert {row["run_id"]: row["role"] for row in same} == {
+        base: None,
+        base_cell: {"kind": "attribution_cell", "of": cand, "cell": "candidate/baseline"},
+    }
+    shown = ragexp("runs", "--config-hash", base_hash[:12])
+    row = next(line for line in shown.stdout.splitlines() if line.startswith(base_cell))
+    assert f"cell candidate/baseline of {cand}" in row
+    assert next(line for line in shown.stdout.splitlines() if line.startswith(base)).split()[1] == "run"

@@ -159,7 +159,7 @@ def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Pa
     none = ragexp("runs", "--config-hash", prefix, "--experiment", "ragexp")
     assert none.code == 0 and none.stdout == ""
     assert none.stderr.strip() == "no runs in experiment 'ragexp'"
-    assert ragexp("runs", "--json").json() == {"experiment": "ragexp", "runs": []}
+    assert ragexp("runs", "--json").json() == {"experiment": "ragexp", "runs": [], "cells_left_out": 0}
     assert [r["run_id"] for r in ragexp("runs", "--experiment", "elsewhere", "--json").json()["runs"]] == [
         here["run_id"]
     ]

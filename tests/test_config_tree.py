@@ -75,7 +75,7 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ("provider", "http"): urls["system"],
         ("provider", "http_judge"): ["metrics=core", *urls["system"], *urls["judge"]],
         ("provider", "replay_judge"): judged,
-        ("provider", "npu"): judged,
+        ("provider", "npu"): ["metrics=core", *urls["judge"]],  # the default dataset, as typed
         ("gates", "release"): [],
         ("gates", "release_stat"): [],
         ("setup", "scifacts_replay"): [],
@@ -163,7 +163,7 @@ def test_the_bundled_experiments_hold_their_setups() -> None:
         ("http", "http", None),
         ("http_judge", "http", "openai"),
         ("replay_judge", "replay", "openai"),
-        ("npu", "replay", "mindie"),
+        ("npu", "sample", "mindie"),
     ],
 )
 def test_presets_select_a_system_and_a_judge(preset: str, system: str, judge: str | None) -> None:
@@ -178,7 +178,7 @@ def test_system_and_judge_combine_freely_and_name_the_provider() -> None:
     assert free.provider.system.url == "http://127.0.0.1:8000/query"
     assert free.provider.judge is not None and free.provider.judge.embeddings.kind == "tei"
     assert compose(["provider=npu", "system=http"]).provider.name == "http+mindie"
-    assert compose(["provider=npu", "judge=openai"]).provider.name == "replay+openai"
+    assert compose(["provider=npu", "judge=openai"]).provider.name == "sample+openai"
     assert compose(["system=http", "provider.name=staging"]).provider.name == "staging"
     # The same choice through a preset or through the groups measures the same thing.
     judge_default = compose(["provider=replay_judge"]).provider.judge
@@ -418,3 +418,40 @@ def test_sweep_points_name_the_provider_as_a_single_run_does(ragexp: Any) -> Non
         by_id = {run["run_id"]: run for run in listed}
         assert by_id[run_id]["provider"] == "replay+none" == by_id[single.json()["run_id"]]["provider"]
         assert by_id[run_id]["config_hash"] == single.json()["config_hash"]
+
+
+PRESETS = sorted(path.stem for tree in TREES for path in (tree / "provider").glob("*.yaml"))
+RECORDED_ONLY = {"replay", "replay_judge"}
+"""Presets that replay a dataset's recorded outputs: the default dataset records none."""
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_validates_on_the_default_dataset_or_names_the_one_that_fits(
+    preset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    result = invoke("validate", f"provider={preset}")
+    if preset not in RECORDED_ONLY:
+        assert result.code == 0, result.stderr
+        return
+    lines = result.stderr.strip().splitlines()
+    assert result.code == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"ragexp: error: metric 'recall_at_k' needs output field 'retrieved_ids', which provider {preset} "
+    )
+    assert lines[0].endswith("; datasets that fit: dataset=scifacts_zh")
+    fits = invoke("validate", f"provider={preset}", "dataset=scifacts_zh")  # the fix it names works
+    assert fits.code == 0, fits.stderr
+
+
+def test_a_judged_replay_names_every_dataset_that_records_what_it_judges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("validate", "provider=replay_judge", "metrics=core")
+    assert result.code == 1
+    assert result.stderr.strip().splitlines() == [
+        "ragexp: error: metric 'faithfulness' needs output field 'response', which provider replay_judge does not "
+        "give for every case of kb_zh; datasets that fit: dataset=scifacts_columns or dataset=scifacts_zh"
+    ]

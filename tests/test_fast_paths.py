@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from ragexp.artifacts import error_text, write_cases
 from ragexp.config.compose import compose
 from ragexp.datasets.audit import shares_ids
+from ragexp.datasets.ledger import case_hashes
 from ragexp.datasets.loader import LABEL_FIELDS as LABEL_KEYS
 from ragexp.datasets.loader import OUTPUT_FIELDS, dataset_hash, load_dataset
 from ragexp.errors import DatasetErrors
@@ -371,6 +372,8 @@ def test_cases_jsonl_rows_hold_every_field(tmp_path: Path) -> None:
         write_cases(path, cases, results, given_columns, latency, given_spread)
         rows = [orjson.loads(line) for line in path.read_bytes().splitlines()]
         assert len(rows) == size
+        hashes = case_hashes(cases)
+        assert len({found["case"] for found in hashes.values()}) == size  # every question differs
         for n, (case, result, row) in enumerate(zip(cases, results, rows, strict=True)):
             expected: dict[str, Any] = {
                 "id": case.id,
@@ -380,6 +383,7 @@ def test_cases_jsonl_rows_hold_every_field(tmp_path: Path) -> None:
                 "error": error_text(result),
                 "output": result.output.to_json() if result.output is not None else None,
                 "latency_seconds": latency[n],
+                "content_hash": hashes[case.id],
             }
             if result.metric_errors:
                 expected["metric_errors"] = result.metric_errors

@@ -131,7 +131,7 @@ def test_unreachable_service_is_one_line_and_no_run(ragexp: Any, store_uri: str)
     assert result.code == 1
     assert result.stderr.strip().splitlines() == [
         f"ragexp: error: provider.system.url: cannot connect to 127.0.0.1:{url.split(':')[2].split('/')[0]} "
-        "(Connection refused); is the service running?"
+        f"(Connection refused) at {url}; is the service running?"
     ]
     assert count_runs(store_uri) == 0
 

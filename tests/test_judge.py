@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -348,3 +349,58 @@ def test_unreachable_judge_is_refused_before_the_run(ragexp: Any, monkeypatch: p
 def test_embedding_vectors_are_unit_length() -> None:
     assert math.isclose(float(np.linalg.norm(embed("任意文本 any text"))), 1.0)
     assert os.path.exists(JUDGE)
+
+
+@pytest.mark.system
+def test_the_mission_command_judges_the_sample_system_with_mindie_and_tei(
+    ragexp: Any, store_uri: str, tmp_path: Path, tls: Any
+) -> None:
+    """``ragexp run provider=npu metrics=core`` as the README types it, on the default dataset:
+    the bundled sample system answers, MindIE (chat) and TEI (embeddings) judge, over TLS."""
+    ca, cert, key = tls
+    with serve(JUDGE, "--tls-cert", str(cert), "--tls-key", str(key)) as url:
+        result = ragexp(
+            "run",
+            "provider=npu",
+            "metrics=core",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url.removesuffix('/v1')}",
+            f"provider.judge.ca_file={ca}",
+            f"provider.judge.prompts_path={tmp_path / 'prompts'}",
+            "--json",
+        )
+        calls = stats(url)
+    assert result.code == 0, result.stderr
+    out = result.json()
+    rows = rows_of(store_uri, out["run_id"], tmp_path)
+    # Where the sample system refused with no context, the judge metrics that read the contexts
+    # are errors for that case (counted, never 0); every other case is judged.
+    refused = {case_id for case_id, row in rows.items() if not row["output"]["contexts"]}
+    assert out["case_count"] == 35 and out["error_count"] == len(refused) and 0 < len(refused) < 10
+    for case_id in refused:
+        assert "faithfulness: retrieved_contexts is empty" in rows[case_id]["error"]
+    assert all(row["error"] is None for case_id, row in rows.items() if case_id not in refused)
+    assert set(out["summary"]) == {"faithfulness", "answer_relevancy", "context_precision", "context_recall"}
+    assert all(0.0 <= value <= 1.0 for value in out["summary"].values())
+    assert calls["tei"] > 0 and calls["embeddings"] == 0 and calls["chat"] > 0
+    run = MlflowClient(store_uri).get_run(out["run_id"])
+    assert run.data.tags["ragexp.provider"] == "npu" and run.data.tags["ragexp.dataset"] == "kb_zh"
+    assert run.data.tags["ragexp.judge"].startswith("mindie:judge-model|embeddings=tei:bge-large-zh|language=chinese|")
+    assert run.data.params["provider.system.kind"] == "sample"
+    answers = [row["output"]["answer"] for row in rows.values()]
+    assert len(answers) == 35 and all(isinstance(answer, str) and answer for answer in answers)
+
+
+def test_the_mission_command_without_a_judge_stops_before_evaluating(ragexp: Any, store_uri: str) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once this closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"https://127.0.0.1:{port}/v1"
+    result = ragexp("run", "provider=npu", "metrics=core", f"provider.judge.base_url={url}")
+    assert result.code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"ragexp: error: provider.judge.base_url: cannot connect to 127.0.0.1:{port} (Connection refused) at {url}; "
+        "is the service running?"
+    ]
+    experiment = MlflowClient(store_uri).get_experiment_by_name("ragexp")
+    assert experiment is None or not MlflowClient(store_uri).search_runs([experiment.experiment_id])

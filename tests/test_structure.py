@@ -148,6 +148,7 @@ ENTRY_POINTS = {
     "power": {"ragexp.compare.release.baseline_power"},
     "label": {"ragexp.labels.workflow.label_run", "ragexp.labels.workflow.export_labels"},
     "calibrate": {"ragexp.labels.workflow.calibrate_labels"},
+    "datasets": {"ragexp.compare.versions.datasets_diff"},
     "draft": {
         "ragexp.draft.workflow.draft_set",
         "ragexp.draft.workflow.review_draft",

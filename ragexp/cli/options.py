@@ -52,6 +52,14 @@ Baseline = Annotated[
 AllowIncomparable = Annotated[
     bool, typer.Option("--allow-incomparable", help="Compare runs with different dataset, cases, K, metrics or judge.")
 ]
+CommonCases = Annotated[
+    bool,
+    typer.Option(
+        "--common-cases",
+        help="Runs of two versions of a dataset: compare them on the cases both versions hold unchanged "
+        "(same question, history and gold), and show the ledger of what changed.",
+    ),
+]
 SummaryFile = Annotated[
     str | None, typer.Option("--summary", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
 ]

@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
+from ragexp.compare.listing import role_words
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
+from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import failure_table, metric_table
+from ragexp.compare.versions import VersionDiff
 from ragexp.metrics.registry import headline_metrics
 from ragexp.phrases import t
 from ragexp.secrets import mask_url
@@ -234,9 +237,12 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
     """One row per run; ``with_experiment``: the runs come from several experiments."""
     headline = headline_metrics()
     shown = [name for name in headline if any(name in item["metrics"] for item in items)]
+    # A run's role only when some listed run has one (the cells of diff --attribute).
+    roles = any(item.get("role") for item in items)
     rows = [
         [
             item["run_id"],
+            *([role_words(item.get("role")) or "run"] if roles else []),
             *([item["experiment"]] if with_experiment else []),
             item["start_time"].replace("T", " "),
             item["status"].lower(),
@@ -253,6 +259,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
         table(
             [
                 "run",
+                *(["role"] if roles else []),
                 *(["experiment"] if with_experiment else []),
                 "started",
                 "status",
@@ -264,7 +271,7 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
                 "errors",
             ],
             rows,
-            "l" * (7 + with_experiment) + "r" * len(shown) + "r",
+            "l" * (7 + with_experiment + roles) + "r" * len(shown) + "r",
         )
     )
     if any(item["metrics"].get(name) is None for item in items for name in shown):
@@ -274,6 +281,8 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
 def show_diff(result: DiffResult) -> None:
     base, cand = result.baseline, result.candidate
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({population(base)})")
+    if result.ledger is not None:
+        print(ledger_line(result.ledger, "en"))
     if result.differences:
         info(f"warning: compared although not comparable: {'; '.join(result.differences)}")
     print(to_terminal(metric_table(result, "en")))
@@ -371,6 +380,8 @@ def show_gate(outcome: GateOutcome) -> None:
     verdict = "PASSED" if result.passed else "FAILED"
     print(f"gate {terminal(result.gates)}: {verdict}  ({len(result.failures)} of {result.checked} checks failed)")
     print(f"baseline {outcome.baseline}  candidate {outcome.candidate}")
+    if diff.ledger is not None:
+        print(ledger_line(diff.ledger, "en"))
     if diff.differences:
         info(f"warning: compared although not comparable: {'; '.join(diff.differences)}")
     if result.failures:
@@ -614,3 +625,21 @@ def show_sweep_points(analysis: SweepAnalysis) -> None:
     print(terminal(f"confirm run {confirm.run_id} on the {held} held-out cases: gate {confirm.gate.gates} {verdict}"))
     for failure in confirm.gate.failures:
         print(terminal(f"  {failure.message}"))
+
+
+def show_ledger(found: VersionDiff, *, listed: int = 20) -> None:
+    """``ragexp datasets diff``: the counts, then the ids of each kind (the first ``listed``)."""
+    ledger = found.ledger
+    print(f"old {terminal(found.old)}")
+    print(f"new {terminal(found.new)}")
+    print(terminal(ledger.words()))
+    for kind, ids in (("added", ledger.added), ("removed", ledger.removed)):
+        for case_id in ids[:listed]:
+            print(f"  {kind:<9} {terminal(case_id)}")
+        if len(ids) > listed:
+            print(f"  {kind:<9} ... {len(ids) - listed} more (--json lists every id)")
+    changed = list(ledger.changed.items())
+    for case_id, parts in changed[:listed]:
+        print(f"  {'changed':<9} {terminal(case_id)}: {', '.join(parts)}")
+    if len(changed) > listed:
+        print(f"  {'changed':<9} ... {len(changed) - listed} more (--json lists every id)")

@@ -6,6 +6,7 @@ cases) is read only when a caller asks what a few cases retrieved and answered.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,10 @@ import numpy as np
 
 from ragexp import artifacts
 from ragexp.errors import StoreUnreachable, TrackingError
+from ragexp.metrics.offline import nearest_rank
+from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, lookup
+from ragexp.metrics.summary import mean_or_none
 from ragexp.tracking.store import FINISHED, RunRecord, Store
 
 
@@ -40,6 +44,9 @@ class RunData:
     """(n,) seconds to the first piece of a streamed answer, NaN where none (None: not streamed)."""
     conversations: list[str | None] | None = None
     """Each case's conversation id (None: a single question); None when the run has none."""
+    restricted: bool = False
+    """Cut to some of its cases for a comparison (``--common-cases``): a mean or a percentile of
+    per-case values is taken over the cases kept, not read from the run's logged summary."""
 
     @property
     def unit(self) -> str:
@@ -73,6 +80,11 @@ class RunData:
     def summary(self, name: str) -> float | None:
         """The run's logged value of a metric (None when it had no score)."""
         spec = self.spec(name)
+        values = self.per_case(name) if self.restricted and spec is not None else None
+        if values is not None and spec is not None and spec.mean_of_cases:
+            return mean_or_none(values[covered(spec, self.unanswerable)])
+        if values is not None and spec is not None and spec.percentile is not None:
+            return nearest_rank(values, spec.percentile)
         if name not in self.record.metrics and spec is not None and spec.case_values == "errored":
             return float(self.errored.mean()) if self.errored.size else None
         return self.record.metrics.get(name)
@@ -124,7 +136,12 @@ class RunData:
             self.custom,
             self.ttft[order] if self.ttft is not None else None,
             [self.conversations[i] for i in order.tolist()] if self.conversations is not None else None,
+            self.restricted,
         )
+
+    def restrict(self, case_ids: list[str]) -> RunData:
+        """:meth:`select`, its means then taken over those cases (see :attr:`restricted`)."""
+        return dataclasses.replace(self.select(case_ids), restricted=True)
 
 
 def load_run(store: Store, run: str | RunRecord) -> RunData:

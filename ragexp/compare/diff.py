@@ -14,6 +14,7 @@ from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cas
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired, paired_by_unit, unit_means
+from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.population import Population, population
@@ -176,6 +177,9 @@ class DiffResult:
     attribution: dict[str, Any] | None = None
     """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
     the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
+    ledger: Ledger | None = None
+    """``--common-cases``: how the two runs' dataset versions differ; the comparison is over the
+    cases both hold unchanged (None: runs of one version)."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -190,12 +194,14 @@ class DiffResult:
             "cases": self.cases,
             "diagnosis": [hint.text() for hint in self.diagnosis],
             **({"attribution": self.attribution} if self.attribution is not None else {}),
+            **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
         }
 
 
-def differences(baseline: RunData, candidate: RunData) -> list[str]:
-    """Everything that makes two runs' scores incomparable, worded for the user."""
-    found = identity_differences(baseline.record, candidate.record)
+def differences(baseline: RunData, candidate: RunData, *, same_cases: bool = False) -> list[str]:
+    """Everything that makes two runs' scores incomparable, worded for the user (``same_cases``:
+    see :func:`identity_differences`)."""
+    found = identity_differences(baseline.record, candidate.record, same_cases=same_cases)
     # A run of `run --until-decided` holds the cases it evaluated before it stopped: a subset of
     # the dataset's, compared on those (the cases it did not evaluate are not errors).
     stopped_early = bool(candidate.record.tag("sequential.total")) and set(candidate.case_ids) <= set(baseline.case_ids)
@@ -206,8 +212,8 @@ def differences(baseline: RunData, candidate: RunData) -> list[str]:
     return found
 
 
-def check_comparable(baseline: RunData, candidate: RunData, *, allow: bool) -> list[str]:
-    found = differences(baseline, candidate)
+def check_comparable(baseline: RunData, candidate: RunData, *, allow: bool, same_cases: bool = False) -> list[str]:
+    found = differences(baseline, candidate, same_cases=same_cases)
     if found and not allow:
         raise IncomparableRunsError(
             f"runs {baseline.run_id} and {candidate.run_id} are not comparable: {'; '.join(found)} "
@@ -225,8 +231,11 @@ def compute_diff(
     seed: int,
     top: int = 10,
     allow_incomparable: bool = False,
+    ledger: Ledger | None = None,
 ) -> DiffResult:
-    found = check_comparable(baseline, candidate, allow=allow_incomparable)
+    """``ledger``: the runs are of two dataset versions, restricted to the cases both hold
+    unchanged (``--common-cases``), and this is how the versions differ."""
+    found = check_comparable(baseline, candidate, allow=allow_incomparable, same_cases=ledger is not None)
     runs = shared_cases(baseline, candidate)
     base, cand = runs.baseline, runs.candidate
     names = [name for name in baseline.metrics if name in candidate.metrics or found]
@@ -236,7 +245,7 @@ def compute_diff(
     metrics = [_metric_diff(name, runs, baseline, candidate, resamples, confidence, seed) for name in names]
     apart = {m.name for m in metrics if m.not_comparable is not None}
     worst = _worst_cases(base, cand, top, apart)
-    return DiffResult(baseline, candidate, metrics, worst, diagnose(metrics), found, confidence)
+    return DiffResult(baseline, candidate, metrics, worst, diagnose(metrics), found, confidence, ledger=ledger)
 
 
 def _metric_diff(

@@ -20,6 +20,7 @@ from ragexp.compare.sequential import (
     mean_sequence,
 )
 from ragexp.config.models import GateRule, GatesConfig
+from ragexp.datasets.ledger import Ledger
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
@@ -220,9 +221,16 @@ def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
 
 
 def gate_runs(
-    gates: GatesConfig, baseline: RunData, candidate: RunData, *, allow_incomparable: bool = False, top: int = 0
+    gates: GatesConfig,
+    baseline: RunData,
+    candidate: RunData,
+    *,
+    allow_incomparable: bool = False,
+    top: int = 0,
+    ledger: Ledger | None = None,
 ) -> tuple[DiffResult, GateResult]:
-    """Compare (statistics as the gates ask) and check every rule; ``top``: most regressed cases to keep."""
+    """Compare (statistics as the gates ask) and check every rule; ``top``: most regressed cases to
+    keep; ``ledger``: see :func:`compute_diff`."""
     diff = compute_diff(
         baseline,
         candidate,
@@ -231,6 +239,7 @@ def gate_runs(
         seed=gates.seed,
         top=top,
         allow_incomparable=allow_incomparable,
+        ledger=ledger,
     )
     return diff, evaluate_gate(gates, diff)
 

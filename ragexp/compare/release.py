@@ -34,7 +34,8 @@ from ragexp.compare.select import (
     parse_selector,
     resolve_baseline,
 )
-from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summary
+from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summary, ledger_line
+from ragexp.compare.versions import on_versions
 from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
@@ -78,6 +79,7 @@ class GateOutcome:
         return {
             **self.result.to_json(),
             "selection": {"baseline": self.selected[0], "candidate": self.selected[1]},
+            **({"ledger": self.diff.ledger.summary_json()} if self.diff.ledger is not None else {}),
             **({"promotion": self.promotion.to_json()} if self.promotion else {}),
         }
 
@@ -124,6 +126,7 @@ def compare_runs(
     ui_url: str | None = None,
     say: Say = _silent,
     attribute: bool = False,
+    common_cases: bool = False,
 ) -> DiffOutcome:
     """``ragexp diff``: per-metric and per-case comparison of ``candidate`` with ``baseline`` (a run
     id or a selector), recorded on the candidate; ``summary`` is a Markdown file to write;
@@ -139,6 +142,9 @@ def compare_runs(
         say(chosen.how)
     not_the_baseline(given.run_id, chosen.run_id)
     base, cand = load_run(store, chosen.record), load_run(store, given)
+    base, cand, ledger = on_versions(
+        store, base, cand, common_cases=common_cases, allow_incomparable=allow_incomparable
+    )
     configs = None
     if attribute:
         from ragexp.attribution import check_can_generate
@@ -154,6 +160,7 @@ def compare_runs(
         # The summary lists the five most regressed cases whatever --top shows.
         top=max(top, SUMMARY_CASES) if summary_path else top,
         allow_incomparable=allow_incomparable,
+        ledger=ledger,
     )
     if summary_path:
         text = diff_summary(
@@ -253,6 +260,7 @@ def run_gate(
     promote: bool = False,
     promote_tag: str | None = None,
     say: Say = _silent,
+    common_cases: bool = False,
 ) -> GateOutcome:
     """``ragexp gate``: check the candidate against the baseline with the composed config's gates,
     tag the verdict on the candidate, move the ``--promote`` tag if it passed, record the
@@ -275,8 +283,16 @@ def run_gate(
             say(selection.how)
     base_selection, cand_selection = chosen
     base, cand = load_run(store, base_selection.record), load_run(store, cand_selection.record)
+    base, cand, ledger = on_versions(
+        store, base, cand, common_cases=common_cases, allow_incomparable=allow_incomparable
+    )
     diff, result = gate_runs(
-        gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
+        gates,
+        base,
+        cand,
+        allow_incomparable=allow_incomparable,
+        top=SUMMARY_CASES if summary_path else 0,
+        ledger=ledger,
     )
     try:
         store.set_tags(
@@ -294,6 +310,8 @@ def run_gate(
     how = (base_selection.how, cand_selection.how)
     if junit_path:
         extra = {"baseline.selected": how[0], "candidate.selected": how[1]}
+        if ledger is not None:
+            extra["dataset.ledger"] = ledger_line(ledger, "en")
         write_file("--junit", junit_path, junit_xml(result, diff, seconds=time.perf_counter() - started, extra=extra))
     if summary_path:
         text = gate_summary(
@@ -321,6 +339,7 @@ def run_gate(
                 "confidence": gates.confidence,
             },
             "compared_although_incomparable": list(diff.differences),
+            **({"ledger": ledger.summary_json()} if ledger is not None else {}),
         },
         say,
     )

@@ -78,14 +78,18 @@ def parse_selector(text: str) -> Selector:
     return Selector("run", text)
 
 
-def identity_differences(baseline: RunRecord, candidate: RunRecord) -> list[str]:
-    """What makes two runs' scores incomparable, judged from their tags, worded for the user."""
+def identity_differences(baseline: RunRecord, candidate: RunRecord, *, same_cases: bool = False) -> list[str]:
+    """What makes two runs' scores incomparable, judged from their tags, worded for the user;
+    ``same_cases``: the runs are restricted to cases whose content both versions share
+    (``--common-cases``), so their dataset hashes are not compared."""
     found = []
     # Human scores describe each run's own outputs, so runs whose cases and labels match but whose
     # human scores differ are comparable (their paired difference is what PPI corrects): compare
     # the hash without human scores where both runs have it.
     both = bool(baseline.tag("cases_hash") and candidate.tag("cases_hash"))
     for tag, what in IDENTITY:
+        if tag == "dataset_hash" and same_cases:
+            continue
         if tag == "dataset_hash" and both:
             tag = "cases_hash"
         a, b = baseline.tag(tag), candidate.tag(tag)

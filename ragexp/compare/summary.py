@@ -20,6 +20,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ragexp.compare.figures import fmt, threshold
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.tables import failure_table, metric_table
+from ragexp.datasets.ledger import Ledger
 from ragexp.escape import markdown
 from ragexp.phrases import LANGUAGES, t
 from ragexp.tables import Column, Table, to_markdown
@@ -152,9 +153,17 @@ def _runs(diff: DiffResult, language: str, links: Links, chosen: Sequence[str]) 
         f"{markdown(base.tag('dataset_hash')[:12], code=True)} · "
         f"{len(diff.baseline.case_ids)} {t('cases', language)} · K={base.tag('k')}"
     )
+    if diff.ledger is not None:
+        lines += ["", markdown(ledger_line(diff.ledger, language))]
     if diff.differences:
         lines += ["", t("incomparable", language, what=markdown("; ".join(diff.differences)))]
     return lines
+
+
+def ledger_line(ledger: Ledger, language: str) -> str:
+    """The one line every output of a ``--common-cases`` comparison carries: the ledger's counts
+    and the cases compared."""
+    return t("versions_ledger", language, **ledger.counts())
 
 
 def _body(diff: DiffResult, language: str) -> list[str]:

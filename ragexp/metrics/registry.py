@@ -111,6 +111,10 @@ class MetricSpec:
     """Offline per-case kernel: arrays in, one score per case out (NaN: no score)."""
     run_value: Callable[[OfflineInputs, np.ndarray], float | None] | None = field(default=None, compare=False)
     """Run-level figures: (inputs, errored mask) -> the run's value."""
+    percentile: int | None = None
+    """A run-level percentile (nearest rank) of its per-case values (``case_values``: latency or
+    time to first token, NaN where the case got no answer), so a comparison restricted to some
+    cases can take it over those; None for any other metric."""
     ragas_class: str | None = None
     """Judge metrics: the ``ragas.metrics.collections`` class that computes it."""
     ragas_args: tuple[str, ...] = ()
@@ -780,6 +784,7 @@ def _register_offline_metrics() -> None:
             case_values="latency",
             definition="95th percentile (nearest rank) of the latency of the cases that got an answer.",
             run_value=offline.run_p95,
+            percentile=95,
         )
     )
     for percentile, run_value in ((50, offline.run_ttft_p50), (95, offline.run_ttft_p95)):
@@ -804,6 +809,7 @@ def _register_offline_metrics() -> None:
                     "streamed cases that got an answer; only for a streamed system."
                 ),
                 run_value=run_value,
+                percentile=percentile,
             )
         )
     register(

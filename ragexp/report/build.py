@@ -27,7 +27,9 @@ from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.compare.release import read_comparison
+from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import metric_table, rule_table
+from ragexp.compare.versions import on_versions
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.population import covered, population
@@ -86,6 +88,7 @@ def build_report(
     language: str | None,
     allow_incomparable: bool = False,
     attribution: dict[str, Any] | None = None,
+    common_cases: bool = False,
 ) -> tuple[Report, str]:
     """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language.
     ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section."""
@@ -95,22 +98,31 @@ def build_report(
     base = load_run(store, baseline_id) if baseline_id else None
     diff: DiffResult | None = None
     gate: Gate | None = None
+    ledger = None
+    compared = run
     if base is not None:
+        # Across dataset versions (--common-cases) the comparison is over the unchanged cases;
+        # the run's own sections keep every case it scored.
+        base, compared, ledger = on_versions(
+            store, base, run, common_cases=common_cases, allow_incomparable=allow_incomparable
+        )
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
-        diff, verdict = gate_runs(gates, base, run, allow_incomparable=allow_incomparable)
-        gate = Gate.of(store, base, run, verdict, gates)
+        diff, verdict = gate_runs(gates, base, compared, allow_incomparable=allow_incomparable, ledger=ledger)
+        gate = Gate.of(store, base, compared, verdict, gates)
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
+    if ledger is not None:
+        doc.para(ledger_line(ledger, language))
     if base is not None:
-        _what_changed(doc, case_changes(base, run), base, language)
+        _what_changed(doc, case_changes(base, compared), base, language)
     _identity(doc, run, base, language)
     _columns(doc, run, base, config, specs, language, gate)
     _results(doc, run, specs, language)
     _trust(doc, run, config, specs, language)
     _audit(doc, store, run, language)
     if diff is not None and gate is not None and base is not None:
-        _comparison(doc, diff, base, run, language)
+        _comparison(doc, diff, base, compared, language)
         _gate(doc, gate, language)
         _stage(doc, diff, language)
         if attribution is not None:

@@ -30,6 +30,7 @@ def publish_report(
     allow_incomparable: bool = False,
     say: Callable[[str], None] = lambda line: None,
     attribute: bool = False,
+    common_cases: bool = False,
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``;
     ``attribute`` adds the pair's attribution by replay (the one ``diff --attribute`` recorded, else
@@ -45,7 +46,7 @@ def publish_report(
             Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
         )
     store = Store(tracking_uri, must_exist=True)
-    built, used = build_report(store, run_id, baseline, language, allow_incomparable, found)
+    built, used = build_report(store, run_id, baseline, language, allow_incomparable, found, common_cases)
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}

@@ -10,6 +10,7 @@ from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import (
     AllowIncomparable,
     Baseline,
+    CommonCases,
     ConfigDir,
     JsonFlag,
     Language,
@@ -35,6 +36,7 @@ def gate(
     ] = None,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    common_cases: CommonCases = False,
     junit: Annotated[str | None, typer.Option("--junit", help="Write a JUnit XML report here.")] = None,
     summary: SummaryFile = None,
     language: Language = None,
@@ -62,6 +64,7 @@ def gate(
         candidate=candidate,
         tracking_uri=tracking_uri,
         allow_incomparable=allow_incomparable,
+        common_cases=common_cases,
         junit=junit,
         summary=summary,
         language=language,

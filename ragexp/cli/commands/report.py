@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import info
-from ragexp.cli.options import AllowIncomparable, StoreOverrides, TrackingUri, resumable, store_option
+from ragexp.cli.options import AllowIncomparable, CommonCases, StoreOverrides, TrackingUri, resumable, store_option
 from ragexp.errors import ConfigError
 
 
@@ -26,6 +26,7 @@ def report(
     ] = None,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    common_cases: CommonCases = False,
     attribute: Annotated[
         bool,
         typer.Option(
@@ -55,6 +56,7 @@ def report(
     for option, value in (("--baseline", baseline), ("--out", out), ("--language", language)):
         given += [option, value] if value else []
     given += ["--allow-incomparable"] if allow_incomparable else []
+    given += ["--common-cases"] if common_cases else []
     with resumable("report", [*given, "--attribute"], replaying=attribute):
         done = publish_report(
             run_id,
@@ -65,5 +67,6 @@ def report(
             allow_incomparable=allow_incomparable,
             say=info,
             attribute=attribute,
+            common_cases=common_cases,
         )
     print(report_line(run_id, done))

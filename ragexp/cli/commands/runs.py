@@ -24,6 +24,13 @@ def runs(
             "--config-hash", help="Only runs whose config hash starts with this (e.g. the 12 characters run prints)."
         ),
     ] = None,
+    cells: Annotated[
+        bool,
+        typer.Option(
+            "--cells",
+            help="Also list the attribution cell runs of diff --attribute (always listed, marked, with --config-hash).",
+        ),
+    ] = False,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -37,10 +44,14 @@ def runs(
         sweep=sweep,
         config_hash=config_hash,
         tracking_uri=store_option("runs", tracking_uri, overrides),
+        cells=cells,
     )
     if as_json:
         emit_json(found.to_json())
-    elif not found.runs:
+        return
+    if not found.runs:
         info(f"no runs in {found.where()}")
     else:
         show_runs(found.runs, with_experiment=found.experiment is None)
+    if found.cells_left_out:
+        info(f"{found.cells_left_out} attribution cell run(s) of diff --attribute not listed (--cells lists them)")
