@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -42,7 +42,7 @@ class HopRetrieval:
         data: dict[str, Any] = {"query": self.query, "ranked_ids": self.ranked_ids, "contexts": self.contexts}
         if self.doc_ids:
             data["doc_ids"] = self.doc_ids
-        for name in ("latency_seconds", "tokens", "cost"):
+        for name in REPORTED:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
@@ -55,10 +55,12 @@ class HopRetrieval:
             list(data.get("ranked_ids", [])),
             list(data.get("contexts", [])),
             list(data.get("doc_ids", [])),
-            data.get("latency_seconds"),
-            data.get("tokens"),
-            data.get("cost"),
+            *(data.get(name) for name in REPORTED),
         )
+
+
+REPORTED = tuple(item.name for item in fields(HopRetrieval))[4:]
+"""What a retrieval call may report besides its results: its seconds, tokens and cost."""
 
 
 @dataclass(slots=True)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from ragexp import artifacts
 from ragexp.datasets.loader import load_dataset
 from ragexp.errors import DatasetErrors
+from ragexp.records import Evidence
+from ragexp.tracking.store import Store
 from tests.conftest import write_jsonl
+from tests.pipelines import hops as pipelines
 
 
 def _hop_case(case_id: str = "q1", **extra: object) -> dict[str, object]:
@@ -79,3 +84,64 @@ def test_loader_refuses_bad_hops_naming_line_and_field(
 def test_case_gold_that_equals_the_union_is_accepted(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "ok.jsonl", [_hop_case(relevant_ids=["b1", "p1"])])
     assert load_dataset(path).cases[0].relevant_ids == ["b1", "p1"]
+
+
+# --- a Python target's retrieval calls, scored per hop --------------------------------------------
+
+HOPS_RUN = ("dataset=kb_zh_hops", "system=python", "metrics=retrieval", "k=3", "report.language=en", "--json")
+
+
+def _hop_run(ragexp: Any, target: str, *extra: str) -> dict[str, Any]:
+    result = ragexp("run", *HOPS_RUN, f"provider.system.target=tests.pipelines.hops:{target}", *extra)
+    assert result.code == 0, result.stderr
+    return cast(dict[str, Any], result.json())
+
+
+def _case_rows(store_uri: str, run_id: str) -> dict[str, dict[str, Any]]:
+    lines = artifacts.CaseLines(Store(store_uri).read_artifact(run_id, artifacts.CASES))
+    return {row["id"]: row for row in (artifacts.case_row(line) for line in lines)}
+
+
+def _direct(question: str, hop: int, gold: list[Evidence], k: int) -> tuple[float, float, float]:
+    """recall@K, reciprocal rank and evidence recall of one hop, computed here from the calls the
+    pipeline returned (a chunk matches a span when it is of the span's document and holds it)."""
+    call = pipelines.CALLS[question][hop - 1]
+    pairs = list(zip(call["doc_ids"], call["contexts"], strict=True))
+
+    def found(items: list[tuple[str, str]]) -> int:
+        return sum(any(doc == e.doc and e.span in text for doc, text in items) for e in gold)
+
+    ranks = [r + 1 for r, (doc, text) in enumerate(pairs) if any(doc == e.doc and e.span in text for e in gold)]
+    return found(pairs[:k]) / len(gold), (1 / ranks[0] if ranks else 0.0), found(pairs) / len(gold)
+
+
+@pytest.mark.parametrize(("target", "planted"), [("hop2_fault", 2), ("hop1_fault", 1), ("two_step", 0)])
+def test_first_failing_hop_names_the_planted_fault_and_hop_scores_equal_a_direct_computation(
+    ragexp: Any, store_uri: str, target: str, planted: int
+) -> None:
+    run = _hop_run(ragexp, target)
+    rows = _case_rows(store_uri, run["run_id"])
+    dataset = load_dataset(Path("ragexp/data/kb_zh_hops/cases.jsonl"))
+    assert len(rows) == len(dataset.cases) >= 60
+    named = [row["metrics"]["first_failing_hop"] for row in rows.values()]
+    assert sum(value == planted for value in named) >= 0.9 * len(named), named
+    for case in dataset.cases:
+        row = rows[case.id]
+        for hop in (1, 2):
+            recall, rank, evidence = _direct(case.question, hop, case.hops[hop - 1].relevant, 3)
+            assert row["metrics"][f"recall_at_k.hop{hop}"] == pytest.approx(recall)
+            assert row["metrics"][f"mrr.hop{hop}"] == pytest.approx(rank)
+            assert row["metrics"][f"evidence_recall.hop{hop}"] == pytest.approx(evidence)
+        assert row["metrics"]["retrieval_calls"] == 2
+        assert row["metrics"]["hop_seconds.hop1"] == pytest.approx(0.01 * len(case.question))
+    # the run's means are the means of those per-case scores, and each carries its population
+    for hop in (1, 2):
+        name = f"recall_at_k.hop{hop}"
+        values = [row["metrics"][name] for row in rows.values()]
+        assert run["summary"][name] == pytest.approx(sum(values) / len(values))
+    some = next(row for row in rows.values() if row["metrics"]["first_failing_hop"] == planted)
+    why = some["rationale"]["first_failing_hop"]
+    if planted:
+        assert why.startswith(f"hop {planted} is the first whose gold is not all in its top 3"), why
+    else:
+        assert why == "every hop's gold is in its top 3 (2 hops)"
