@@ -145,3 +145,39 @@ def test_first_failing_hop_names_the_planted_fault_and_hop_scores_equal_a_direct
         assert why.startswith(f"hop {planted} is the first whose gold is not all in its top 3"), why
     else:
         assert why == "every hop's gold is in its top 3 (2 hops)"
+
+
+def test_diff_pairs_each_hop_and_tabulates_how_the_first_failing_hop_moved_and_the_gate_rules_a_hop(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = _hop_run(ragexp, "two_step")["run_id"]
+    hop2 = _hop_run(ragexp, "hop2_fault")["run_id"]
+    hop1 = _hop_run(ragexp, "hop1_fault")["run_id"]
+    cases = 64
+    for cand, planted in ((hop2, 2), (hop1, 1)):
+        diff = ragexp("diff", base, cand, "--json")
+        assert diff.code == 0, diff.stderr
+        found = diff.json()
+        table = found["hops"]
+        assert table["paired"] == cases and table["labels"] == ["none", "hop 1", "hop 2"]
+        assert table["rows"]["none"][f"hop {planted}"] >= 0.9 * cases
+        assert sum(sum(row.values()) for row in table["rows"].values()) == cases
+        metrics = {m["name"]: m for m in found["metrics"]}
+        moved = metrics[f"recall_at_k.hop{planted}"]
+        assert moved["n"] == cases and moved["population"]["scored"] == cases
+        assert moved["delta"] < -0.8 and moved["regressed"] >= 0.9 * cases
+        if planted == 2:  # the first hop is untouched: no case moved on it
+            assert metrics["recall_at_k.hop1"]["delta"] == 0 and metrics["recall_at_k.hop1"]["regressed"] == 0
+    shown = ragexp("diff", base, hop2)
+    assert "first failing hop, cases by baseline (rows) and candidate (columns), 64 paired:" in shown.stdout
+    conf = tmp_path / "conf"
+    (conf / "gates").mkdir(parents=True)
+    (conf / "gates" / "hops.yaml").write_text(
+        "name: hops\nrules:\n  recall_at_k@hop1: {max_drop: 0.0}\n  recall_at_k@hop2: {max_drop: 0.05}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr("os.environ", dict(__import__("os").environ))  # --config-dir sets a variable
+    gate = ragexp("gate", "--config-dir", str(conf), "--baseline", base, "--candidate", hop2, "gates=hops", "--json")
+    assert gate.code == 2, gate.stderr
+    rules = {(rule["metric"], rule["outcome"]) for rule in gate.json()["rules"]}
+    assert ("recall_at_k@hop2", "failed") in rules and ("recall_at_k@hop1", "passed") in rules
