@@ -181,3 +181,40 @@ def test_diff_pairs_each_hop_and_tabulates_how_the_first_failing_hop_moved_and_t
     assert gate.code == 2, gate.stderr
     rules = {(rule["metric"], rule["outcome"]) for rule in gate.json()["rules"]}
     assert ("recall_at_k@hop2", "failed") in rules and ("recall_at_k@hop1", "passed") in rules
+
+
+def test_a_langchain_agent_is_scored_per_hop_from_its_retriever_tool_calls(ragexp: Any, store_uri: str) -> None:
+    from tests.pipelines import agent
+
+    result = ragexp(
+        "run",
+        "dataset=kb_zh_hops",
+        "system=langchain_agent",
+        "provider.system.target=tests.pipelines.agent:agent",
+        f"provider.system.response.retriever_tool={agent.TOOL}",
+        "metrics=retrieval",
+        "k=3",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    run = result.json()
+    assert run["error_count"] == 0
+    rows = _case_rows(store_uri, run["run_id"])
+    dataset = load_dataset(Path("ragexp/data/kb_zh_hops/cases.jsonl"))
+    bridged = 0
+    for case in dataset.cases:
+        row = rows[case.id]
+        calls = row["output"]["retrievals"]
+        assert len(calls) == 2 and calls[0]["query"] == case.question
+        assert row["output"]["tool_calls"] == [{"name": agent.TOOL, "args": {"query": call["query"]}} for call in calls]
+        bridged += calls[1]["query"] == case.hops[0].bridge
+        for hop, call in enumerate(calls, start=1):
+            docs = agent.RETURNED[call["query"]]  # what the tool returned for this call
+            assert call["ranked_ids"] == [doc.id for doc in docs]
+            gold = case.hops[hop - 1].relevant
+            hit = [any(doc.id == e.doc and e.span in doc.page_content for e in gold) for doc in docs]
+            assert row["metrics"][f"recall_at_k.hop{hop}"] == pytest.approx(sum(hit[:3]) / len(gold))
+            assert row["metrics"][f"mrr.hop{hop}"] == pytest.approx(1 / (hit.index(True) + 1) if any(hit) else 0.0)
+        assert row["metrics"]["retrieval_calls"] == 2 and row["metrics"]["redundant_calls"] == 0
+    assert bridged == len(dataset.cases)
+    assert run["summary"]["recall_at_k.hop2"] == pytest.approx(1.0)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ragexp.metrics.cost import COST
+from ragexp.metrics.registry import RETRIEVALS
 from ragexp.records import HopRetrieval
 
 QUERY_ARGS = ("query", "question", "input", "q")
@@ -101,19 +102,28 @@ def agent_calls(messages: Any, tool: str | None, where: str) -> tuple[list[dict[
                 continue
             name, args = str(call.get("name", "")), call.get("args") or {}
             calls.append({"name": name, "args": args})
-            if tool is None or name != tool:
+            if tool is not None and name != tool:
                 continue
             answer = answers.get(str(call.get("id")))
             if answer is None:
+                if tool is None:
+                    continue
                 raise HopReadError(f"{where}: the call {len(calls)} of {tool!r} has no tool message answering it")
+            if tool is None and not _documents(answer.get("artifact")):
+                continue  # no retriever named: a tool is one when its message carries documents
             retrievals.append(_tool_retrieval(args, answer))
     return calls, retrievals
+
+
+def _documents(value: Any) -> bool:
+    """A tool message's artifact is a list of documents (``page_content`` each)."""
+    return isinstance(value, list) and all(isinstance(doc, Mapping) and "page_content" in doc for doc in value)
 
 
 def _tool_retrieval(args: Any, answer: Mapping[str, Any]) -> HopRetrieval:
     query = next((str(args[key]) for key in QUERY_ARGS if isinstance(args, Mapping) and key in args), "")
     documents = answer.get("artifact")
-    if isinstance(documents, list) and all(isinstance(doc, Mapping) for doc in documents):
+    if isinstance(documents, list) and _documents(documents):
         ranked: list[str] = []
         contexts: list[str] = []
         doc_ids: list[str] = []
@@ -156,15 +166,12 @@ def merged(retrievals: list[HopRetrieval]) -> tuple[list[str], list[str], list[s
     return ranked, contexts, doc_ids
 
 
-RETRIEVALS = "retrievals"
-"""The output field the per-hop metrics read (the registry's ``needs_output``)."""
-
-
-def hop_fields(expressions: Mapping[str, Any], retriever_tool: str | None) -> set[str]:
+def hop_fields(expressions: Mapping[str, Any]) -> set[str]:
     """The output fields a mapping gives for a multi-hop system: its retrieval calls, from
     ``response.retrievals`` or from an agent's calls of its retriever tool."""
-    if "retrievals" in expressions or ("tool_calls" in expressions and retriever_tool):
-        return {RETRIEVALS}
+    if "retrievals" in expressions or "tool_calls" in expressions:
+        # A reply without a ranking of its own gets its calls' (with_merged).
+        return {RETRIEVALS, "retrieved_ids", "retrieved_contexts"}
     return set()
 
 
@@ -178,8 +185,7 @@ def read_calls(
     retrievals: list[HopRetrieval] | None = None
     if found.get("tool_calls") is not None:
         calls, from_tool = agent_calls(found["tool_calls"], mapping.retriever_tool, f"tool_calls in {where}")
-        if mapping.retriever_tool:
-            retrievals = from_tool
+        retrievals = from_tool
     # Nothing found is no error here: the case reported no calls, which the per-hop metrics
     # count as an error for that case (never as a hop that retrieved nothing).
     if found.get("retrievals") is not None:

@@ -241,7 +241,7 @@ class CompiledMapping:
         given = {OUTPUT_OF[key] for key in OUTPUT_OF if key in self.expressions}
         if self.pattern is not None:
             given.add("citations")
-        given |= hop_fields(self.expressions, self.mapping.retriever_tool)
+        given |= hop_fields(self.expressions)
         return frozenset({*given, "latency_seconds"})
 
     def search(self, key: str, data: Any) -> Any:
