@@ -13,7 +13,6 @@ hop whose gold is not all in the top K of its call (0 when none is); ``retrieval
 from __future__ import annotations
 
 import math
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -69,21 +68,21 @@ class HopCounts:
 
 
 def _query_key(query: str) -> str:
-    return "".join(unicodedata.normalize("NFKC", query).casefold().split())
+    return "".join(query.casefold().split())
 
 
 def count_hops(cases: Sequence[Case], results: Sequence[CaseResult], k: int, match: Rule | None = None) -> HopCounts:
     """Reduce each case's hops against its retrieval calls (no scoring here)."""
     n = len(cases)
     width = max((len(case.hops) for case in cases), default=0)
-    gold = np.zeros((n, width), dtype=np.int64)
-    top = np.zeros((n, width), dtype=np.int64)
-    anywhere = np.zeros((n, width), dtype=np.int64)
-    first = np.zeros((n, width), dtype=np.int64)
-    called = np.zeros((n, width), dtype=bool)
-    scored = np.zeros(n, dtype=bool)
-    calls = np.full(n, np.nan)
-    redundant = np.full(n, np.nan)
+    # Plain lists filled per case, turned into arrays once (as build_inputs does): setting numpy
+    # items one at a time costs more than the loop's own work.
+    size = n * width  # flat, row i at i * width: one array conversion per count, no nested lists
+    gold, top, anywhere, first = [0] * size, [0] * size, [0] * size, [0] * size
+    called = [False] * size
+    scored = [False] * n
+    calls = [math.nan] * n
+    redundant = [math.nan] * n
     reported: dict[str, list[float]] = {}
     unreported: list[int] = []
     matcher = Matcher(match) if any(hop.relevant for case in cases for hop in case.hops) else None
@@ -96,43 +95,62 @@ def count_hops(cases: Sequence[Case], results: Sequence[CaseResult], k: int, mat
             if case.hops:
                 unreported.append(i)
             continue
-        calls[i], redundant[i] = len(retrievals), _redundant(retrievals)
-        for position, retrieval in enumerate(retrievals[:width]):
-            for base, value in (
-                (HOP_SECONDS, retrieval.latency_seconds),
-                (HOP_TOKENS, retrieval.tokens),
-                (HOP_COST, retrieval.cost),
+        made = len(retrievals)
+        calls[i] = made
+        redundant[i] = _redundant(retrievals) if made > 1 else 0
+        for position, retrieval in enumerate(retrievals):
+            if position < width and (
+                retrieval.latency_seconds is not None or retrieval.tokens is not None or retrieval.cost is not None
             ):
-                if value is not None:
-                    reported.setdefault(hop_name(base, position + 1), [math.nan] * n)[i] = float(value)
-        if not case.hops:
+                _report(reported, n, i, position + 1, retrieval)
+        hops = case.hops
+        if not hops:
             continue
         scored[i] = True
-        for h, hop in enumerate(case.hops):
-            if h >= len(retrievals):
-                gold[i, h] = len(hop.relevant_ids) or len(hop.relevant)
+        at = i * width
+        for h, hop in enumerate(hops):
+            if h >= made:
+                gold[at + h] = len(hop.relevant_ids) or len(hop.relevant)
                 continue
-            called[i, h] = True
-            gold[i, h], top[i, h], anywhere[i, h], first[i, h] = _reduce(hop, retrievals[h], k, matcher)
+            called[at + h] = True
+            gold[at + h], top[at + h], anywhere[at + h], first[at + h] = _reduce(hop, retrievals[h], k, matcher)
+    shape = (n, width)
     return HopCounts(
         k,
-        gold,
-        top,
-        anywhere,
-        first,
-        called,
-        scored,
-        calls,
-        redundant,
+        np.array(gold, dtype=np.int64).reshape(shape),
+        np.array(top, dtype=np.int64).reshape(shape),
+        np.array(anywhere, dtype=np.int64).reshape(shape),
+        np.array(first, dtype=np.int64).reshape(shape),
+        np.array(called, dtype=bool).reshape(shape),
+        np.array(scored, dtype=bool),
+        np.array(calls, dtype=np.float64),
+        np.array(redundant, dtype=np.float64),
         {name: np.array(values, dtype=np.float64) for name, values in reported.items()},
         unreported,
     )
 
 
+def _report(reported: dict[str, list[float]], n: int, i: int, hop: int, retrieval: HopRetrieval) -> None:
+    for base, value in (
+        (HOP_SECONDS, retrieval.latency_seconds),
+        (HOP_TOKENS, retrieval.tokens),
+        (HOP_COST, retrieval.cost),
+    ):
+        if value is not None:
+            reported.setdefault(hop_name(base, hop), [math.nan] * n)[i] = float(value)
+
+
 def _reduce(hop: Hop, retrieval: HopRetrieval, k: int, matcher: Matcher | None) -> tuple[int, int, int, int]:
     """(gold items, in the top K, anywhere, rank of the first) of one hop's call."""
-    if hop.relevant_ids:
-        relevant = set(hop.relevant_ids)
+    ids = hop.relevant_ids
+    if len(ids) == 1:  # the usual hop: one gold item, found by a scan in C
+        try:
+            position = retrieval.ranked_ids.index(ids[0])
+        except ValueError:
+            return 1, 0, 0, 0
+        return 1, int(position < k), 1, position + 1
+    if ids:
+        relevant = set(ids)
         seen: set[str] = set()
         in_top = found = first = 0
         for rank, item in enumerate(retrieval.ranked_ids):
@@ -158,6 +176,8 @@ def _reduce(hop: Hop, retrieval: HopRetrieval, k: int, matcher: Matcher | None) 
 
 def _redundant(retrievals: Sequence[HopRetrieval]) -> int:
     """Calls that repeat an earlier call's query, or whose every result an earlier call returned."""
+    if len(retrievals) < 2:
+        return 0
     queries: set[str] = set()
     returned: set[str] = set()
     count = 0
@@ -218,7 +238,10 @@ def fill_hop_rationales(
 ) -> None:
     """Write each scored case's rationale of every per-hop metric in ``specs`` (and of
     ``first_failing_hop``) into ``results[i].rationale``; a case whose reply reported no calls
-    gets the error instead (``metric_errors``), never a score."""
+    gets the error instead (``metric_errors``), never a score.
+
+    They run on every case: a sentence is cut around its query once per run for each set of
+    counts (hop, found, gold) and filled in by concatenation, as :mod:`ragexp.metrics.reasons` does."""
     language = language if language in ("en", "zh") else "en"
     words = {key: text[language] for key, text in PHRASES.items() if key.startswith("hop_")}
     chosen = {spec.name for spec in specs}
@@ -227,48 +250,86 @@ def fill_hop_rationales(
         for name in chosen:
             if name.startswith(tuple(HOP_BASES)) or name in (RETRIEVAL_CALLS, REDUNDANT_CALLS):
                 results[i].metric_errors[name] = words["hop_unreported"]
+    cuts: dict[tuple[object, ...], tuple[str, str]] = {}
+    said: dict[tuple[object, ...], str] = {}
+
+    def cut(key: tuple[object, ...], **values: object) -> tuple[str, str]:
+        before, _, after = words[str(key[0])].format(query="\0", **values).partition("\0")
+        cuts[key] = before, after
+        return before, after
+
+    width = counts.gold.shape[1]
+    names = [
+        tuple(
+            hop_name(base, h + 1) if hop_name(base, h + 1) in chosen else None
+            for base in (HOP_RECALL, HOP_MRR, HOP_EVIDENCE)
+        )
+        for h in range(width)
+    ]
+    with_calls = RETRIEVAL_CALLS in chosen or REDUNDANT_CALLS in chosen
+    gold_rows, top_rows, any_rows = counts.gold.tolist(), counts.top.tolist(), counts.anywhere.tolist()
+    first_rows, called_rows = counts.first.tolist(), counts.called.tolist()
+    calls, redundant = counts.calls.tolist(), counts.redundant.tolist()
     for i in np.flatnonzero(counts.scored).tolist():
         case, output = cases[i], results[i].output
         retrievals = output.retrievals if output is not None else None
         if retrievals is None:  # pragma: no cover - a scored case reported its calls
             continue
         rationale = results[i].rationale
+        gold, top, anywhere, first, called = gold_rows[i], top_rows[i], any_rows[i], first_rows[i], called_rows[i]
         failing = 0
         for h in range(len(case.hops)):
             hop = h + 1
-            gold, top, anywhere, rank = (int(a[i, h]) for a in (counts.gold, counts.top, counts.anywhere, counts.first))
-            if not counts.called[i, h]:
-                said = words["hop_no_call"].format(hop=hop, calls=len(retrievals))
-                recall_said = rank_said = evidence_said = said
+            recall_name, rank_name, evidence_name = names[h]
+            if not called[h]:
+                key: tuple[object, ...] = ("hop_no_call", hop, len(retrievals))
+                text = said.get(key) or said.setdefault(
+                    key, words["hop_no_call"].format(hop=hop, calls=len(retrievals))
+                )
+                recall_said = rank_said = evidence_said = text
+                query = "-"
             else:
-                query = _quoted(retrievals[h].query)
-                size = max(len(retrievals[h].ranked_ids), len(retrievals[h].contexts))
-                recall_said = words["hop_recall"].format(hop=hop, query=query, found=top, gold=gold, k=k)
-                rank_said = (
-                    words["hop_rank"].format(hop=hop, query=query, rank=rank)
-                    if rank
-                    else words["hop_rank_none"].format(hop=hop, query=query, n=size)
-                )
-                evidence_said = words["hop_evidence"].format(hop=hop, query=query, found=anywhere, gold=gold, n=size)
-            for base, said in ((HOP_RECALL, recall_said), (HOP_MRR, rank_said), (HOP_EVIDENCE, evidence_said)):
-                name = hop_name(base, hop)
-                if name in chosen:
-                    rationale[name] = said
-            if not failing and top < gold:
+                retrieval = retrievals[h]
+                query = _quoted(retrieval.query)
+                key = ("hop_recall", hop, top[h], gold[h])
+                before, after = cuts.get(key) or cut(key, hop=hop, found=top[h], gold=gold[h], k=k)
+                recall_said = before + query + after
+                if rank_name is not None:
+                    key = ("hop_rank", hop, first[h]) if first[h] else ("hop_rank_none", hop, len(retrieval.ranked_ids))
+                    before, after = cuts.get(key) or cut(key, hop=hop, rank=first[h], n=len(retrieval.ranked_ids))
+                    rank_said = before + query + after
+                if evidence_name is not None:
+                    size = max(len(retrieval.ranked_ids), len(retrieval.contexts))
+                    key = ("hop_evidence", hop, anywhere[h], gold[h], size)
+                    before, after = cuts.get(key) or cut(key, hop=hop, found=anywhere[h], gold=gold[h], n=size)
+                    evidence_said = before + query + after
+            if recall_name is not None:
+                rationale[recall_name] = recall_said
+            if rank_name is not None:
+                rationale[rank_name] = rank_said
+            if evidence_name is not None:
+                rationale[evidence_name] = evidence_said
+            if not failing and top[h] < gold[h]:
                 failing = hop
-                query = _quoted(retrievals[h].query) if counts.called[i, h] else "-"
-                rationale[FIRST_FAILING_HOP] = words["hop_first_failing"].format(
-                    hop=hop, k=k, found=top, gold=gold, query=query
-                )
+                key = ("hop_first_failing", hop, top[h], gold[h])
+                before, after = cuts.get(key) or cut(key, hop=hop, k=k, found=top[h], gold=gold[h])
+                rationale[FIRST_FAILING_HOP] = before + query + after
         if not failing:
-            rationale[FIRST_FAILING_HOP] = words["hop_none_failing"].format(k=k, hops=len(case.hops))
-        if RETRIEVAL_CALLS in chosen or REDUNDANT_CALLS in chosen:
-            said = words["hop_calls"].format(calls=int(counts.calls[i]), redundant=int(counts.redundant[i]))
-            for name in (RETRIEVAL_CALLS, REDUNDANT_CALLS):
-                if name in chosen:
-                    rationale[name] = said
+            key = ("hop_none_failing", len(case.hops))
+            rationale[FIRST_FAILING_HOP] = said.get(key) or said.setdefault(
+                key, words["hop_none_failing"].format(k=k, hops=len(case.hops))
+            )
+        if with_calls:
+            key = ("hop_calls", calls[i], redundant[i])
+            text = said.get(key) or said.setdefault(
+                key, words["hop_calls"].format(calls=int(calls[i]), redundant=int(redundant[i]))
+            )
+            if RETRIEVAL_CALLS in chosen:
+                rationale[RETRIEVAL_CALLS] = text
+            if REDUNDANT_CALLS in chosen:
+                rationale[REDUNDANT_CALLS] = text
 
 
 def _quoted(query: str) -> str:
-    text = " ".join(query.split())
+    text = query if len(query) <= QUOTED and query.isprintable() and "  " not in query else " ".join(query.split())
     return repr(text if len(text) <= QUOTED else text[: QUOTED - 1] + "…")
