@@ -218,3 +218,41 @@ def test_a_langchain_agent_is_scored_per_hop_from_its_retriever_tool_calls(ragex
         assert row["metrics"]["retrieval_calls"] == 2 and row["metrics"]["redundant_calls"] == 0
     assert bridged == len(dataset.cases)
     assert run["summary"]["recall_at_k.hop2"] == pytest.approx(1.0)
+
+
+def test_the_sample_systems_two_step_mode_is_scored_per_hop_with_a_span_per_hop(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from tests.test_stage_spans import spans_by_case
+
+    result = ragexp(
+        "run",
+        "dataset=kb_zh_hops",
+        "provider.system.sample.docs=kb_zh_hops/docs.jsonl",
+        "provider.system.sample.hops=2",
+        "metrics=offline",
+        "k=3",
+        "report.language=en",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    run = result.json()
+    rows = _case_rows(store_uri, run["run_id"])
+    row = rows["hop-kettle"]
+    first, second = row["output"]["retrievals"]
+    # the second search is the question with the bridge: the first evidence's sentence naming the maker
+    assert first["query"] == row["question"]
+    assert second["query"] == f"{row['question']} 该产品由澜川电器生产，全国联保一年。"
+    assert first["ranked_ids"][0] == "product-kettle" and "product-kettle" not in second["ranked_ids"]
+    assert second["ranked_ids"][0] == "maker-lanchuan"
+    assert row["metrics"]["recall_at_k.hop1"] == row["metrics"]["recall_at_k.hop2"] == 1.0
+    # hop 2 is where this system fails when it fails: its first hop finds the product almost always
+    assert run["summary"]["recall_at_k.hop1"] > 0.9 > run["summary"]["recall_at_k.hop2"]
+    missed = [r for r in rows.values() if r["metrics"]["first_failing_hop"] == 2]
+    assert missed and all(r["metrics"]["recall_at_k.hop2"] < 1 for r in missed)
+    spans = spans_by_case(store_uri, run["run_id"])["hop-kettle"]
+    hop2 = spans["hop 2"]
+    assert hop2.inputs["query"] == second["query"] and hop2.inputs["gold"]["relevant"][0]["doc"] == "maker-lanchuan"
+    assert hop2.outputs["recall_at_k.hop2"]["value"] == 1.0
+    assert hop2.outputs["recall_at_k.hop2"]["rationale"].startswith("hop 2 (query '")
+    assert [doc["id"] for doc in spans["retrieve (hop 2)"].outputs] == second["ranked_ids"]
