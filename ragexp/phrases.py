@@ -384,6 +384,21 @@ PHRASES: dict[str, dict[str, str]] = {
     "error": {"en": "Candidate error", "zh": "候选的错误"},
     "errored": {"en": "errored", "zh": "出错"},
     "stage": {"en": "Likely stage", "zh": "可能出问题的环节"},
+    # The report's per-hop section (multi-hop sets).
+    "hops": {"en": "Per hop", "zh": "按跳"},
+    "hops_intro": {
+        "en": "Each hop's gold against the system's retrieval call of the same position; means over the cases scored.",
+        "zh": "每一跳的标注证据与系统同一位置的检索调用比对；均值取自有分数的问题。",
+    },
+    "hops_first_failing": {
+        "en": "First failing hop (the first hop whose gold is not all in the top K), cases:",
+        "zh": "第一个失败的跳（其标注证据未全部进入前 K 的第一跳），问题数：",
+    },
+    "hops_moved": {
+        "en": "How the first failing hop moved, cases by baseline (rows) and candidate (columns), {n} paired:",
+        "zh": "第一个失败的跳如何变化：行为基线、列为候选，共 {n} 对问题：",
+    },
+    "hop_column": {"en": "hop", "zh": "跳"},
     "attribution": {"en": "Attribution by replay", "zh": "回放归因"},
     "attribution_about": {
         "en": "Each answer metric's change split into what the candidate retrieved, how it answered, and "

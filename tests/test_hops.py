@@ -151,7 +151,8 @@ def test_diff_pairs_each_hop_and_tabulates_how_the_first_failing_hop_moved_and_t
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base = _hop_run(ragexp, "two_step")["run_id"]
-    hop2 = _hop_run(ragexp, "hop2_fault")["run_id"]
+    hop2_run = _hop_run(ragexp, "hop2_fault")
+    hop2 = hop2_run["run_id"]
     hop1 = _hop_run(ragexp, "hop1_fault")["run_id"]
     cases = 64
     for cand, planted in ((hop2, 2), (hop1, 1)):
@@ -170,6 +171,16 @@ def test_diff_pairs_each_hop_and_tabulates_how_the_first_failing_hop_moved_and_t
             assert metrics["recall_at_k.hop1"]["delta"] == 0 and metrics["recall_at_k.hop1"]["regressed"] == 0
     shown = ragexp("diff", base, hop2)
     assert "first failing hop, cases by baseline (rows) and candidate (columns), 64 paired:" in shown.stdout
+    made = ragexp("report", hop2, "--baseline", base, "--out", str(tmp_path / "report"), "--language", "en")
+    assert made.code == 0, made.stderr
+    text = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    section = text[text.index("### Per hop") :]
+    summary = hop2_run["summary"]
+    row = " | ".join(f"{summary[f'{base}.hop2']:.4f} (64 of 64)" for base in ("recall_at_k", "mrr", "evidence_recall"))
+    assert f"| 2 | {row} |" in section, section
+    assert "How the first failing hop moved, cases by baseline (rows) and candidate (columns), 64 paired:" in section
+    moved = ragexp("diff", base, hop2, "--json").json()["hops"]["rows"]["none"]
+    assert f"| none | {moved['none']} | {moved['hop 1']} | {moved['hop 2']} |" in section, section
     conf = tmp_path / "conf"
     (conf / "gates").mkdir(parents=True)
     (conf / "gates" / "hops.yaml").write_text(
