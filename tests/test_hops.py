@@ -267,3 +267,45 @@ def test_the_sample_systems_two_step_mode_is_scored_per_hop_with_a_span_per_hop(
     assert hop2.outputs["recall_at_k.hop2"]["value"] == 1.0
     assert hop2.outputs["recall_at_k.hop2"]["rationale"].startswith("hop 2 (query '")
     assert [doc["id"] for doc in spans["retrieve (hop 2)"].outputs] == second["ranked_ids"]
+
+
+def test_a_reply_without_its_calls_is_an_error_for_the_hop_metrics_never_a_zero(ragexp: Any, store_uri: str) -> None:
+    run = _hop_run(ragexp, "calls_unreported_for_some")
+    rows = _case_rows(store_uri, run["run_id"])
+    unreported = [row for row in rows.values() if "笔" in row["question"]]
+    assert unreported and run["error_count"] == len(unreported)
+    for row in unreported:
+        assert row["metrics"]["recall_at_k.hop2"] is None and row["metrics"]["first_failing_hop"] is None
+        assert "reported no retrieval calls" in row["metric_errors"]["recall_at_k.hop2"]
+        assert row["metrics"]["recall_at_k"] is not None  # the case's own ranking is still scored
+    assert run["populations"]["recall_at_k.hop2"]["scored"] == len(rows) - len(unreported)
+    assert run["summary"]["recall_at_k.hop2"] == pytest.approx(1.0)
+
+
+def test_a_mapped_reply_gives_its_calls_and_a_bad_call_is_named() -> None:
+    from ragexp.config.models import ResponseMapping
+    from ragexp.providers.mapping import MappingError, compile_mapping
+
+    mapping = compile_mapping(
+        ResponseMapping(answer="data.answer", retrievals="data.steps[].{query: q, ranked_ids: hits[].id, tokens: t}"),
+        "provider.system.response",
+    )
+    reply = {
+        "data": {
+            "answer": "杭州",
+            "steps": [
+                {"q": "星河电热水壶", "hits": [{"id": "p1"}, {"id": "x"}], "t": 12},
+                {"q": "澜川电器", "hits": [{"id": "m1"}]},
+            ],
+        }
+    }
+    output = mapping.extract(reply, 0.5)
+    assert [(r.query, r.ranked_ids, r.tokens) for r in output.retrievals or []] == [
+        ("星河电热水壶", ["p1", "x"], 12),
+        ("澜川电器", ["m1"], None),
+    ]
+    assert output.ranked_ids == ["p1", "x", "m1"]  # no ranking of its own: the calls' merged
+    assert "retrievals" in mapping.fields()
+    reply["data"]["steps"][1]["hits"] = [{"id": {"nested": 1}}]
+    with pytest.raises(MappingError, match=r"^retrievals\[1\]\.ranked_ids holds dict, not a string"):
+        mapping.extract(reply, 0.5)

@@ -63,3 +63,14 @@ def hop2_fault(question: str, k: int) -> dict[str, Any]:
 
 def hop1_fault(question: str, k: int) -> dict[str, Any]:
     return _answer(question, k, fault="hop1")
+
+
+def calls_unreported_for_some(question: str, k: int) -> dict[str, Any]:
+    """``two_step``, but the reply of every question naming a 笔 (pen, brush) omits its calls."""
+    reply = _answer(question, k, fault=None)
+    if "笔" in question:
+        first, second = reply.pop("retrievals")
+        reply["ranked_ids"] = second["ranked_ids"] + first["ranked_ids"]
+        reply["contexts"] = second["contexts"] + first["contexts"]
+        reply["doc_ids"] = second["doc_ids"] + first["doc_ids"]
+    return reply
