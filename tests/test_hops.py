@@ -309,3 +309,23 @@ def test_a_mapped_reply_gives_its_calls_and_a_bad_call_is_named() -> None:
     reply["data"]["steps"][1]["hits"] = [{"id": {"nested": 1}}]
     with pytest.raises(MappingError, match=r"^retrievals\[1\]\.ranked_ids holds dict, not a string"):
         mapping.extract(reply, 0.5)
+
+
+@pytest.mark.system  # a service process: `make test`, not the edit loop
+def test_a_service_over_http_reports_its_calls_and_scores_as_in_process(ragexp: Any, store_uri: str) -> None:
+    from tests.servers.procs import SAMPLE, serve
+
+    common = ("dataset=kb_zh_hops", "metrics=retrieval", "k=3", "--json")
+    local = ragexp("run", *common, "provider.system.sample.docs=kb_zh_hops/docs.jsonl", "provider.system.sample.hops=2")
+    assert local.code == 0, local.stderr
+    docs = Path("ragexp/data/kb_zh_hops/docs.jsonl").resolve()
+    with serve(SAMPLE, "--docs", str(docs), "--hops", "2") as url:
+        remote = ragexp("run", *common, "provider=http", f"provider.system.url={url}")
+    assert remote.code == 0, remote.stderr
+    here, there = _case_rows(store_uri, local.json()["run_id"]), _case_rows(store_uri, remote.json()["run_id"])
+    for case_id, row in here.items():
+        for hop in (1, 2):
+            name = f"recall_at_k.hop{hop}"
+            assert there[case_id]["metrics"][name] == row["metrics"][name]
+        assert there[case_id]["metrics"]["first_failing_hop"] == row["metrics"]["first_failing_hop"]
+        assert there[case_id]["output"]["retrievals"][1]["query"] == row["output"]["retrievals"][1]["query"]
