@@ -21,8 +21,8 @@ import numpy as np
 
 from ragexp import limits
 from ragexp.metrics.population import covered
-from ragexp.metrics.registry import MetricSpec
-from ragexp.records import Case, CaseResult
+from ragexp.metrics.registry import MetricSpec, hop_of
+from ragexp.records import Case, CaseResult, SystemOutput
 
 TRACE_NAME = "rag_case"
 SOURCE_ID = "ragexp"
@@ -94,6 +94,10 @@ class CaseTrace:
     outside: dict[str, float] = field(default_factory=dict)
     """An unanswerable case's own row scores on metrics whose run mean leaves it out (the trace's
     ``ragexp.outside_mean`` metadata, never an assessment)."""
+    hops: list[dict[str, Any]] = field(default_factory=list)
+    """Each retrieval call of a multi-hop system, in order: ``query``, ``ranked_ids``,
+    ``contexts``, ``doc_ids``, the hop's ``gold`` and its ``assessments`` (per-hop metric ->
+    ``{"value", "rationale"}``), shown as a span per hop."""
 
 
 def cut(text: str, limit: int) -> str:
@@ -332,9 +336,32 @@ def build_traces(
                 session=case.conversation,
                 history=histories[index] if histories is not None else None,
                 outside=left_out,
+                hops=_hops(case, output, feedback),
             )
         )
     return TracePlan(traces, len(cases), capped)
+
+
+def _hops(case: Case, output: SystemOutput | None, feedback: Sequence[FeedbackRecord]) -> list[dict[str, Any]]:
+    """What each hop's span shows: its call, its gold, and its metrics' assessments."""
+    if output is None or not output.retrievals:
+        return []
+    hops = []
+    for position, retrieval in enumerate(output.retrievals, start=1):
+        gold = case.hops[position - 1] if position <= len(case.hops) else None
+        marks = {
+            record.name: {"value": record.value, "rationale": record.rationale, "error": record.error}
+            for record in feedback
+            if (found := hop_of(record.name)) is not None and found[1] == position
+        }
+        hops.append(
+            {
+                **retrieval.to_json(),
+                "gold": gold.to_json() if gold is not None else None,
+                "assessments": marks,
+            }
+        )
+    return hops
 
 
 def case_expectations(case: Case) -> dict[str, Any]:
@@ -447,6 +474,46 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
         inputs, outputs = _stage_detail(case.stages.get(stage), seconds)
         spans.append(PlannedSpan(stage, kind, _span_id(), parent, cursor, cursor + stage_ns, inputs, outputs, None))
         cursor += stage_ns
+    spans.extend(_hop_spans(case, root_id, start_ns, retrieve_ns))
+    return spans
+
+
+def _hop_spans(case: CaseTrace, root_id: int, start_ns: int, retrieve_ns: int) -> list[PlannedSpan]:
+    """A span per hop of a multi-hop system (its query and gold in, its metrics' assessments
+    out), each with a retriever span of the documents the call returned, laid one after another
+    over the retrieval's time."""
+    spans: list[PlannedSpan] = []
+    if not case.hops:
+        return spans
+    step = max(retrieve_ns // len(case.hops), 1)
+    for position, hop in enumerate(case.hops, start=1):
+        begin = start_ns + (position - 1) * step
+        seconds = hop.get("latency_seconds")
+        end = begin + (max(int(seconds * 1e9), 1) if seconds is not None else step)
+        hop_id = _span_id()
+        inputs = {"hop": position, "query": cut(hop["query"], SPAN_TEXT_CHARS), "gold": hop["gold"]}
+        spans.append(
+            PlannedSpan(f"hop {position}", "CHAIN", hop_id, root_id, begin, end, inputs, hop["assessments"], None)
+        )
+        ids = hop["ranked_ids"] or [""] * len(hop["contexts"])
+        docs = hop.get("doc_ids") or []
+        documents = [
+            {
+                "id": doc_id,
+                "page_content": cut(hop["contexts"][i], SPAN_TEXT_CHARS) if i < len(hop["contexts"]) else "",
+                "metadata": {
+                    "doc_uri": docs[i] if i < len(docs) and docs[i] else doc_id,
+                    "rank": i + 1,
+                },
+            }
+            for i, doc_id in enumerate(ids[:SPAN_ITEMS])
+        ]
+        query = {"query": cut(hop["query"], SPAN_TEXT_CHARS)}
+        spans.append(
+            PlannedSpan(
+                f"{RETRIEVE} (hop {position})", "RETRIEVER", _span_id(), hop_id, begin, end, query, documents, None
+            )
+        )
     return spans
 
 

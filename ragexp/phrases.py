@@ -225,6 +225,43 @@ PHRASES: dict[str, dict[str, str]] = {
             "不可回答的问题：按文章规则单独计分（未召回任何结果记 1.0，召回了结果记 0.0）；运行的均值只覆盖可回答的问题"
         ),
     },
+    # Why each per-hop score is what it is (ragexp.metrics.hops).
+    "hop_no_call": {
+        "en": "hop {hop}: the system made {calls} retrieval calls, none for this hop",
+        "zh": "第 {hop} 跳：系统只发起了 {calls} 次检索调用，没有这一跳的",
+    },
+    "hop_recall": {
+        "en": "hop {hop} (query {query}): {found} of {gold} gold items in the top {k}",
+        "zh": "第 {hop} 跳（查询 {query}）：前 {k} 个结果命中 {found}/{gold} 条标注证据",
+    },
+    "hop_rank": {
+        "en": "hop {hop} (query {query}): first gold item at rank {rank}",
+        "zh": "第 {hop} 跳（查询 {query}）：第一个标注证据在第 {rank} 位",
+    },
+    "hop_rank_none": {
+        "en": "hop {hop} (query {query}): no gold item among its {n} results",
+        "zh": "第 {hop} 跳（查询 {query}）：{n} 个结果中没有标注证据",
+    },
+    "hop_evidence": {
+        "en": "hop {hop} (query {query}): {found} of {gold} gold items anywhere in its {n} results",
+        "zh": "第 {hop} 跳（查询 {query}）：全部 {n} 个结果中命中 {found}/{gold} 条标注证据",
+    },
+    "hop_first_failing": {
+        "en": "hop {hop} is the first whose gold is not all in its top {k} ({found} of {gold}; query {query})",
+        "zh": "第 {hop} 跳是第一个标注证据未全部进入前 {k} 的跳（{found}/{gold}；查询 {query}）",
+    },
+    "hop_none_failing": {
+        "en": "every hop's gold is in its top {k} ({hops} hops)",
+        "zh": "每一跳的标注证据都在前 {k} 内（共 {hops} 跳）",
+    },
+    "hop_calls": {
+        "en": "{calls} retrieval calls, {redundant} redundant",
+        "zh": "{calls} 次检索调用，其中 {redundant} 次冗余",
+    },
+    "hop_unreported": {
+        "en": "the reply reported no retrieval calls (response.retrievals): hops cannot be scored",
+        "zh": "回复未报告检索调用（response.retrievals）：无法按跳评分",
+    },
     # Why each offline score is what it is: a case's rationale per metric (ragexp.metrics.reasons).
     "reason_more": {"en": " and {n} more", "zh": " 等另 {n} 项"},
     "reason_retrieved_nothing": {"en": "retrieved nothing", "zh": "未召回任何结果"},
@@ -353,6 +390,21 @@ PHRASES: dict[str, dict[str, str]] = {
     "error": {"en": "Candidate error", "zh": "候选的错误"},
     "errored": {"en": "errored", "zh": "出错"},
     "stage": {"en": "Likely stage", "zh": "可能出问题的环节"},
+    # The report's per-hop section (multi-hop sets).
+    "hops": {"en": "Per hop", "zh": "按跳"},
+    "hops_intro": {
+        "en": "Each hop's gold against the system's retrieval call of the same position; means over the cases scored.",
+        "zh": "每一跳的标注证据与系统同一位置的检索调用比对；均值取自有分数的问题。",
+    },
+    "hops_first_failing": {
+        "en": "First failing hop (the first hop whose gold is not all in the top K), cases:",
+        "zh": "第一个失败的跳（其标注证据未全部进入前 K 的第一跳），问题数：",
+    },
+    "hops_moved": {
+        "en": "How the first failing hop moved, cases by baseline (rows) and candidate (columns), {n} paired:",
+        "zh": "第一个失败的跳如何变化：行为基线、列为候选，共 {n} 对问题：",
+    },
+    "hop_column": {"en": "hop", "zh": "跳"},
     "attribution": {"en": "Attribution by replay", "zh": "回放归因"},
     "attribution_about": {
         "en": "Each answer metric's change split into what the candidate retrieved, how it answered, and "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -16,6 +16,51 @@ def graded_hash(answer: str, contexts: list[str]) -> str:
     separators=(",", ":"))``)."""
     payload = orjson.dumps({"answer": answer, "contexts": contexts}, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass(slots=True)
+class HopRetrieval:
+    """One retrieval call of a system that retrieves in several steps (an agent's retriever tool
+    call, a two-step pipeline's second search), in the order it was made."""
+
+    query: str = ""
+    """What the call searched for."""
+    ranked_ids: list[str] = field(default_factory=list)
+    """The chunk ids it retrieved, best first."""
+    contexts: list[str] = field(default_factory=list)
+    """Their texts, aligned with ``ranked_ids`` when both are given."""
+    doc_ids: list[str] = field(default_factory=list)
+    """The document each chunk comes from (empty: the system does not say)."""
+    latency_seconds: float | None = None
+    """Seconds the call took, where the system reports it."""
+    tokens: int | None = None
+    """Tokens the step used, where the system reports it."""
+    cost: float | None = None
+    """What the step cost, where the system reports it."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"query": self.query, "ranked_ids": self.ranked_ids, "contexts": self.contexts}
+        if self.doc_ids:
+            data["doc_ids"] = self.doc_ids
+        for name in REPORTED:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HopRetrieval:
+        return cls(
+            str(data.get("query", "")),
+            list(data.get("ranked_ids", [])),
+            list(data.get("contexts", [])),
+            list(data.get("doc_ids", [])),
+            *(data.get(name) for name in REPORTED),
+        )
+
+
+REPORTED = tuple(item.name for item in fields(HopRetrieval))[4:]
+"""What a retrieval call may report besides its results: its seconds, tokens and cost."""
 
 
 @dataclass(slots=True)
@@ -49,6 +94,11 @@ class SystemOutput:
     tokens: dict[str, int] | None = None
     """The tokens the system's model used for this reply, as it reported them (``prompt``,
     ``completion``); None: the reply reported no usage."""
+    retrievals: list[HopRetrieval] | None = None
+    """Each retrieval call the system made, in order (a multi-hop system's hops); None: the
+    system reports a single ranking only."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """The tool calls an agent made, in order, as ``{"name", "args"}``; None: not reported."""
 
     def graded_hash(self) -> str:
         """The hash a human label of this output names (:func:`graded_hash`)."""
@@ -73,6 +123,10 @@ class SystemOutput:
             data["conversation_id"] = self.conversation_id
         if self.tokens is not None:
             data["tokens"] = self.tokens
+        if self.retrievals is not None:
+            data["retrievals"] = [retrieval.to_json() for retrieval in self.retrievals]
+        if self.tool_calls is not None:
+            data["tool_calls"] = self.tool_calls
         return data
 
     @classmethod
@@ -90,6 +144,8 @@ class SystemOutput:
             stages=data.get("stages"),
             conversation_id=data.get("conversation_id"),
             tokens=data.get("tokens"),
+            retrievals=[HopRetrieval.from_json(item) for item in data["retrievals"]] if "retrievals" in data else None,
+            tool_calls=data.get("tool_calls"),
         )
 
 
@@ -116,6 +172,22 @@ class Evidence:
         data: dict[str, Any] = {"doc": self.doc, "start": self.start, "end": self.end}
         if self.span:
             data["span"] = self.span
+        return data
+
+
+@dataclass(slots=True)
+class Hop:
+    """The gold of one hop of a multi-hop case: what its retrieval must find (ids or evidence,
+    as a case's ``relevant_ids`` or ``relevant``), and the bridge entity it hands to the next hop."""
+
+    relevant_ids: list[str] = field(default_factory=list)
+    relevant: list[Evidence] = field(default_factory=list)
+    bridge: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"relevant": self.relevant_ids or [evidence.to_json() for evidence in self.relevant]}
+        if self.bridge is not None:
+            data["bridge"] = self.bridge
         return data
 
 
@@ -160,6 +232,9 @@ class Case:
     a run can be shown to have answered."""
     graded_given: bool = False
     """``human.graded`` was written in the file (it then enters the dataset hash with the scores)."""
+    hops: list[Hop] = field(default_factory=list)
+    """The gold of each hop, in order, for a multi-hop case (``hops``); the case's own gold is
+    their union. Empty for a single-hop case."""
 
     def labels(self, *, human: bool = True) -> dict[str, Any]:
         """Inputs and labels only: what the dataset hash covers (human scores when present, so
@@ -179,6 +254,8 @@ class Case:
         if self.conversation is not None:
             labels["conversation"] = self.conversation
             labels["turn"] = self.turn
+        if self.hops:
+            labels["hops"] = [hop.to_json() for hop in self.hops]
         return labels
 
 

@@ -36,6 +36,7 @@ from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
+from ragexp.metrics.hops import count_hops, fill_hop_rationales, hop_columns, hop_scores
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.population import Population, population
@@ -47,6 +48,7 @@ from ragexp.metrics.registry import (
     check_requirements,
     needed_outputs,
     parse_metric_names,
+    with_hop_metrics,
     with_stream_metrics,
 )
 from ragexp.metrics.summary import score_cases, summarize
@@ -182,6 +184,12 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     check_history(dataset.cases, config.conversation.history, str(dataset.path))
     provider = check_config(config, dataset, specs)
     specs = with_stream_metrics(specs, provider.output_fields(dataset))
+    specs = with_hop_metrics(specs, dataset.hop_count, provider.output_fields(dataset))
+    if dataset.hop_count and not any(spec.hop for spec in specs):
+        info(
+            f"warning: the cases of {config.dataset.name} give gold per hop, and provider {config.provider.name} "
+            "reports no retrieval calls (response.retrievals): only the case-level metrics are scored"
+        )
     provider.preflight(dataset)
     scorer, judge = None, "none"
     if any(spec.judge for spec in specs) and config.provider.judge is not None:
@@ -742,6 +750,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
         inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
         scores = score_cases(plan.specs, inputs)
+        if any(spec.hop for spec in plan.specs):
+            _score_hops(plan, results, scores)
         if plan.dataset.has_evidence:
             _evidence_unread(plan, results, scores)
         fill_rationales(
@@ -784,6 +794,17 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         if why_not is not None:
             info(f"warning: {why_not}")
     return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics())
+
+
+def _score_hops(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
+    """The per-hop metrics the run names, with ``first_failing_hop`` and the figures the system
+    reported per hop (seconds, tokens, cost) as per-case columns beside them."""
+    cfg = plan.config
+    counts = count_hops(plan.dataset.cases, results, cfg.k, cfg.dataset.match)
+    named = {spec.name for spec in plan.specs}
+    scores.update((name, values) for name, values in hop_scores(counts).items() if name in named)
+    scores.update(hop_columns(counts))
+    fill_hop_rationales(plan.specs, plan.dataset.cases, results, counts, cfg.report.language)
 
 
 def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:

@@ -21,7 +21,14 @@ from tests.servers.procs import SAMPLE, serve
 
 PACKAGED = package_conf()
 JUDGE = Path(__file__).resolve().parent / "servers/judge.py"
-PRESET_KINDS = {"langchain": "python", "llamaindex": "python", "dify": "http", "ragflow": "http", "openai_chat": "http"}
+PRESET_KINDS = {
+    "langchain": "python",
+    "langchain_agent": "python",
+    "llamaindex": "python",
+    "dify": "http",
+    "ragflow": "http",
+    "openai_chat": "http",
+}
 """System presets named after a product rather than their kind."""
 TREES = packaged_trees()
 OPTIONS = sorted({(group, path.stem) for tree in TREES for group in GROUPS for path in (tree / group).glob("*.yaml")})
@@ -48,6 +55,10 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
     table: dict[tuple[str, str], list[str]] = {
         ("dataset", "kb_zh"): [],
         ("dataset", "kb_zh_spans"): [],
+        ("dataset", "kb_zh_hops"): [
+            "provider.system.sample.docs=kb_zh_hops/docs.jsonl",
+            "provider.system.sample.hops=2",
+        ],
         ("dataset", "kb_zh_chat"): [],
         ("dataset", "scifacts_zh"): ["provider=replay"],
         ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
@@ -65,6 +76,11 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ("system", "openai_chat"): [*urls["system"], "metrics.names=[answer_accuracy,p95_seconds,error_rate]"],
         ("system", "python"): ["provider.system.target=tests.pipelines.plain:contract"],
         ("system", "langchain"): ["provider.system.target=tests.pipelines.chains:chain", "metrics=retrieval"],
+        ("system", "langchain_agent"): [
+            "dataset=kb_zh_hops",
+            "provider.system.target=tests.pipelines.agent:agent",
+            "metrics=retrieval",
+        ],
         ("system", "llamaindex"): ["provider.system.target=tests.pipelines.llama:engine.query", "metrics=retrieval"],
         ("judge", "none"): [],
         ("judge", "openai"): ["system=replay", *judged],

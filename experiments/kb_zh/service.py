@@ -43,6 +43,7 @@ class Service:
             threshold=args.threshold,
             chunk_chars=args.chunk_chars,
             overlap=args.overlap,
+            hops=args.hops,
         )
         self.system = SampleSystem(load_docs(Path(args.docs)), settings)
         self.delay = args.delay_ms / 1000.0
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--chunk-chars", type=int, default=120, help="characters per window (--chunking window)")
     parser.add_argument("--overlap", type=int, default=0, help="characters a window shares with the one before")
     parser.add_argument("--no-rerank", action="store_true", help="rank by BM25 alone")
+    parser.add_argument("--hops", type=int, choices=(1, 2), default=1, help="2: search, then search with the bridge")
     parser.add_argument("--citations", choices=CITATION_POLICIES, default="source", help="what the answer cites")
     parser.add_argument("--top-k", type=int, default=None, help="documents returned (default: the request's k)")
     parser.add_argument("--threshold", type=float, default=3.0, help="refuse below this BM25 score")

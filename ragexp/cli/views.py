@@ -299,6 +299,10 @@ def show_diff(result: DiffResult) -> None:
                 f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
                 f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
+    if result.hops is not None:
+        print(f"\nfirst failing hop, cases by baseline (rows) and candidate (columns), {result.hops.paired} paired:")
+        for line in result.hops.lines():
+            print(f"  {line}")
     if result.diagnosis:
         print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
         for hint in result.diagnosis:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ragexp.compare.data import RunData
 from ragexp.compare.figures import fmt, signed
+from ragexp.compare.hops import HopMoves, hop_moves
 from ragexp.compare.missing import metric_why
 from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cases
 from ragexp.compare.power import Power, paired_power
@@ -174,6 +175,8 @@ class DiffResult:
     """What makes the runs incomparable (empty when comparable)."""
     confidence: float = 0.95
     """Confidence level of the intervals."""
+    hops: HopMoves | None = None
+    """How each case's first failing hop moved (runs of a multi-hop set); None otherwise."""
     attribution: dict[str, Any] | None = None
     """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
     the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
@@ -193,6 +196,7 @@ class DiffResult:
             "metrics": [{**m.to_json(), "why_missing": metric_why(self, m)} for m in self.metrics],
             "cases": self.cases,
             "diagnosis": [hint.text() for hint in self.diagnosis],
+            **({"hops": self.hops.to_json()} if self.hops is not None else {}),
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
         }
@@ -245,7 +249,10 @@ def compute_diff(
     metrics = [_metric_diff(name, runs, baseline, candidate, resamples, confidence, seed) for name in names]
     apart = {m.name for m in metrics if m.not_comparable is not None}
     worst = _worst_cases(base, cand, top, apart)
-    return DiffResult(baseline, candidate, metrics, worst, diagnose(metrics), found, confidence, ledger=ledger)
+    hops = hop_moves(base, cand)
+    return DiffResult(
+        baseline, candidate, metrics, worst, diagnose(metrics), found, confidence, hops=hops, ledger=ledger
+    )
 
 
 def _metric_diff(

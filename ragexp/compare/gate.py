@@ -23,7 +23,7 @@ from ragexp.config.models import GateRule, GatesConfig
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
-from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
+from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric, rule_metric
 
 EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
@@ -288,13 +288,13 @@ def rule_results(
         )
     for name, rule in gates.rules.items():
         for kind, threshold in _bounds(rule):
-            metric = metrics.get(name)
+            metric = metrics.get(rule_metric(name))  # recall_at_k@hop2: the metric recall_at_k.hop2
             if kind in CALIBRATION_RULES:
                 results.append(_check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric))
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
-        compared = metrics.get(result.metric)
+        compared = metrics.get(rule_metric(result.metric))
         _add_power(result, compared)
         if (
             compared is not None

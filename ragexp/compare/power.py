@@ -45,7 +45,7 @@ from ragexp.compare.figures import fmt
 from ragexp.compare.stats import unit_means
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
-from ragexp.metrics.registry import METRICS, MetricSpec
+from ragexp.metrics.registry import METRICS, RETRIEVALS, MetricSpec
 from ragexp.phrases import t
 
 if TYPE_CHECKING:
@@ -436,7 +436,8 @@ def check_effect(effect: float | None) -> None:
         raise ConfigError(f"--effect: expected a finite change, got {effect}")
     if effect <= 0:
         raise ConfigError(f"--effect: expected a positive change, got {effect:g}")
-    bounded = [spec for spec in METRICS.values() if spec.mean_of_cases]
+    # The call counts of a multi-hop run (unbounded) are left out: an effect is meant for scores.
+    bounded = [spec for spec in METRICS.values() if spec.mean_of_cases and RETRIEVALS not in spec.needs_output]
     if not bounded or any(spec.high is None for spec in bounded):
         return
     widest = max(bounded, key=lambda spec: (spec.high or 0.0) - spec.low)

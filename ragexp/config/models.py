@@ -160,6 +160,10 @@ class SampleConfig(Model):
     ``chunk_chars``)."""
     threshold: float = Field(3.0, ge=0)
     """Refuse to answer when the BM25 score of the chunk ranked first is below this."""
+    hops: Literal[1, 2] = Field(1, json_schema_extra={"identity_omit_default": True})
+    """Retrieval steps: ``1`` searches once; ``2`` searches, takes the bridge from the first
+    evidence found (its text), and searches again for the question with the bridge, leaving out
+    that document; each search is reported as a hop (``retrievals``)."""
 
     @model_validator(mode="after")
     def _window_overlap(self) -> SampleConfig:
@@ -204,6 +208,16 @@ class ResponseMapping(Model):
     conversation_id: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
     """JMESPath of the service's id of the conversation (Dify's ``conversation_id``, RAGFlow's
     ``data.session_id``): sent with the conversation's next turn as ``{conversation_id}``."""
+    retrievals: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of a multi-hop system's retrieval calls, in order (a list of ``{"query",
+    "ranked_ids", "contexts", "doc_ids"}`` objects, with ``latency_seconds``, ``tokens`` and
+    ``cost`` where the system reports them): each hop's gold is scored against its call."""
+    tool_calls: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """JMESPath of an agent's messages (LangChain's ``messages``): its tool calls are read from
+    them, and with ``retriever_tool`` its retrievals, one per call of that tool."""
+    retriever_tool: str | None = Field(default=None, json_schema_extra={"identity_omit_null": True})
+    """The name of the agent's retriever tool: each of its calls in ``tool_calls`` is a hop's
+    retrieval (its query, and the documents its tool message returned)."""
     error: str | None = None
     """JMESPath that yields the error message on an error envelope (e.g.
     ``code != `0` && message``): a truthy result makes the reply an error for that case."""

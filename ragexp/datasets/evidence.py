@@ -89,6 +89,11 @@ def resolve_evidence(dataset: Dataset, corpus: Corpus | None, rule: Rule, *, cor
             if reason is not None:
                 refuse(f"{at}.span", reason)
             resolved.append(item)
+        if case.hops and len(resolved) == len(case.relevant):
+            read = dict(zip(case.relevant, resolved, strict=True))
+            hops = [dataclasses.replace(hop, relevant=[read.get(e, e) for e in hop.relevant]) for hop in case.hops]
+            cases.append(dataclasses.replace(case, relevant=resolved, hops=hops))
+            continue
         cases.append(dataclasses.replace(case, relevant=resolved))
     if problems:
         raise DatasetErrors(problems)

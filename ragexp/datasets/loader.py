@@ -25,7 +25,7 @@ import orjson
 from ragexp import limits
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors
 from ragexp.metrics.registry import METRICS, labelled_metric
-from ragexp.records import Case, Evidence, SystemOutput, graded_hash
+from ragexp.records import Case, Evidence, Hop, SystemOutput, graded_hash
 
 MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
@@ -69,6 +69,11 @@ class Dataset:
     def has_conversations(self) -> bool:
         """Some case is a turn of a conversation."""
         return any(case.conversation is not None for case in self.cases)
+
+    @property
+    def hop_count(self) -> int:
+        """The most hops a case gives (0: no case is multi-hop)."""
+        return max((len(case.hops) for case in self.cases), default=0)
 
     @property
     def has_evidence(self) -> bool:
@@ -417,6 +422,58 @@ def _evidence(value: Any) -> Reason | None:
     return None
 
 
+HOP_KEYS = ("relevant", "bridge")
+MAX_HOPS = 9
+"""Hops a case may give: each hop's metrics are logged apart (``recall_at_k.hop3``)."""
+
+
+def _hops(value: Any) -> Reason | None:
+    """``[{"relevant": [...], "bridge"?: str}, ...]``: each hop's gold, ids or evidence as the
+    case's own (one form across the case's hops), and the entity it hands to the next hop."""
+    if type(value) is not list or not value:
+        return f"expected a non-empty list of {{relevant, bridge}} objects, got {_type_name(value)}"
+    if len(value) > MAX_HOPS:
+        return f"at most {MAX_HOPS} hops, got {len(value)}"
+    forms: set[bool] = set()
+    for index, hop in enumerate(value):
+        at = f"hops[{index}]"
+        if type(hop) is not dict:
+            return at, f"expected an object {{relevant, bridge}}, got {_type_name(hop)}"
+        for name in hop:
+            if name not in HOP_KEYS:
+                return f"{at}.{name}", f"unknown key (expected {', '.join(HOP_KEYS)})"
+        relevant = hop.get("relevant")
+        if type(relevant) is not list or not relevant:
+            return f"{at}.relevant", "required: the hop's gold, a non-empty list of ids or {doc, span} evidence"
+        ids = all(type(item) is str for item in relevant)
+        forms.add(ids)
+        if len(forms) > 1:
+            return f"{at}.relevant", "ids in one hop, evidence in another: a case gives its gold in one form"
+        reason = _strings(relevant) if ids else _evidence(relevant)
+        if reason is not None:
+            field, words = ("", reason) if isinstance(reason, str) else reason
+            return f"{at}.relevant" + field.removeprefix("relevant"), words
+        bridge = hop.get("bridge")
+        if bridge is not None and (type(bridge) is not str or not bridge.strip()):
+            return f"{at}.bridge", f"expected a non-empty string, got {bridge!r}"
+    return None
+
+
+def _union(hops: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """The case-level gold of checked ``hops``: the field it fills and the union of the hops'
+    gold, in order, each item once."""
+    seen: set[Any] = set()
+    union: list[Any] = []
+    ids = type(hops[0]["relevant"][0]) is str
+    for hop in hops:
+        for item in hop["relevant"]:
+            key = item if ids else tuple(sorted(item.items()))
+            if key not in seen:
+                seen.add(key)
+                union.append(item)
+    return ("relevant_ids" if ids else "relevant"), union
+
+
 def _draft(value: Any) -> Reason | None:
     """Provenance of a drafted case: its ``status`` is checked, its other keys kept as written."""
     if type(value) is not dict:
@@ -446,6 +503,7 @@ RULES: dict[str, FieldRule] = {
         FieldRule("metadata", "object", _object),
         FieldRule("human", "object", _human),
         FieldRule("draft", "object", _draft),
+        FieldRule("hops", "list[object]", _hops),
     )
 }
 """Every field a JSON Lines case may have, and what it may hold; the column format's columns
@@ -500,7 +558,20 @@ def _check(row: dict[str, Any], line: int, problems: _Problems) -> bool:
         if row.get(name) is None:
             problems.add(line, name, required)
             bad.add(name)
-    if not bad & {"relevant_ids", "relevant", "unanswerable"}:
+    if row.get("hops") is not None and not bad & {"hops", "relevant_ids", "relevant"}:
+        field, union = _union(row["hops"])
+        given = row.get(field)
+        other = "relevant" if field == "relevant_ids" else "relevant_ids"
+        if row.get(other):
+            form = "ids" if field == "relevant_ids" else "evidence"
+            problems.add(line, other, f"the hops give their gold as {form}: give the case's so, or leave it out")
+            bad.add(other)
+        elif given and sorted(map(repr, given)) != sorted(map(repr, union)):
+            problems.add(line, field, "differs from the union of the hops' gold (hops[].relevant): leave it out")
+            bad.add(field)
+        elif not given:
+            row[field] = union
+    if not bad & {"relevant_ids", "relevant", "unanswerable", "hops"}:
         found = _relevance(row.get("unanswerable") or False, row.get("relevant_ids") or [], row.get("relevant") or [])
         if found is not None:
             problems.add(line, *found)
@@ -576,9 +647,20 @@ def _case(row: dict[str, Any], line: int, problems: _Problems) -> Case | None:
         case.relevant = [
             Evidence(item["doc"], item.get("span") or "", item.get("start"), item.get("end")) for item in evidence
         ]
+    hops = row.get("hops")
+    if hops:
+        case.hops = [_hop(hop) for hop in hops]
     if case.human:
         _grading(case, row.get("human"))
     return case
+
+
+def _hop(hop: dict[str, Any]) -> Hop:
+    relevant = hop["relevant"]
+    if type(relevant[0]) is str:
+        return Hop(list(relevant), [], hop.get("bridge"))
+    evidence = [Evidence(item["doc"], item.get("span") or "", item.get("start"), item.get("end")) for item in relevant]
+    return Hop([], evidence, hop.get("bridge"))
 
 
 _NO_FIELDS: frozenset[str] = frozenset()

@@ -74,7 +74,7 @@ def below_full_marks(
     for spec in specs:
         values = scores.get(spec.name)
         best = spec.high if spec.direction == "higher" else spec.low
-        if values is None or best is None or not spec.per_case or spec.case_values != "score":
+        if values is None or best is None or not spec.per_case or spec.case_values != "score" or not spec.full_marks:
             continue
         with np.errstate(invalid="ignore"):
             short = values < best - TOLERANCE if spec.direction == "higher" else values > best + TOLERANCE

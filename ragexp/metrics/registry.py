@@ -123,6 +123,12 @@ class MetricSpec:
     """A metric of the user's own config (None: a metric of this registry)."""
     priced: bool = False
     """The run's tokens at ``cost.prices`` (``ragexp.metrics.cost``), not computed from the cases."""
+    full_marks: bool = True
+    """A case can score its best value (False for a count such as ``retrieval_calls``, where
+    fewer is better but none is no goal): lists of the cases below full marks leave it out."""
+    hop: int | None = None
+    """The hop a per-hop metric scores (1-based: ``recall_at_k.hop2`` scores the second retrieval
+    call against the second hop's gold); None: the case as a whole."""
 
     @property
     def official(self) -> bool:
@@ -210,9 +216,162 @@ def parse_metric_names(names: Sequence[str], custom: Sequence[MetricSpec] = ()) 
 
 def lookup(name: str, custom: Mapping[str, MetricSpec] | None = None) -> MetricSpec | None:
     """The metric logged as ``name``: one of ``custom`` (a run's own, read back with the run),
-    else this registry's; None when neither knows it."""
+    else this registry's (a per-hop one too, ``recall_at_k.hop2``); None when neither knows it."""
     found = custom.get(name) if custom else None
-    return found if found is not None else METRICS.get(name)
+    if found is not None:
+        return found
+    return METRICS.get(name) or hop_spec(name)
+
+
+# --- multi-hop retrieval (a case's ``hops``, a system's ``retrievals``) ---------------------------
+
+HOP_MARK = ".hop"
+"""Between a metric and its hop in the name it is logged under: ``recall_at_k.hop2``."""
+HOP_RULE_MARK = "@hop"
+"""The same in a gate rule's key, as users write it: ``recall_at_k@hop2``."""
+HOP_RECALL, HOP_MRR, HOP_EVIDENCE = "recall_at_k", "mrr", "evidence_recall"
+HOP_SECONDS, HOP_TOKENS, HOP_COST = "hop_seconds", "hop_tokens", "hop_cost"
+FIRST_FAILING_HOP = "first_failing_hop"
+RETRIEVAL_CALLS = "retrieval_calls"
+REDUNDANT_CALLS = "redundant_calls"
+RETRIEVALS = "retrievals"
+"""The output field the multi-hop metrics read: the system's retrieval calls, in order."""
+MAX_HOP = 9
+
+
+@dataclass(frozen=True)
+class HopBase:
+    """A metric computed for each hop of a multi-hop case."""
+
+    direction: Direction
+    high: float | None
+    stage: Stage | None
+    definition: str
+    definition_zh: str
+    scored: bool = True
+    """A score the run averages and compares (False: a figure the system reported per hop,
+    kept case by case: seconds, tokens, cost)."""
+    reason: str | None = None
+    """Which rationale builder of :mod:`ragexp.metrics.hops` explains its score."""
+
+
+HOP_BASES: dict[str, HopBase] = {
+    HOP_RECALL: HopBase(
+        "higher",
+        1.0,
+        "recall",
+        "Share of the hop's gold found in the top K of the hop's retrieval call.",
+        "该跳检索调用的前 K 个结果中命中的该跳标注证据 / 该跳全部标注证据。",
+        reason="recall",
+    ),
+    HOP_MRR: HopBase(
+        "higher",
+        1.0,
+        "ranking",
+        "Reciprocal rank of the hop's first gold item in the hop's retrieval call (uncut).",
+        "该跳检索调用中第一个命中该跳标注证据的名次的倒数（不截断）。",
+        reason="rank",
+    ),
+    HOP_EVIDENCE: HopBase(
+        "higher",
+        1.0,
+        "recall",
+        "Share of the hop's gold found anywhere in the hop's retrieval call (uncut).",
+        "该跳检索调用的全部结果中（不截断）命中的该跳标注证据比例。",
+        reason="evidence",
+    ),
+    HOP_SECONDS: HopBase(
+        "lower",
+        None,
+        None,
+        "Seconds the hop's retrieval call took, as the system reported.",
+        "该跳检索调用耗时（秒，系统报告）。",
+        scored=False,
+    ),
+    HOP_TOKENS: HopBase(
+        "lower",
+        None,
+        None,
+        "Tokens the hop's step used, as the system reported.",
+        "该跳步骤所用 token 数（系统报告）。",
+        scored=False,
+    ),
+    HOP_COST: HopBase(
+        "lower",
+        None,
+        None,
+        "What the hop's step cost, as the system reported.",
+        "该跳步骤的费用（系统报告）。",
+        scored=False,
+    ),
+}
+"""Metric (or figure) -> what it is for each hop; logged as ``<name>.hop<n>``."""
+_HOP_SPECS: dict[str, MetricSpec] = {}
+
+
+def hop_name(base: str, hop: int) -> str:
+    """The name a per-hop metric is logged under: ``recall_at_k.hop2``."""
+    return f"{base}{HOP_MARK}{hop}"
+
+
+def hop_of(name: str) -> tuple[str, int] | None:
+    """``(base, hop)`` of a per-hop metric's name (``recall_at_k.hop2`` or, as a gate rule
+    writes it, ``recall_at_k@hop2``); None for any other name."""
+    for mark in (HOP_MARK, HOP_RULE_MARK):
+        base, found, number = name.rpartition(mark)
+        if found and base in HOP_BASES and number.isdigit() and 1 <= int(number) <= MAX_HOP and number[0] != "0":
+            return base, int(number)
+    return None
+
+
+def rule_metric(name: str) -> str:
+    """The logged name a gate rule's key stands for (``recall_at_k@hop2`` -> ``recall_at_k.hop2``)."""
+    found = hop_of(name)
+    return hop_name(*found) if found is not None else name
+
+
+def hop_spec(name: str) -> MetricSpec | None:
+    """The spec of a per-hop metric by its logged name; None for any other name."""
+    found = hop_of(name)
+    if found is None or HOP_RULE_MARK in name:
+        return None
+    spec = _HOP_SPECS.get(name)
+    if spec is None:
+        base, hop = found
+        kind = HOP_BASES[base]
+        spec = _HOP_SPECS[name] = MetricSpec(
+            name=name,
+            direction=kind.direction,
+            low=0.0,
+            high=kind.high,
+            needs_labels=frozenset({"relevant_ids"}),
+            needs_output=frozenset({RETRIEVALS}),
+            source=PROJECT,
+            definition=f"Hop {hop}: {kind.definition}",
+            definition_zh=f"第 {hop} 跳：{kind.definition_zh}",
+            stage=None,
+            population="answerable",
+            hop=hop,
+        )
+    return spec
+
+
+def hop_metrics(hops: int) -> list[MetricSpec]:
+    """The per-hop scores of a set whose cases have up to ``hops`` hops, hop by hop, and the
+    case-level call counts: what a run of a multi-hop set adds to its metrics."""
+    specs = [
+        hop_spec(hop_name(base, hop)) for hop in range(1, hops + 1) for base, kind in HOP_BASES.items() if kind.scored
+    ]
+    return [*(spec for spec in specs if spec is not None), METRICS[RETRIEVAL_CALLS], METRICS[REDUNDANT_CALLS]]
+
+
+def with_hop_metrics(specs: Sequence[MetricSpec], hops: int, outputs: frozenset[str]) -> list[MetricSpec]:
+    """``specs``, and for a multi-hop set (``hops`` > 0) scored on a system that reports its
+    retrieval calls, the per-hop metrics it does not name already."""
+    if not hops or RETRIEVALS not in outputs:
+        return list(specs)
+    named = {spec.name for spec in specs}
+    return [*specs, *(spec for spec in hop_metrics(hops) if spec.name not in named)]
 
 
 def labelled_metric(name: object) -> MetricSpec | None:
@@ -854,8 +1013,58 @@ def _register_offline_metrics() -> None:
     )
 
 
+def _register_hop_metrics() -> None:
+    for name, definition, definition_zh, full_marks in (
+        (
+            RETRIEVAL_CALLS,
+            "Retrieval calls the system made for the case (an agent's retriever tool calls).",
+            "系统为该问题发起的检索调用次数（智能体调用检索工具的次数）。",
+            False,
+        ),
+        (
+            REDUNDANT_CALLS,
+            "Retrieval calls that repeat an earlier call's query or return nothing an earlier call had not.",
+            "重复之前查询、或未返回任何新结果的检索调用次数。",
+            True,
+        ),
+    ):
+        register(
+            MetricSpec(
+                name=name,
+                direction="lower",
+                low=0.0,
+                high=None,
+                needs_labels=frozenset(),
+                needs_output=frozenset({RETRIEVALS}),
+                source=PROJECT,
+                definition=definition,
+                definition_zh=definition_zh,
+                full_marks=full_marks,
+            )
+        )
+    register(
+        MetricSpec(
+            name=FIRST_FAILING_HOP,
+            direction="lower",
+            low=0.0,
+            high=float(MAX_HOP),
+            needs_labels=frozenset({"relevant_ids"}),
+            needs_output=frozenset({RETRIEVALS}),
+            source=PROJECT,
+            definition=(
+                "The first hop whose gold is not all in the top K of its retrieval call (0: every hop's is); "
+                "a category, tabulated hop by hop, never averaged."
+            ),
+            definition_zh="第一个其标注证据未全部进入该跳检索前 K 的跳（0 表示每跳都命中）；按跳分类统计，不取平均。",
+            population="answerable",
+            per_case=False,
+        )
+    )
+
+
 _register_offline_metrics()
 _register_judge_metrics()
+_register_hop_metrics()
 
 
 REASON_KINDS = {

@@ -34,8 +34,9 @@ from ragexp.config.models import HttpSystemConfig, ResponseMapping, StreamConfig
 from ragexp.conversations import Turns
 from ragexp.datasets.loader import OUTPUT_FIELDS, Dataset
 from ragexp.errors import ConfigError, ProviderError
-from ragexp.metrics.registry import STREAMED
+from ragexp.metrics.registry import RETRIEVALS, STREAMED
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings
+from ragexp.providers.hops import HopReadError, read_retrievals
 from ragexp.providers.mapping import (
     CONTRACT,
     NEEDED,
@@ -113,7 +114,7 @@ class HttpProvider(Provider):
         # A streamed reply gives its time to first token too (the ttft_* metrics read it).
         streamed = {STREAMED} if self.stream is not None else set()
         if self.mapping is None:
-            return frozenset({*OUTPUT_FIELDS, *streamed})
+            return frozenset({*OUTPUT_FIELDS, *streamed, RETRIEVALS})
         fields = set(self.mapping.fields()) | streamed
         if self.stream is not None and (self.stream.delta is not None or "answer" in self.mapping.expressions):
             fields.add("response")
@@ -818,4 +819,9 @@ def _parse(data: Any, latency: float, needed: frozenset[str] | None = None) -> S
             output.stages = check_stages(data["stages"])
         except ValueError as exc:
             raise ContractError(f"'stages' {exc}") from None
+    if data.get("retrievals") is not None:  # a multi-hop system's calls, as response.retrievals reads them
+        try:
+            output.retrievals = read_retrievals(data["retrievals"], "'retrievals'")
+        except HopReadError as exc:
+            raise ContractError(str(exc)) from None
     return output

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
+from ragexp.providers.hops import HopReadError, hop_fields, read_calls, with_merged
 from ragexp.records import Case, SystemOutput
 
 BUILTIN_PLACEHOLDERS = ("question", "k", "case_id", "history", "messages", "conversation_id")
@@ -62,6 +63,7 @@ CONTRACT = ResponseMapping(
     timings="timings",
     doc_ids="doc_ids",
     stages="stages",
+    retrievals="retrievals",
 )
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
 
@@ -199,6 +201,8 @@ _EXPRESSION_KEYS = (
     "stages",
     "prompt_tokens",
     "completion_tokens",
+    "retrievals",
+    "tool_calls",
 )
 
 TOKEN_KEYS = {"prompt_tokens": "prompt", "completion_tokens": "completion"}
@@ -237,6 +241,7 @@ class CompiledMapping:
         given = {OUTPUT_OF[key] for key in OUTPUT_OF if key in self.expressions}
         if self.pattern is not None:
             given.add("citations")
+        given |= hop_fields(self.expressions)
         return frozenset({*given, "latency_seconds"})
 
     def search(self, key: str, data: Any) -> Any:
@@ -303,6 +308,11 @@ class CompiledMapping:
         gathers them over its events), checked and converted. ``gaps``: what :meth:`gaps` said
         of each list; ``where``: what the values were read from, for the messages."""
         where = where or Where(lambda: "the reply")
+        try:
+            calls, retrievals = read_calls(found, self.mapping, where.text)
+        except HopReadError as exc:
+            raise MappingError(str(exc)) from None
+        found = with_merged(found, retrievals)
         self._check_found(found, gaps or {}, needed, where)
         answer = self._answer(found, where)
         ranked = self._strings("ranked_ids", found.get("ranked_ids"))
@@ -334,6 +344,7 @@ class CompiledMapping:
                 )
             output.conversation_id = str(conversation)
         output.tokens = self._tokens(found)
+        output.tool_calls, output.retrievals = calls, retrievals
         return output
 
     def reports_usage(self) -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 from ragexp.config.models import SampleConfig, SampleSystemConfig
 from ragexp.datasets.loader import Dataset, resolve_path
 from ragexp.errors import ProviderError
+from ragexp.metrics.registry import RETRIEVALS
 from ragexp.paths import data_roots
 from ragexp.providers.base import OnResult, Provider, Retrieval
-from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.records import Case, CaseResult, HopRetrieval, SystemOutput
 from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
 
 
@@ -29,6 +30,11 @@ class SampleProvider(Provider):
         self.knobs = self.config.sample or SampleConfig.model_validate({})
         self._system: SampleSystem | None = None
         self._docs_sha256: str | None = None
+
+    def output_fields(self, dataset: Dataset) -> frozenset[str]:
+        # The two-step mode reports each of its searches as a hop.
+        fields = super().output_fields(dataset)
+        return fields | {RETRIEVALS} if self.knobs.hops > 1 else fields
 
     def check(self, dataset: Dataset) -> None:
         path = resolve_path(self.knobs.docs, data_roots())
@@ -46,6 +52,7 @@ class SampleProvider(Provider):
             knobs.threshold,
             knobs.chunk_chars,
             knobs.overlap,
+            knobs.hops,
         )
         self._system = SampleSystem(docs, settings)
         labelled = {doc_id for case in dataset.cases for doc_id in case.relevant_ids}
@@ -80,6 +87,11 @@ class SampleProvider(Provider):
             )
             output.doc_ids = reply["doc_ids"]
             output.stages = reply["stages"]
+            if "retrievals" in reply:
+                output.retrievals = [
+                    HopRetrieval(step["query"], step["ranked_ids"], step["contexts"], step["doc_ids"])
+                    for step in reply["retrievals"]
+                ]
             on_result(index, CaseResult(case.id, output))
 
     def generation_missing(self) -> str | None:

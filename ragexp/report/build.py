@@ -33,7 +33,7 @@ from ragexp.compare.versions import on_versions
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.population import covered, population
-from ragexp.metrics.registry import MetricSpec, case_values_metric, headline_metrics
+from ragexp.metrics.registry import FIRST_FAILING_HOP, MetricSpec, case_values_metric, headline_metrics, hop_of
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.tables import Table, to_html, to_markdown
@@ -121,6 +121,7 @@ def build_report(
     _results(doc, run, specs, language)
     _trust(doc, run, config, specs, language)
     _audit(doc, store, run, language)
+    _hops(doc, run, diff, language)
     if diff is not None and gate is not None and base is not None:
         _comparison(doc, diff, base, compared, language)
         _gate(doc, gate, language)
@@ -535,6 +536,50 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
             f"scatter_{name}.svg",
             plots.scatter(*_covered_pair(base, candidate, name), name),
             f"{t('scatter', language)}: {name}",
+        )
+
+
+def _hops(doc: Doc, run: RunData, diff: DiffResult | None, language: str) -> None:
+    """A run of a multi-hop set: each per-hop metric's mean hop by hop, with the cases it covers;
+    the cases by first failing hop; and, against a baseline, how that moved."""
+    rows: dict[int, dict[str, str]] = {}
+    bases: list[str] = []
+    for name in run.metrics:
+        found = hop_of(name)
+        spec = run.spec(name)
+        if found is None or spec is None or name not in run.scores:
+            continue
+        base, hop = found
+        if base not in bases:
+            bases.append(base)
+        covered_by = population(spec, run.scores[name], run.unanswerable)
+        rows.setdefault(hop, {})[base] = f"{fmt(run.summary(name))} ({covered_by.words()})"
+    failing = run.scores.get(FIRST_FAILING_HOP)
+    if not rows and failing is None:
+        return
+    doc.heading(t("hops", language), 3)
+    doc.para(t("hops_intro", language))
+    if rows:
+        doc.table(
+            [t("hop_column", language), *bases],
+            [[str(hop), *(rows[hop].get(base, "-") for base in bases)] for hop in sorted(rows)],
+        )
+    if failing is not None:
+        scored = failing[np.isfinite(failing)].astype(np.int64)
+        counts = np.bincount(scored, minlength=max(rows, default=0) + 1) if scored.size else np.zeros(1, np.int64)
+        doc.para(t("hops_first_failing", language))
+        labels = ["none" if hop == 0 else f"hop {hop}" for hop in range(counts.size)]
+        doc.table(labels, [[str(int(count)) for count in counts]])
+    moves = diff.hops if diff is not None else None
+    if moves is not None:
+        doc.para(t("hops_moved", language, n=moves.paired))
+        labels = [moves.label(hop) for hop in range(moves.hops + 1)]
+        doc.table(
+            ["", *labels],
+            [
+                [labels[b], *(str(int(moves.counts[b, c])) for c in range(moves.hops + 1))]
+                for b in range(moves.hops + 1)
+            ],
         )
 
 

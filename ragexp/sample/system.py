@@ -57,12 +57,18 @@ class Settings:
     """Characters per window (``chunking="window"`` only)."""
     overlap: int = 0
     """Characters a window shares with the one before it (``chunking="window"`` only)."""
+    hops: int = 1
+    """Retrieval steps: 1 searches once; 2 searches, takes the bridge from the first evidence
+    (the top chunk's text) and searches again for the question with it, leaving out the
+    document the bridge came from (each search is reported in ``retrievals``)."""
 
     def __post_init__(self) -> None:
         if self.chunking not in CHUNKINGS:
             raise ValueError(f"chunking: expected one of {', '.join(CHUNKINGS)}, got {self.chunking!r}")
         if self.citations not in CITATION_POLICIES:
             raise ValueError(f"citations: expected one of {', '.join(CITATION_POLICIES)}, got {self.citations!r}")
+        if self.hops not in (1, 2):
+            raise ValueError(f"hops: expected 1 or 2, got {self.hops}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k: must be at least 1, got {self.top_k}")
         if self.chunk_chars < 1 or not 0 <= self.overlap < self.chunk_chars:
@@ -246,18 +252,53 @@ class SampleSystem:
     def answer(self, question: str, k: int) -> dict[str, Any]:
         """Answer ``question`` with up to ``k`` documents (``top_k`` overrides ``k``): the answer
         stage (:meth:`generate`) over what the retrieval stage (:meth:`retrieve`) found."""
+        if self.settings.hops == 2:
+            return self.two_step(question, k)
         found = self.retrieve(question, k)
         return self.generate(question, found)
 
-    def retrieve(self, question: str, k: int) -> dict[str, Any]:
+    def two_step(self, question: str, k: int) -> dict[str, Any]:
+        """Retrieve; take the bridge from the first evidence: the sentence of the top chunk that
+        covers the question least (what the chunk adds to it); retrieve again for the question
+        and the bridge, ranked by how much of the question each chunk covers, without the
+        bridge's document; answer from the second search. The case's ranking is the second
+        search's, then the bridge's document."""
+        first = self.retrieve(question, k)
+        if not first["ranked_ids"]:
+            reply = self.generate(question, first)
+            reply["retrievals"] = [_step(question, first)]
+            return reply
+        bridge_doc, evidence = first["doc_ids"][0], first["contexts"][0]
+        sentences = [s.strip() for s in SENTENCE.findall(evidence) if s.strip()] or [evidence]
+        bridge = min(sentences, key=lambda s: coverage(question, s))
+        query = f"{question} {bridge}"
+        second = self.retrieve(query, k, exclude=frozenset({bridge_doc}), focus=question)
+        wanted = self.settings.top_k or max(k, 1)
+        found = dict(second)
+        found["ranked_ids"] = [*second["ranked_ids"][: wanted - 1], first["ranked_ids"][0]]
+        found["contexts"] = [*second["contexts"][: wanted - 1], evidence]
+        found["doc_ids"] = [*second["doc_ids"][: wanted - 1], bridge_doc]
+        found["timings"] = {
+            name: first["timings"].get(name, 0.0) + seconds for name, seconds in second["timings"].items()
+        }
+        reply = self.generate(question, found)
+        reply["retrievals"] = [_step(question, first), _step(query, second)]
+        return reply
+
+    def retrieve(
+        self, question: str, k: int, exclude: frozenset[str] = frozenset(), focus: str | None = None
+    ) -> dict[str, Any]:
         """The retrieval stage: up to ``k`` documents (``top_k`` overrides ``k``) as ``ranked_ids``,
         ``contexts`` and ``doc_ids``, with ``score`` (the BM25 score of the chunk ranked first,
-        which the answer stage's threshold reads), ``timings`` and ``stages``."""
+        which the answer stage's threshold reads), ``timings`` and ``stages``. ``exclude``: documents
+        left out; ``focus``: what the reranker measures coverage of (the question by default)."""
         settings = self.settings
         wanted = settings.top_k or max(k, 1)
         timings: dict[str, float] = {}
         started = time.perf_counter()
         hits = self.index.search(question)
+        if exclude:
+            hits = [hit for hit in hits if self.index.chunks[hit[1]][0] not in exclude]
         timings["keyword"] = time.perf_counter() - started
         candidates = hits[: max(wanted * 3, RERANK_POOL)]
         chunks = self.index.chunks
@@ -271,7 +312,7 @@ class SampleSystem:
         }
         if settings.rerank:
             started = time.perf_counter()
-            covered = {i: coverage(question, chunks[i][1]) for _, i in candidates}
+            covered = {i: coverage(focus or question, chunks[i][1]) for _, i in candidates}
             candidates.sort(key=lambda hit: (covered[hit[1]], hit[0]), reverse=True)
             timings["rerank"] = time.perf_counter() - started
             stages["rerank"] = {
@@ -339,3 +380,13 @@ class SampleSystem:
             "doc_ids": doc_ids,
             "stages": found.get("stages") or {},
         }
+
+
+def _step(query: str, found: dict[str, Any]) -> dict[str, Any]:
+    """One search as a hop of ``retrievals``: what it searched for and what it found."""
+    return {
+        "query": query,
+        "ranked_ids": list(found["ranked_ids"]),
+        "contexts": list(found["contexts"]),
+        "doc_ids": list(found["doc_ids"]),
+    }
