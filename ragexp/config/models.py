@@ -389,6 +389,11 @@ class JudgeConfig(Model):
     """Score each case this many times; the case's score is the mean, the spread is kept."""
     cache: bool = runtime(True)
     """Keep judge results in a persistent cache, so an unchanged case costs no call on a rerun."""
+    canaries: str | None = runtime(None)
+    """A JSONL file of human-graded answers (``id``, ``question``, ``contexts``, ``answer``,
+    ``reference``, ``human: {metric: score}``) the judge grades again in every judged run: its
+    agreement with people (``judge_agreement.*``) shows a judge that drifted. Its content is
+    tagged (``ragexp.judge.canaries``), not hashed into the config."""
     temperature: float = Field(0.01, ge=0, le=2)
     """Sampling temperature of judge calls (ragas' default)."""
 
