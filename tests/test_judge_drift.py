@@ -261,3 +261,103 @@ def test_a_canary_file_with_a_bad_line_is_one_clear_error(ragexp: Any, tmp_path:
     with pytest.raises(ConfigError, match=r"canaries.jsonl:3: human.faithfulness: a finite number is required"):
         load_canaries(canaries)
     assert len(load_canaries(write_jsonl(tmp_path / "ok.jsonl", canary_rows())).items) == 12
+
+
+CANDIDATE_ANSWERS = [
+    "Albert Einstein proposed relativity. Zephyrs carried it to Vienna.",
+    "Einstein proposed relativity.",
+    "Marie Curie studied radioactivity.",
+    "Curie studied radioactivity. Zephyrs sang in her laboratory.",
+    "Einstein proposed relativity. Curie studied radioactivity.",
+    "Einstein and Curie did physics.",
+]
+
+
+def prompts(url: str) -> list[str]:
+    import httpx
+
+    found: list[str] = httpx.get(url.removesuffix("/v1") + "/prompts").json()
+    return found
+
+
+@pytest.mark.system
+def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_the_canaries(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    base_data = write_jsonl(tmp_path / "base.jsonl", CASES)
+    cand_rows = [{**case, "response": answer} for case, answer in zip(CASES, CANDIDATE_ANSWERS, strict=True)]
+    cand_data = write_jsonl(tmp_path / "cand.jsonl", cand_rows)
+    canaries = write_jsonl(tmp_path / "canaries.jsonl", canary_rows())
+    extra = f"provider.judge.canaries={canaries}"
+    with serve(JUDGE, "--fingerprint", "fp_a") as url_a:
+        base, _ = run(ragexp, base_data, url_a, extra)
+    with serve(JUDGE, "--fingerprint", "fp_b") as url_b:
+        cand, _ = run(ragexp, cand_data, url_b, extra)
+        assert base["dataset_hash"] == cand["dataset_hash"]
+        refused = ragexp("diff", base["run_id"], cand["run_id"])
+        assert refused.code == 3 and "--bridge-judge rejudge|canaries" in refused.stderr
+
+        before, asked = stats(url_b)["chat"], len(prompts(url_b))
+        bridged = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
+        assert bridged.code == 0, bridged.stderr
+        calls, new_prompts = stats(url_b)["chat"] - before, prompts(url_b)[asked:]
+        again = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
+        assert again.code == 0, again.stderr
+        calls_again = stats(url_b)["chat"] - before - calls
+
+    payload = bridged.json()
+    bridge = payload["bridge"]
+    # Judge calls only, for the baseline's outputs only: every call counted by the judge is one the
+    # bridge made, and no candidate answer was sent.
+    assert bridge["method"] == "rejudge" and bridge["judge_calls"] == calls > 0
+    # c2 and c4 answered the same in both runs: the candidate's judge graded them in its run already.
+    assert bridge["rejudged"] == len(CASES) and bridge["cache_hits"] == 2
+    assert any("Einstein proposed relativity. He was born on planet Mars." in p for p in new_prompts)
+    assert not any("Zephyr" in p for p in new_prompts)
+    faithfulness = next(m for m in payload["metrics"] if m["name"] == "faithfulness")
+    assert faithfulness["baseline"] == pytest.approx(base["summary"]["faithfulness"])  # the stand-ins grade alike
+    assert faithfulness["candidate"] == pytest.approx(cand["summary"]["faithfulness"])
+    # The second bridge is served by the cache, bar the one grade that shows who serves the judge.
+    assert (
+        again.json()["bridge"]["cache_hits"] == len(CASES) - 1
+        and 0 < calls_again == again.json()["bridge"]["judge_calls"] < calls
+    )
+
+    by_canaries = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "canaries", "--json")
+    assert by_canaries.code == 0, by_canaries.stderr
+    found = by_canaries.json()["bridge"]
+    assert found["method"] == "canaries"
+    [metric] = found["metrics"]
+    raw = cand["summary"]["faithfulness"] - base["summary"]["faithfulness"]
+    assert metric["name"] == "faithfulness" and metric["raw"] == pytest.approx(raw)
+    assert metric["correction"] == 0.0 and metric["delta"] == pytest.approx(raw)  # the judges grade alike
+    assert metric["ci_low"] < metric["delta"] < metric["ci_high"] and metric["canaries"] == 12
+    assert "judge bridged (canaries): faithfulness delta" in by_canaries.stderr
+
+    rules = "gates.rules={faithfulness:{max_drop:0.5}}"
+    gate = ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], rules, "--json")
+    assert gate.code == 3, gate.stderr
+    gate = ragexp(
+        "gate",
+        "--baseline",
+        base["run_id"],
+        "--candidate",
+        cand["run_id"],
+        rules,
+        "--bridge-judge",
+        "canaries",
+        "--json",
+    )
+    # Compared now (exit 2, not 3): the preset's rules on metrics these runs lack fail; faithfulness
+    # is decided on the bridged delta.
+    assert gate.code == 2, gate.stdout + gate.stderr
+    assert {f["metric"] for f in gate.json()["failures"]} == {
+        "mrr",
+        "citation_precision",
+        "answer_accuracy",
+        "p95_seconds",
+    }
+    [rule] = [r for r in gate.json()["rules"] if r["metric"] == "faithfulness"]
+    assert rule["method"] == "bridged: canaries" and rule["outcome"] == "passed"
+    assert "bridged by the canaries, delta +0.0000 [" in rule["message"]
+    assert gate.json()["bridge"]["method"] == "canaries"

@@ -52,6 +52,14 @@ Baseline = Annotated[
 AllowIncomparable = Annotated[
     bool, typer.Option("--allow-incomparable", help="Compare runs with different dataset, cases, K, metrics or judge.")
 ]
+BridgeJudge = Annotated[
+    str | None,
+    typer.Option(
+        "--bridge-judge",
+        help="Compare runs judged by different judges: 'rejudge' grades the baseline's outputs with the "
+        "candidate's judge (judge calls only); 'canaries' corrects each run by its own canary agreement.",
+    ),
+]
 SummaryFile = Annotated[
     str | None, typer.Option("--summary", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
 ]

@@ -148,6 +148,9 @@ class DiffResult:
     attribution: dict[str, Any] | None = None
     """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
     the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
+    bridge: dict[str, Any] | None = None
+    """``--bridge-judge``: what bridged the runs' judges (:class:`ragexp.compare.bridge.Bridge`'s
+    JSON); None without it."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -162,6 +165,7 @@ class DiffResult:
             "cases": self.cases,
             "diagnosis": [hint.text() for hint in self.diagnosis],
             **({"attribution": self.attribution} if self.attribution is not None else {}),
+            **({"bridge": self.bridge} if self.bridge is not None else {}),
         }
 
 
@@ -178,12 +182,16 @@ def differences(baseline: RunData, candidate: RunData) -> list[str]:
     return found
 
 
+BRIDGE_HINT = "--bridge-judge rejudge|canaries to compare them on one judge, "
+
+
 def check_comparable(baseline: RunData, candidate: RunData, *, allow: bool) -> list[str]:
     found = differences(baseline, candidate)
     if found and not allow:
         raise IncomparableRunsError(
             f"runs {baseline.run_id} and {candidate.run_id} are not comparable: {'; '.join(found)} "
-            "(--allow-incomparable to compare anyway)"
+            f"({BRIDGE_HINT if any(d.startswith('judge ') for d in found) else ''}"
+            "--allow-incomparable to compare anyway)"
         )
     return found
 

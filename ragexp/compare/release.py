@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragexp import strict_json
+from ragexp.compare.bridge import apply_to_gate as bridged_gate
+from ragexp.compare.bridge import bridge_judge as bridge_judge_runs
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult, compute_diff
 from ragexp.compare.gate import GateResult, check_gate, gate_runs
@@ -79,6 +81,7 @@ class GateOutcome:
             **self.result.to_json(),
             "selection": {"baseline": self.selected[0], "candidate": self.selected[1]},
             **({"promotion": self.promotion.to_json()} if self.promotion else {}),
+            **({"bridge": self.diff.bridge} if self.diff.bridge is not None else {}),
         }
 
 
@@ -124,6 +127,7 @@ def compare_runs(
     ui_url: str | None = None,
     say: Say = _silent,
     attribute: bool = False,
+    bridge_judge: str | None = None,
 ) -> DiffOutcome:
     """``ragexp diff``: per-metric and per-case comparison of ``candidate`` with ``baseline`` (a run
     id or a selector), recorded on the candidate; ``summary`` is a Markdown file to write;
@@ -139,6 +143,11 @@ def compare_runs(
         say(chosen.how)
     not_the_baseline(given.run_id, chosen.run_id)
     base, cand = load_run(store, chosen.record), load_run(store, given)
+    bridge = None
+    if bridge_judge is not None:
+        base, bridge = bridge_judge_runs(store, base, cand, bridge_judge, confidence=confidence)
+        for line in bridge.lines():
+            say(line)
     configs = None
     if attribute:
         from ragexp.attribution import check_can_generate
@@ -155,6 +164,8 @@ def compare_runs(
         top=max(top, SUMMARY_CASES) if summary_path else top,
         allow_incomparable=allow_incomparable,
     )
+    if bridge is not None:
+        result.bridge = bridge.to_json()
     if summary_path:
         text = diff_summary(
             result,
@@ -253,6 +264,7 @@ def run_gate(
     promote: bool = False,
     promote_tag: str | None = None,
     say: Say = _silent,
+    bridge_judge: str | None = None,
 ) -> GateOutcome:
     """``ragexp gate``: check the candidate against the baseline with the composed config's gates,
     tag the verdict on the candidate, move the ``--promote`` tag if it passed, record the
@@ -275,9 +287,17 @@ def run_gate(
             say(selection.how)
     base_selection, cand_selection = chosen
     base, cand = load_run(store, base_selection.record), load_run(store, cand_selection.record)
+    bridge = None
+    if bridge_judge is not None:
+        base, bridge = bridge_judge_runs(store, base, cand, bridge_judge, confidence=gates.confidence)
+        for line in bridge.lines():
+            say(line)
     diff, result = gate_runs(
         gates, base, cand, allow_incomparable=allow_incomparable, top=SUMMARY_CASES if summary_path else 0
     )
+    if bridge is not None:
+        diff.bridge = bridge.to_json()
+        result = bridged_gate(result, bridge, {m.name: m.spec.direction for m in diff.metrics if m.spec})
     try:
         store.set_tags(
             cand.run_id,
@@ -321,6 +341,7 @@ def run_gate(
                 "confidence": gates.confidence,
             },
             "compared_although_incomparable": list(diff.differences),
+            **({"bridge": diff.bridge} if diff.bridge is not None else {}),
         },
         say,
     )

@@ -9,6 +9,7 @@ import typer
 from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import (
     AllowIncomparable,
+    BridgeJudge,
     JsonFlag,
     Language,
     StoreOverrides,
@@ -29,6 +30,7 @@ def diff(
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most regressed cases to show.")] = 10,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    bridge_judge: BridgeJudge = None,
     resamples: Annotated[
         int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-value and interval).")
     ] = 10_000,
@@ -59,6 +61,7 @@ def diff(
             top=top,
             tracking_uri=store_option("diff", tracking_uri, overrides),
             allow_incomparable=allow_incomparable,
+            bridge_judge=bridge_judge,
             resamples=resamples,
             confidence=confidence,
             seed=seed,

@@ -10,6 +10,7 @@ from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import (
     AllowIncomparable,
     Baseline,
+    BridgeJudge,
     ConfigDir,
     JsonFlag,
     Language,
@@ -35,6 +36,7 @@ def gate(
     ] = None,
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
+    bridge_judge: BridgeJudge = None,
     junit: Annotated[str | None, typer.Option("--junit", help="Write a JUnit XML report here.")] = None,
     summary: SummaryFile = None,
     language: Language = None,
@@ -62,6 +64,7 @@ def gate(
         candidate=candidate,
         tracking_uri=tracking_uri,
         allow_incomparable=allow_incomparable,
+        bridge_judge=bridge_judge,
         junit=junit,
         summary=summary,
         language=language,
