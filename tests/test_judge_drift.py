@@ -361,3 +361,58 @@ def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_th
     assert rule["method"] == "bridged: canaries" and rule["outcome"] == "passed"
     assert "bridged by the canaries, delta +0.0000 [" in rule["message"]
     assert gate.json()["bridge"]["method"] == "canaries"
+
+
+@pytest.mark.system
+def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fail_the_gate(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "cases.jsonl", CASES)
+    canaries = write_jsonl(tmp_path / "canaries.jsonl", canary_rows())
+    extra = f"provider.judge.canaries={canaries}"
+    with serve(JUDGE, "--fingerprint", "fp_a") as url_a:
+        base, _ = run(ragexp, data, url_a, extra)
+    # The same model name, a new fingerprint, and now any statement about Mars is "supported".
+    with serve(JUDGE, "--fingerprint", "fp_b", "--lenient-on", "Mars") as url_b:
+        cand, _ = run(ragexp, data, url_b, extra)
+    _, metrics = tags_and_metrics(store_uri, cand["run_id"])
+    # The four half-supported canaries (one Mars sentence each) now graded 1.0 against people's 0.5, 0.5, 0, 0.
+    assert metrics["judge_agreement.faithfulness.bias"] == pytest.approx(3 / 12)
+
+    diff = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "canaries", "--json")
+    assert diff.code == 0, diff.stderr
+    [row] = diff.json()["judge_agreement"]
+    assert row["bias_change"] == pytest.approx(2 / 12) and row["kappa_change"] == 0.0 and row["same_canaries"]
+    assert "judge agreement on the canaries, faithfulness: κ 0.67 -> 0.67 (+0.00), bias +0.083 -> +0.250" in diff.stderr
+    [bridged] = diff.json()["bridge"]["metrics"]
+    # The same outputs: raw +1/12 (case c1's Mars sentence now supported); the canaries correct by
+    # the judges' gap on them, -4 x 0.5 / 12.
+    assert bridged["raw"] == pytest.approx(1 / 12) and bridged["correction"] == pytest.approx(-2 / 12)
+    assert bridged["delta"] == pytest.approx(-1 / 12)
+
+    rules = (
+        "gates.rules={faithfulness:{max_drop:0.5}}",
+        "gates.judge_bias.max_change=0.1",
+        "gates.judge_agreement.min_kappa=0.5",
+        "gates.judge_bias.max_abs=0.3",
+    )
+    gate = ragexp(
+        "gate",
+        "--baseline",
+        base["run_id"],
+        "--candidate",
+        cand["run_id"],
+        *rules,
+        "--bridge-judge",
+        "canaries",
+        "--json",
+    )
+    assert gate.code == 2, gate.stderr
+    by_rule = {r["rule"]: r for r in gate.json()["rules"] if r["rule"].startswith("judge_")}
+    assert by_rule["judge_bias.max_change"]["outcome"] == "failed"
+    assert (
+        "bias on the canaries +0.083 -> +0.250, moved +0.167 (allowed 0.1): the judge changed"
+        in (by_rule["judge_bias.max_change"]["message"])
+    )
+    assert by_rule["judge_agreement.min_kappa"]["outcome"] == "passed"
+    assert by_rule["judge_bias.max_abs"]["outcome"] == "passed"

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ragexp.compare.agreement import changes as agreement_changes
 from ragexp.compare.data import RunData
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.missing import metric_why
@@ -166,6 +167,7 @@ class DiffResult:
             "diagnosis": [hint.text() for hint in self.diagnosis],
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"bridge": self.bridge} if self.bridge is not None else {}),
+            **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
         }
 
 

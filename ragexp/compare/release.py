@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragexp import strict_json
+from ragexp.compare.agreement import changes as agreement_changes
+from ragexp.compare.agreement import line as agreement_line
 from ragexp.compare.bridge import apply_to_gate as bridged_gate
 from ragexp.compare.bridge import bridge_judge as bridge_judge_runs
 from ragexp.compare.data import RunData, load_run
@@ -166,6 +168,8 @@ def compare_runs(
     )
     if bridge is not None:
         result.bridge = bridge.to_json()
+    for row in agreement_changes(base, cand):
+        say(agreement_line(row))
     if summary_path:
         text = diff_summary(
             result,

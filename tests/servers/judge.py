@@ -38,6 +38,9 @@ from tests.servers.base import Backlogged, JsonHandler, maybe_tls
 DIM = 64
 COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
 LOCK = threading.Lock()
+LENIENT: list[str] = []
+"""``--lenient-on WORD``: statements holding WORD are supported whatever the context (a judge
+that drifted to leniency on such answers)."""
 PROMPTS: list[str] = []
 """Every chat prompt received, in order (GET /prompts)."""
 SENTENCES = re.compile(r"[^。！？.!?;；\n]+")
@@ -102,7 +105,11 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         context = str(data.get("context", ""))
         return {
             "statements": [
-                {"statement": s, "reason": "overlap", "verdict": int(coverage(s, context) >= 0.5)}
+                {
+                    "statement": s,
+                    "reason": "overlap",
+                    "verdict": int(coverage(s, context) >= 0.5 or any(word in s for word in LENIENT)),
+                }
                 for s in data.get("statements", [])
             ]
         }
@@ -294,6 +301,7 @@ def main() -> None:
     parser.add_argument("--switch-after", type=int, help="chat calls answered before the fingerprint changes")
     parser.add_argument("--switch-fingerprint", help="the system_fingerprint after --switch-after calls")
     parser.add_argument("--version", default="1.0.0", help="the server version GET /v2 and GET /info report")
+    parser.add_argument("--lenient-on", action="append", default=[], help="statements with this word are supported")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
@@ -301,6 +309,7 @@ def main() -> None:
     Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
     Handler.served_model, Handler.fingerprint, Handler.version = args.served_model, args.fingerprint, args.version
     Handler.switch_after, Handler.switch_fingerprint = args.switch_after, args.switch_fingerprint
+    LENIENT.extend(args.lenient_on)
     server = Backlogged(("127.0.0.1", args.port), Handler)
     scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)
