@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import orjson
 
 from ragexp import __version__, limits
 from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_checkpoint, run_lock
@@ -33,7 +32,6 @@ from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
-from ragexp.metrics.canaries import ARTIFACT as CANARIES_ARTIFACT
 from ragexp.metrics.canaries import Canaries, agreement_metrics, load_canaries
 from ragexp.metrics.canaries import Graded as GradedCanaries
 from ragexp.metrics.canaries import grade as grade_canaries
@@ -702,7 +700,6 @@ def _score_and_log(
             store.set_tags(run_id, served_tags(scored.judge_served))
         if scored.canaries is not None:
             store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
-            store.log_files(run_id, {CANARIES_ARTIFACT: orjson.dumps(scored.canaries.artifact())})
         _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
     if plan.config.tracking.traces:
         with Phase("logging the cases' traces", enabled=shown):
@@ -906,6 +903,8 @@ def _log_artifacts(
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         if plan.custom.specs:
             artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
+        if scored.canaries is not None:
+            artifacts.write_canaries(folder / artifacts.CANARIES, scored.canaries.artifact())
         if chats is not None:
             artifacts.write_conversations(folder / artifacts.CONVERSATIONS, [row.to_json() for row in chats.rows])
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])

@@ -28,7 +28,6 @@ from ragexp.compare.select import identity_differences
 from ragexp.config.compose import validate
 from ragexp.config.models import RagexpConfig
 from ragexp.errors import ConfigError, RagexpError
-from ragexp.metrics.canaries import ARTIFACT as CANARIES
 from ragexp.metrics.canaries import BridgedDelta, bridged_delta
 from ragexp.metrics.judge import identity
 from ragexp.records import Case, CaseResult, SystemOutput
@@ -103,13 +102,15 @@ def bridge_judge(
 
 def _canary_grades(store: Store, run: RunData, role: str) -> dict[str, Any]:
     try:
-        found = orjson.loads(store.read_artifact(run.run_id, CANARIES))
+        found = orjson.loads(store.read_artifact(run.run_id, artifacts.CANARIES))
     except RagexpError:
         raise ConfigError(
             f"--bridge-judge canaries: the {role} run {run.run_id} graded no canaries (set judge.canaries)"
         ) from None
     if not isinstance(found, dict):
-        raise ConfigError(f"--bridge-judge canaries: the {role} run {run.run_id}'s {CANARIES} is not an object")
+        raise ConfigError(
+            f"--bridge-judge canaries: the {role} run {run.run_id}'s {artifacts.CANARIES} is not an object"
+        )
     return found
 
 

@@ -263,10 +263,6 @@ def bridged_delta(
     return BridgedDelta(n, m, raw, correction, delta, delta - half, delta + half)
 
 
-ARTIFACT = "canaries.json"
-"""The run artifact holding each canary's grade by the run's judge (read by ``diff``/``gate``)."""
-
-
 @dataclass
 class Graded:
     """The run's judge on the canaries."""
