@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons bench-hops test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons bench-judge-drift bench-hops test-mlflow-next lock
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -137,6 +137,11 @@ bench-reasons: setup
 # (target: at most 1.3x the CPU).
 bench-hops: setup
 	$(BIN)/python tests/benchmarks/bench_hops.py $(BENCH_ARGS)
+
+# A judge 0.08 more lenient on borderline answers, 500 cases, 60 canaries, 1,000 simulations: the drift
+# seen on the canaries (power >= 0.95) and the canary-bridged delta's interval covering the true one (>= 93%).
+bench-judge-drift: setup
+	$(BIN)/python tests/benchmarks/bench_judge_drift.py $(BENCH_ARGS)
 
 # Re-pin every dependency after editing pyproject.toml: requirements.lock, then the Ray extra's lock
 # within its pins (-c), cloudpickle overridden as requirements-ray.overrides explains.

@@ -51,6 +51,9 @@ CUSTOM_METRICS = "custom_metrics.json"
 read the run know its direction, range and definition without the user's config."""
 
 CONVERSATIONS = "conversations.jsonl"
+CANARIES = "canaries.json"
+"""With ``judge.canaries``: each canary's grade by the run's judge, the human scores, the agreement
+and what served the judge (``--bridge-judge canaries`` reads it)."""
 """One row per conversation: its turns, whether all were correct, the first that was not."""
 
 
@@ -196,6 +199,12 @@ def write_conversations(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """``conversations.jsonl``: per conversation its id, turn count, ``all_correct``,
     ``first_failed_turn`` and ``errored_turn`` (null where it has none)."""
     path.write_bytes(b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows))
+
+
+def write_canaries(path: Path, graded: Mapping[str, Any]) -> None:
+    """``canaries.json``: ``digest``, ``ids``, ``human`` and ``judge`` (metric -> a value per
+    canary, null where none), ``agreement`` (metric -> figures), ``served``."""
+    path.write_bytes(orjson.dumps(dict(graded)))
 
 
 def check_version(payload: Mapping[str, Any], artifact: str, run_id: str) -> int:

@@ -32,11 +32,15 @@ from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
 from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
+from ragexp.metrics.canaries import Canaries, agreement_metrics, load_canaries
+from ragexp.metrics.canaries import Graded as GradedCanaries
+from ragexp.metrics.canaries import grade as grade_canaries
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.hops import count_hops, fill_hop_rationales, hop_columns, hop_scores
+from ragexp.metrics.judge import identity as judge_identity
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.population import Population, population
@@ -91,6 +95,8 @@ class Plan:
     """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
     custom: CustomMetrics = field(default_factory=CustomMetrics)
     """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
+    canaries: Canaries | None = None
+    """``judge.canaries``, read and checked (None: none configured, or no judge metric)."""
 
     def run_name(self) -> str:
         """The configured name, else the short config hash, then provider, dataset and k (the end
@@ -204,8 +210,11 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     # a group that names its corpus): no audit, rather than one finding per case.
     if corpus is not None and shares_ids(dataset, corpus.texts):
         findings = audit(dataset, corpus.texts)
+    canaries = None
+    if scorer is not None and config.provider.judge is not None and config.provider.judge.canaries:
+        canaries = load_canaries(config.provider.judge.canaries)
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
+    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom, canaries)
 
 
 def check_config(
@@ -689,6 +698,10 @@ class Scored:
     """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
     system_tokens: dict[str, float] = field(default_factory=dict)
     """The tokens the system's replies reported (none when no reply reported usage)."""
+    judge_served: str = ""
+    """The judge's served identities (the ``ragexp.judge.served`` tag; empty: none named)."""
+    canaries: GradedCanaries | None = None
+    """The run's judge on ``judge.canaries`` (None: no canaries)."""
 
     @property
     def error_count(self) -> int:
@@ -720,6 +733,10 @@ def _score_and_log(
         if chats is not None:
             figures.update(chats.as_metrics())
         store.log_metrics(run_id, figures)
+        if scored.judge_served:
+            store.set_tags(run_id, served_tags(scored.judge_served))
+        if scored.canaries is not None:
+            store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
         _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
     if plan.config.tracking.traces:
         with Phase("logging the cases' traces", enabled=shown):
@@ -740,6 +757,15 @@ def _score_and_log(
         missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
         chats,
     )
+
+
+def served_tags(served: str) -> dict[str, str]:
+    """The tags naming what served the run's judge grades (``ragexp.judge.served``: each served
+    identity, sorted; ``ragexp.judge.served_count``: how many, more than one a judge that changed)."""
+    return {
+        TAG_PREFIX + "judge.served": limits.fit(limits.TAG_VALUE, served),
+        TAG_PREFIX + "judge.served_count": str(len(judge_identity.split(served))),
+    }
 
 
 def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
@@ -766,6 +792,8 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         )
     spread: dict[str, list[float | None]] = {}
     judge_metrics: dict[str, float] = {}
+    served = ""
+    graded: GradedCanaries | None = None
     if plan.scorer is not None:
         started = time.perf_counter()
         asked_after = histories(cases, results, cfg.conversation.history) if plan.dataset.has_conversations else None
@@ -776,10 +804,22 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             results[index].metric_errors.update(reasons)
         for index, texts in judged.rationales.items():
             results[index].rationale.update(texts)
+        if plan.canaries is not None:
+            graded = grade_canaries(plan.scorer, plan.canaries, plan.specs, cfg.calibration, progress=cfg.progress)
+            judged.usage.add(graded.outcome.usage)
+            judged.cache_hits += graded.outcome.cache_hits
+            judged.served |= graded.outcome.served
+            judge_seconds = time.perf_counter() - started
         usage = judged.usage.as_metrics()
         for name, value in plan.scorer.adaptation_usage.as_metrics().items():
             usage[name] += value
         judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits), "judge.seconds": judge_seconds}
+        judge_metrics["judge.cache_refused"] = float(max(judged.stale, graded.outcome.stale if graded else 0))
+        if graded is not None:
+            judge_metrics.update(agreement_metrics(graded.agreement))
+        served = judge_identity.joined(judged.served)
+        if len(judge_identity.split(served)) > 1:
+            info(f"warning: the judge's grades were served by {len(judge_identity.split(served))} identities: {served}")
         for name, values in judged.spread.items():
             spread[name] = nullable(values)
             if np.isfinite(values).any():
@@ -793,7 +833,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
         summary[COST], why_not = run_cost(cfg.cost, tokens, judge_metrics)
         if why_not is not None:
             info(f"warning: {why_not}")
-    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics())
+    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics(), served, graded)
 
 
 def _score_hops(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
@@ -913,6 +953,8 @@ def _log_artifacts(
             artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
         if plan.custom.specs:
             artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
+        if scored.canaries is not None:
+            artifacts.write_canaries(folder / artifacts.CANARIES, scored.canaries.artifact())
         if chats is not None:
             artifacts.write_conversations(folder / artifacts.CONVERSATIONS, [row.to_json() for row in chats.rows])
         store.log_dir(run_id, folder, tables=[artifacts.TABLE])

@@ -137,6 +137,8 @@ class RememberingJudge:
         self.adaptation_usage = inner.adaptation_usage
         self.usage = Usage()
         self.cache_hits = 0
+        self.served: set[str] = set()
+        self.stale = 0
         self.kept: dict[str, tuple[dict[str, float], dict[str, float], dict[str, str], dict[str, str]]] = {}
 
     def score(
@@ -157,6 +159,8 @@ class RememberingJudge:
                 )
             self.usage.add(found.usage)
             self.cache_hits += found.cache_hits
+            self.served |= found.served
+            self.stale += found.stale
         rows = [self.kept[case.id] for case in cases]
         names = {name for row in rows for name in row[0]}
         spread_names = {name for row in rows for name in row[1]}
@@ -169,6 +173,8 @@ class RememberingJudge:
             usage=usage,
             cache_hits=self.cache_hits,
             rationales={i: dict(row[3]) for i, row in enumerate(rows) if row[3]},
+            served=set(self.served),
+            stale=self.stale,
         )
 
 

@@ -60,6 +60,14 @@ CommonCases = Annotated[
         "(same question, history and gold), and show the ledger of what changed.",
     ),
 ]
+BridgeJudge = Annotated[
+    str | None,
+    typer.Option(
+        "--bridge-judge",
+        help="Compare runs judged by different judges: 'rejudge' grades the baseline's outputs with the "
+        "candidate's judge (judge calls only); 'canaries' corrects each run by its own canary agreement.",
+    ),
+]
 SummaryFile = Annotated[
     str | None, typer.Option("--summary", help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
 ]

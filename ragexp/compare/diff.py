@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ragexp.compare.agreement import changes as agreement_changes
 from ragexp.compare.data import RunData
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.hops import HopMoves, hop_moves
@@ -183,6 +184,9 @@ class DiffResult:
     ledger: Ledger | None = None
     """``--common-cases``: how the two runs' dataset versions differ; the comparison is over the
     cases both hold unchanged (None: runs of one version)."""
+    bridge: dict[str, Any] | None = None
+    """``--bridge-judge``: what bridged the runs' judges (:class:`ragexp.compare.bridge.Bridge`'s
+    JSON); None without it."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -199,6 +203,8 @@ class DiffResult:
             **({"hops": self.hops.to_json()} if self.hops is not None else {}),
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
+            **({"bridge": self.bridge} if self.bridge is not None else {}),
+            **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
         }
 
 
@@ -216,12 +222,16 @@ def differences(baseline: RunData, candidate: RunData, *, same_cases: bool = Fal
     return found
 
 
+BRIDGE_HINT = "--bridge-judge rejudge|canaries to compare them on one judge, "
+
+
 def check_comparable(baseline: RunData, candidate: RunData, *, allow: bool, same_cases: bool = False) -> list[str]:
     found = differences(baseline, candidate, same_cases=same_cases)
     if found and not allow:
         raise IncomparableRunsError(
             f"runs {baseline.run_id} and {candidate.run_id} are not comparable: {'; '.join(found)} "
-            "(--allow-incomparable to compare anyway)"
+            f"({BRIDGE_HINT if any(d.startswith('judge ') for d in found) else ''}"
+            "--allow-incomparable to compare anyway)"
         )
     return found
 

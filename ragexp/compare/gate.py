@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ragexp.compare.agreement import Check, checks
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
@@ -215,6 +216,7 @@ def evaluate_gate(gates: GatesConfig, diff: DiffResult) -> GateResult:
     errored = diff.candidate.errored
     calibration = {name: diff.candidate.calibration(name) for name in gates.rules}
     results = rule_results(gates, metrics, int(errored.sum()), int(errored.size), calibration)
+    results += [_canary_rule(check) for check in checks(gates, diff.baseline, diff.candidate)]
     if is_sequential(diff.candidate):
         results = with_sequential(gates, results, sequential_values(diff.baseline, diff.candidate))
     return GateResult(gates.name, diff.baseline.run_id, diff.candidate.run_id, apply_underpowered(gates, results))
@@ -242,6 +244,13 @@ def gate_runs(
         ledger=ledger,
     )
     return diff, evaluate_gate(gates, diff)
+
+
+def _canary_rule(check: Check) -> RuleResult:
+    outcome: Outcome = "failed" if check.outcome == "failed" else "passed" if check.outcome == "passed" else "undecided"
+    return RuleResult(
+        check.metric, check.rule, check.baseline, check.candidate, check.threshold, check.message, outcome, "canaries"
+    )
 
 
 def check_rules(

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragexp import strict_json
+from ragexp.compare.agreement import changes as agreement_changes
+from ragexp.compare.agreement import line as agreement_line
+from ragexp.compare.bridge import apply_to_gate as bridged_gate
+from ragexp.compare.bridge import bridge_judge as bridge_judge_runs
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult, compute_diff
 from ragexp.compare.gate import GateResult, check_gate, gate_runs
@@ -81,6 +85,7 @@ class GateOutcome:
             "selection": {"baseline": self.selected[0], "candidate": self.selected[1]},
             **({"ledger": self.diff.ledger.summary_json()} if self.diff.ledger is not None else {}),
             **({"promotion": self.promotion.to_json()} if self.promotion else {}),
+            **({"bridge": self.diff.bridge} if self.diff.bridge is not None else {}),
         }
 
 
@@ -127,6 +132,7 @@ def compare_runs(
     say: Say = _silent,
     attribute: bool = False,
     common_cases: bool = False,
+    bridge_judge: str | None = None,
 ) -> DiffOutcome:
     """``ragexp diff``: per-metric and per-case comparison of ``candidate`` with ``baseline`` (a run
     id or a selector), recorded on the candidate; ``summary`` is a Markdown file to write;
@@ -145,6 +151,11 @@ def compare_runs(
     base, cand, ledger = on_versions(
         store, base, cand, common_cases=common_cases, allow_incomparable=allow_incomparable
     )
+    bridge = None
+    if bridge_judge is not None:
+        base, bridge = bridge_judge_runs(store, base, cand, bridge_judge, confidence=confidence)
+        for line in bridge.lines():
+            say(line)
     configs = None
     if attribute:
         from ragexp.attribution import check_can_generate
@@ -162,6 +173,10 @@ def compare_runs(
         allow_incomparable=allow_incomparable,
         ledger=ledger,
     )
+    if bridge is not None:
+        result.bridge = bridge.to_json()
+    for row in agreement_changes(base, cand):
+        say(agreement_line(row))
     if summary_path:
         text = diff_summary(
             result,
@@ -261,6 +276,7 @@ def run_gate(
     promote_tag: str | None = None,
     say: Say = _silent,
     common_cases: bool = False,
+    bridge_judge: str | None = None,
 ) -> GateOutcome:
     """``ragexp gate``: check the candidate against the baseline with the composed config's gates,
     tag the verdict on the candidate, move the ``--promote`` tag if it passed, record the
@@ -286,6 +302,11 @@ def run_gate(
     base, cand, ledger = on_versions(
         store, base, cand, common_cases=common_cases, allow_incomparable=allow_incomparable
     )
+    bridge = None
+    if bridge_judge is not None:
+        base, bridge = bridge_judge_runs(store, base, cand, bridge_judge, confidence=gates.confidence)
+        for line in bridge.lines():
+            say(line)
     diff, result = gate_runs(
         gates,
         base,
@@ -294,6 +315,9 @@ def run_gate(
         top=SUMMARY_CASES if summary_path else 0,
         ledger=ledger,
     )
+    if bridge is not None:
+        diff.bridge = bridge.to_json()
+        result = bridged_gate(result, bridge, {m.name: m.spec.direction for m in diff.metrics if m.spec})
     try:
         store.set_tags(
             cand.run_id,
@@ -340,6 +364,7 @@ def run_gate(
             },
             "compared_although_incomparable": list(diff.differences),
             **({"ledger": ledger.summary_json()} if ledger is not None else {}),
+            **({"bridge": diff.bridge} if diff.bridge is not None else {}),
         },
         say,
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ragexp.errors import ConfigError, TrackingError
+from ragexp.metrics.judge.identity import served_difference
 from ragexp.tracking.store import FINISHED, RunRecord, Store, tag_filter
 
 IDENTITY = [
@@ -95,6 +96,9 @@ def identity_differences(baseline: RunRecord, candidate: RunRecord, *, same_case
         a, b = baseline.tag(tag), candidate.tag(tag)
         if a != b:
             found.append(f"{what} differs ({short(a)} vs {short(b)})")
+    served = served_difference(baseline.tag("judge.served"), candidate.tag("judge.served"))
+    if served is not None:
+        found.append(served)
     return found
 
 

@@ -403,6 +403,11 @@ class JudgeConfig(Model):
     """Score each case this many times; the case's score is the mean, the spread is kept."""
     cache: bool = runtime(True)
     """Keep judge results in a persistent cache, so an unchanged case costs no call on a rerun."""
+    canaries: str | None = runtime(None)
+    """A JSONL file of human-graded answers (``id``, ``question``, ``contexts``, ``answer``,
+    ``reference``, ``human: {metric: score}``) the judge grades again in every judged run: its
+    agreement with people (``judge_agreement.*``) shows a judge that drifted. Its content is
+    tagged (``ragexp.judge.canaries``), not hashed into the config."""
     temperature: float = Field(0.01, ge=0, le=2)
     """Sampling temperature of judge calls (ragas' default)."""
 
@@ -441,6 +446,23 @@ class GateRule(Model):
     (|mean judge - human|); no calibration at all fails too."""
 
 
+class JudgeAgreementRules(Model):
+    min_kappa: float | None = Field(default=None, ge=-1, le=1)
+    """The candidate's judge must agree with people on the canaries at least this well (Cohen's κ
+    at ``calibration.threshold``), on every judge metric it graded them for."""
+    max_kappa_drop: float | None = Field(default=None, ge=0)
+    """Largest allowed fall of that κ from the baseline's: a larger one is a judge that changed."""
+
+
+class JudgeBiasRules(Model):
+    max_abs: float | None = Field(default=None, ge=0)
+    """The candidate's judge may be at most this far from people on the canaries on average
+    (|mean judge - human|)."""
+    max_change: float | None = Field(default=None, ge=0)
+    """Largest allowed move of that bias from the baseline's, either way: a larger one is a judge
+    that changed."""
+
+
 class GatesConfig(Model):
     name: str = Field(min_length=1)
     """Preset name (the ``gates`` config group option)."""
@@ -454,6 +476,10 @@ class GatesConfig(Model):
     """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
     """Random seed of the sign-flip draws, so results repeat."""
+    judge_agreement: JudgeAgreementRules = Field(default_factory=lambda: JudgeAgreementRules())
+    """Rules on the judge's agreement with people on ``judge.canaries`` (``min_kappa``, ``max_kappa_drop``)."""
+    judge_bias: JudgeBiasRules = Field(default_factory=lambda: JudgeBiasRules())
+    """Rules on the judge's bias on ``judge.canaries`` (``max_abs``, ``max_change``)."""
     on_underpowered: Literal["warn", "fail"] = runtime("warn")
     """What a rule that cannot tell does: an underpowered ``max_drop`` / ``max_increase_ratio``
     rule, or a rule a sequential run (``run --until-decided``) left inconclusive. ``warn``: a

@@ -10,6 +10,11 @@ sentences; a statement is supported by a context when at least half of its chara
 64 dimensions, so equal texts embed equally. A prompt containing JUDGE-BROKEN gets a reply that
 is not JSON; one containing JUDGE-NAN gets an out-of-range rating. GET /stats counts calls;
 GET /prompts lists the chat prompts received.
+
+What it says it is: chat replies carry ``model`` (``--served-model``, else the model asked for)
+and ``system_fingerprint`` (``--fingerprint``; ``--switch-after N --switch-fingerprint F``: F from
+the (N+1)th chat call on, a redeployment mid-run); GET /v2 answers as MindIE's service metadata
+and GET /info as TEI's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from tests.servers.base import Backlogged, JsonHandler, maybe_tls
 DIM = 64
 COUNTS = {"chat": 0, "embeddings": 0, "tei": 0, "translate": 0, "json_mode": 0}
 LOCK = threading.Lock()
+LENIENT: list[str] = []
+"""``--lenient-on WORD``: statements holding WORD are supported whatever the context (a judge
+that drifted to leniency on such answers)."""
 PROMPTS: list[str] = []
 """Every chat prompt received, in order (GET /prompts)."""
 SENTENCES = re.compile(r"[^。！？.!?;；\n]+")
@@ -97,7 +105,11 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         context = str(data.get("context", ""))
         return {
             "statements": [
-                {"statement": s, "reason": "overlap", "verdict": int(coverage(s, context) >= 0.5)}
+                {
+                    "statement": s,
+                    "reason": "overlap",
+                    "verdict": int(coverage(s, context) >= 0.5 or any(word in s for word in LENIENT)),
+                }
                 for s in data.get("statements", [])
             ]
         }
@@ -185,11 +197,23 @@ class Handler(JsonHandler):
     fail_all = False
     zero_embeddings = False
     leak_key = False
+    served_model: str | None = None
+    fingerprint: str | None = None
+    switch_after: int | None = None
+    switch_fingerprint: str | None = None
+    version = "1.0.0"
 
     def do_GET(self) -> None:
         with LOCK:
             if self.path.endswith("/prompts"):
                 return self.reply(200, list(PROMPTS))
+            if self.path.endswith("/v2"):
+                return self.reply(200, {"name": "MindIE Server", "version": self.version, "extensions": {}})
+            if self.path.endswith("/info"):
+                return self.reply(
+                    200,
+                    {"model_id": "embed-model", "model_sha": self.fingerprint or "main", "version": self.version},
+                )
             self.reply(200, dict(COUNTS))
 
     def do_POST(self) -> None:
@@ -213,6 +237,7 @@ class Handler(JsonHandler):
                         {"index": i, "embedding": [0.0] * DIM if self.zero_embeddings else embed(t)}
                         for i, t in enumerate(inputs)
                     ],
+                    "model": body.get("model"),
                     "usage": {"prompt_tokens": sum(len(t) for t in inputs) // 4},
                 },
             )
@@ -227,6 +252,8 @@ class Handler(JsonHandler):
         with LOCK:
             COUNTS["chat"] += 1
             COUNTS["json_mode"] += "response_format" in body
+            switched = self.switch_after is not None and COUNTS["chat"] > self.switch_after
+        fingerprint = self.switch_fingerprint if switched else self.fingerprint
         if self.leak_key:
             data = f"invalid key {self.headers.get('Authorization')}".encode()
             self.send_response(200)
@@ -251,7 +278,8 @@ class Handler(JsonHandler):
             {
                 "id": "chatcmpl-test",
                 "object": "chat.completion",
-                "model": body.get("model"),
+                "model": self.served_model or body.get("model"),
+                **({"system_fingerprint": fingerprint} if fingerprint else {}),
                 "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
                 ],
@@ -268,11 +296,20 @@ def main() -> None:
     parser.add_argument("--fail-all", action="store_true", help="answer every call with 503")
     parser.add_argument("--zero-embeddings", action="store_true", help="every embedding is all zeros")
     parser.add_argument("--leak-key", action="store_true", help="chat replies echo the Authorization header")
+    parser.add_argument("--served-model", help="the model chat replies say served them")
+    parser.add_argument("--fingerprint", help="the system_fingerprint of chat replies")
+    parser.add_argument("--switch-after", type=int, help="chat calls answered before the fingerprint changes")
+    parser.add_argument("--switch-fingerprint", help="the system_fingerprint after --switch-after calls")
+    parser.add_argument("--version", default="1.0.0", help="the server version GET /v2 and GET /info report")
+    parser.add_argument("--lenient-on", action="append", default=[], help="statements with this word are supported")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
     Handler.delay, Handler.api_key, Handler.fail_all = args.delay_ms / 1000, args.api_key, args.fail_all
     Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
+    Handler.served_model, Handler.fingerprint, Handler.version = args.served_model, args.fingerprint, args.version
+    Handler.switch_after, Handler.switch_fingerprint = args.switch_after, args.switch_fingerprint
+    LENIENT.extend(args.lenient_on)
     server = Backlogged(("127.0.0.1", args.port), Handler)
     scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)

@@ -9,6 +9,7 @@ import typer
 from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import (
     AllowIncomparable,
+    BridgeJudge,
     CommonCases,
     JsonFlag,
     Language,
@@ -31,6 +32,7 @@ def diff(
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
     common_cases: CommonCases = False,
+    bridge_judge: BridgeJudge = None,
     resamples: Annotated[
         int, typer.Option("--resamples", min=100, help="Sign-flip draws (p-value and interval).")
     ] = 10_000,
@@ -62,6 +64,7 @@ def diff(
             tracking_uri=store_option("diff", tracking_uri, overrides),
             allow_incomparable=allow_incomparable,
             common_cases=common_cases,
+            bridge_judge=bridge_judge,
             resamples=resamples,
             confidence=confidence,
             seed=seed,

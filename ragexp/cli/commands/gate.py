@@ -10,6 +10,7 @@ from ragexp.cli.console import emit_json, info
 from ragexp.cli.options import (
     AllowIncomparable,
     Baseline,
+    BridgeJudge,
     CommonCases,
     ConfigDir,
     JsonFlag,
@@ -37,6 +38,7 @@ def gate(
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
     common_cases: CommonCases = False,
+    bridge_judge: BridgeJudge = None,
     junit: Annotated[str | None, typer.Option("--junit", help="Write a JUnit XML report here.")] = None,
     summary: SummaryFile = None,
     language: Language = None,
@@ -65,6 +67,7 @@ def gate(
         tracking_uri=tracking_uri,
         allow_incomparable=allow_incomparable,
         common_cases=common_cases,
+        bridge_judge=bridge_judge,
         junit=junit,
         summary=summary,
         language=language,

@@ -4,6 +4,12 @@ Keys cover the metric, the judge identity (model, embeddings, language, prompts 
 version; a rubric of the user's adds its own), the fields the metric reads and the repeat index.
 Failures are never cached. A judge's rationale is kept beside its score where the metric gives
 one worth keeping (a rubric's).
+
+The judge metrics' grades are kept under their key and the served identity that made them
+(:mod:`ragexp.metrics.judge.identity`): what served a call is known only from its reply, so a
+grade is looked up by key, and the scorer uses one made under a served identity its run has seen.
+A judge swapped behind the same config never gets another model's grades, and a swap back finds
+the first model's grades still there.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,15 @@ def cache_key(metric: str, judge: str, inputs: dict[str, Any], repeat: int) -> s
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+@dataclass(frozen=True)
+class Graded:
+    """A cached grade and the served identity that made it."""
+
+    served: str
+    value: float
+    rationale: str | None
+
+
 class JudgeCache:
     def __init__(self, path: Path | None) -> None:
         self.hits = 0
@@ -35,6 +51,10 @@ class JudgeCache:
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("create table if not exists scores (key text primary key, value real, at real)")
             self._db.execute("create table if not exists rationales (key text primary key, rationale text)")
+            self._db.execute(
+                "create table if not exists graded (key text, served text, value real, rationale text, at real, "
+                "primary key (key, served))"
+            )
 
     def get(self, key: str) -> float | None:
         if self._db is None:
@@ -58,6 +78,24 @@ class JudgeCache:
         self._db.execute("insert or replace into scores values (?, ?, ?)", (key, value, time.time()))
         if rationale:
             self._db.execute("insert or replace into rationales values (?, ?)", (key, rationale))
+        if time.monotonic() - self._committed > COMMIT_EVERY:
+            self.commit()
+
+    def graded(self, key: str) -> list[Graded]:
+        """Every grade kept for ``key``, one per served identity, the newest first."""
+        if self._db is None:
+            return []
+        rows = self._db.execute(
+            "select served, value, rationale from graded where key = ? order by at desc", (key,)
+        ).fetchall()
+        return [Graded(str(served), float(value), rationale) for served, value, rationale in rows]
+
+    def put_graded(self, key: str, served: str, value: float, rationale: str | None = None) -> None:
+        if self._db is None:
+            return
+        self._db.execute(
+            "insert or replace into graded values (?, ?, ?, ?, ?)", (key, served, value, rationale or None, time.time())
+        )
         if time.monotonic() - self._committed > COMMIT_EVERY:
             self.commit()
 

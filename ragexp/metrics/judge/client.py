@@ -23,6 +23,7 @@ from ragas.embeddings.base import BaseRagasEmbedding
 from ragas.llms.base import InstructorBaseRagasLLM
 
 from ragexp.config.models import JudgeConfig
+from ragexp.metrics.judge import identity
 from ragexp.metrics.judge.usage import Usage
 from ragexp.secrets import mask_url, scrub, without_userinfo
 from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
@@ -56,6 +57,8 @@ class JudgeHTTP:
         self._pool: asyncio.Queue[httpx.AsyncClient] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None
+        self.server_parts: dict[str, str] = {}
+        """Channel (``chat``, ``embed``) -> what the server's own metadata says it is (MindIE, TEI)."""
 
     async def __aenter__(self) -> JudgeHTTP:
         self.loop = asyncio.get_running_loop()
@@ -71,7 +74,33 @@ class JudgeHTTP:
                     trust_env=False,
                 )
             )
+        await self._server_metadata()
         return self
+
+    async def _server_metadata(self) -> None:
+        """MindIE's version and TEI's model revision, where their APIs give them: asked once, and a
+        server that does not answer is simply not named (the replies' own ``model`` still is)."""
+        assert self._pool is not None
+        asks = []
+        if self.config.kind == "mindie" and self.config.base_url:
+            root = without_userinfo(self.config.base_url).rstrip("/").removesuffix("/v1")
+            asks.append(("chat", root + "/v2", identity.of_mindie))
+        if self.config.embeddings.kind == "tei" and self.config.embeddings.url:
+            asks.append(("embed", without_userinfo(self.config.embeddings.url).rstrip("/") + "/info", identity.of_tei))
+        if not asks:
+            return
+        client = await self._pool.get()
+        try:
+            for channel, url, read in asks:
+                try:
+                    reply = await client.get(url, timeout=min(self.config.timeout_s, 10.0))
+                    found = read(reply.json()) if reply.status_code == 200 else ""
+                except (httpx.HTTPError, ValueError):
+                    found = ""
+                if found:
+                    self.server_parts[channel] = found
+        finally:
+            self._pool.put_nowait(client)
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._pool is not None
@@ -97,6 +126,9 @@ class JudgeHTTP:
         finally:
             self._pool.put_nowait(client)
         self.usage.successes += 1
+        chat = url.endswith("/chat/completions")
+        identity.note(identity.of_reply("chat" if chat else "embeddings", reply.data))
+        identity.note(self.server_parts.get("chat" if chat else "embed", ""))
         return reply.data
 
 

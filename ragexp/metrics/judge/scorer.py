@@ -23,7 +23,8 @@ from ragexp import secrets
 from ragexp.config.models import JudgeConfig
 from ragexp.conversations import transcript
 from ragexp.errors import ProviderError
-from ragexp.metrics.judge.cache import JudgeCache, cache_key
+from ragexp.metrics.judge import identity
+from ragexp.metrics.judge.cache import Graded, JudgeCache, cache_key
 from ragexp.metrics.judge.prompts import (
     dump_prompt,
     fingerprint,
@@ -64,7 +65,15 @@ class JudgeOutcome:
     rationales: dict[int, dict[str, str]] = field(default_factory=dict)
     """Case index -> metric -> the judge's rationale where the metric gives one (its first repeat):
     the rubrics of the user's, and any ragas metric whose result carries a ``reason``."""
+    served: set[str] = field(default_factory=set)
+    """The served identities of the grades used (:mod:`ragexp.metrics.judge.identity`); an empty
+    string: grades whose server named nothing."""
+    stale: int = 0
+    """Cached grades refused because another served identity made them (graded again)."""
 
+
+Item = tuple[int, MetricSpec, int, dict[str, Any], str]
+"""One grade to make: case index, metric, repeat, the metric's inputs, its cache key."""
 
 Turns = Sequence[list[dict[str, str]] | None] | None
 """Each case's earlier turns (``{"role", "content"}`` messages), None for a single-turn case; None
@@ -100,6 +109,10 @@ class JudgeScorer:
         self.sources: dict[str, dict[str, Any]] = {}
         self._verify = ssl_context("provider.judge", None)
         self.adaptation_usage = Usage()
+        self.served: set[str] = set()
+        """The served identities of every grade this scorer used so far (its run's, across calls)."""
+        self.stale = 0
+        self.prompt_digest = ""
 
     # --- before the run --------------------------------------------------------------------------
 
@@ -144,9 +157,10 @@ class JudgeScorer:
                 raise ProviderError("provider.judge.embeddings.url: required for the embedding-based metrics")
             check_reachable("provider.judge.embeddings.url", cfg.embeddings.url, cfg.timeout_s, self._verify)
         self._prepare_prompts()
+        self.prompt_digest = fingerprint(self.prompts)[:12]
         self.identity = (
             f"{cfg.kind}:{cfg.model}|embeddings={cfg.embeddings.kind}:{cfg.embeddings.model}|"
-            f"language={cfg.language}|prompts={fingerprint(self.prompts)[:12]}|ragas={RAGAS_VERSION}"
+            f"language={cfg.language}|prompts={self.prompt_digest}|ragas={RAGAS_VERSION}"
         )
 
     def _prompts_folder(self) -> Path:
@@ -272,7 +286,8 @@ class JudgeScorer:
         errors: dict[int, dict[str, str]] = {}
         rationales: dict[int, dict[str, str]] = {}
         cache = JudgeCache(self.state_dir / "judge_cache.sqlite" if cfg.cache else None)
-        todo: deque[tuple[int, MetricSpec, int, dict[str, Any], str]] = deque()
+        todo: deque[Item] = deque()
+        kept: list[tuple[Item, list[Graded]]] = []
         for index, (case, result) in enumerate(zip(cases, results, strict=True)):
             if not result.ok or result.output is None:
                 continue  # the system call failed: every metric is already missing
@@ -294,19 +309,47 @@ class JudgeScorer:
                     continue
                 for repeat in range(repeats):
                     key = cache_key(spec.name, self.identity_of(spec), inputs, repeat)
-                    hit = cache.get(key)
-                    if hit is not None:
-                        values[spec.name][index, repeat] = hit
-                        said = cache.rationale(key) if repeat == 0 else None
-                        if said:
-                            rationales.setdefault(index, {})[spec.name] = said
+                    item = (index, spec, repeat, inputs, key)
+                    found = cache.graded(key)
+                    if found:
+                        kept.append((item, found))
                     else:
-                        todo.append((index, spec, repeat, inputs, key))
+                        todo.append(item)
         usage = Usage()
         aborted: list[str] = []
+        hits = 0
         try:
             if todo:
                 usage = await self._call_judge(todo, values, errors, cache, aborted, progress_on, rationales)
+            # Who serves the judge is known only from its replies: where cached grades name a
+            # server (a channel: chat, embeddings, MindIE, TEI) this run has not heard from yet,
+            # one of them is graded afresh first, so that a judge swapped since is seen, not trusted.
+            probes: deque[Item] = deque()
+            covered = set(identity.seen(self.served))
+            for channel in sorted({c for _, found in kept for c in identity.channels(found[0].served)}):
+                if channel in covered:
+                    continue
+                at = next(i for i, (_, found) in enumerate(kept) if channel in identity.channels(found[0].served))
+                item, found = kept.pop(at)
+                probes.append(item)
+                covered |= set(identity.channels(found[0].served))
+            if probes and not aborted:
+                usage.add(await self._call_judge(probes, values, errors, cache, aborted, progress_on, rationales))
+            stale: deque[Item] = deque()
+            for item, found in kept:
+                index, spec, repeat, _, key = item
+                grade = self._matching(found)
+                if grade is None:
+                    stale.append(item)
+                    continue
+                hits += 1
+                self.served.add(grade.served)
+                values[spec.name][index, repeat] = grade.value
+                if grade.rationale and repeat == 0:
+                    rationales.setdefault(index, {})[spec.name] = grade.rationale
+            self.stale += len(stale)
+            if stale and not aborted:
+                usage.add(await self._call_judge(stale, values, errors, cache, aborted, progress_on, rationales))
         finally:
             cache.close()
         if aborted:
@@ -321,11 +364,21 @@ class JudgeScorer:
             for name in reasons:
                 scores[name][index] = np.nan
                 rationales.get(index, {}).pop(name, None)
-        return JudgeOutcome(scores, errors, spread, usage, cache.hits, rationales)
+        return JudgeOutcome(scores, errors, spread, usage, hits, rationales, set(self.served), self.stale)
+
+    def _matching(self, found: list[Graded]) -> Graded | None:
+        """The cached grade of a key that this run may use: the newest whose every served part
+        the run has heard so far (a part on a channel it has not heard from cannot disagree)."""
+        seen = identity.seen(self.served)
+        for grade in found:
+            parts = identity.channels(grade.served)
+            if all(channel not in seen or value in seen[channel] for channel, value in parts.items()):
+                return grade
+        return None
 
     async def _call_judge(
         self,
-        todo: deque[tuple[int, MetricSpec, int, dict[str, Any], str]],
+        todo: deque[Item],
         values: dict[str, np.ndarray],
         errors: dict[int, dict[str, str]],
         cache: JudgeCache,
@@ -348,6 +401,7 @@ class JudgeScorer:
                 nonlocal answered
                 while todo and not aborted:
                     index, spec, repeat, inputs, key = todo.popleft()
+                    seen = identity.begin_grade()
                     try:
                         value, said = await self._one(metrics[spec.name], spec, inputs)
                     except JudgeCallError as exc:
@@ -366,7 +420,9 @@ class JudgeScorer:
                         reason = _reason(exc)
                     else:
                         values[spec.name][index, repeat] = value
-                        cache.put(key, value, said)
+                        served = identity.grade_identity(seen, self.prompt_digest)
+                        self.served.add(served)
+                        cache.put_graded(key, served, value, said)
                         if said and repeat == 0:
                             rationales.setdefault(index, {})[spec.name] = said
                         answered = http.usage.successes
