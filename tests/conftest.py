@@ -9,6 +9,7 @@ import gc
 import io
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,9 +124,33 @@ def invoke(*args: str) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite store that MLflow has created and migrated, made once for the session:
+    creating one takes seconds, copying its file a fraction of that."""
+    from ragexp.tracking.store import Store
+
+    database = tmp_path_factory.mktemp("template") / "mlflow.db"
+    Store(f"sqlite:///{database}").experiment_ids()
+    return database
+
+
 @pytest.fixture
-def store_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh SQLite store; MLFLOW_TRACKING_URI points at it for in-process commands."""
+def store_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_store: Path) -> str:
+    """A fresh, empty SQLite store (a copy of the session's migrated one); MLFLOW_TRACKING_URI
+    points at it for in-process commands."""
+    database = tmp_path / "mlruns" / "mlflow.db"
+    database.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_store, database)
+    uri = f"sqlite:///{database}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+@pytest.fixture
+def no_store_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where a SQLite store would be, with none there yet (for tests of what creates one, or
+    of commands that must not); MLFLOW_TRACKING_URI points at it."""
     uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri

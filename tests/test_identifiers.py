@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp import limits
-from tests.conftest import ROOT, write_jsonl
+from tests.conftest import ROOT, invoke, write_jsonl
 from tests.servers.procs import free_port, serve
 from tests.test_http import labelled
 from tests.test_reliability import FAST, SECRET, everything_recorded, spellings
@@ -118,8 +118,9 @@ def test_long_and_unusual_case_ids_are_one_trace_each(
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_field(
-    ragexp: Any, store_uri: str, tmp_path: Path
+    no_store_uri: str, tmp_path: Path
 ) -> None:
+    ragexp = invoke
     for bad in ["a\x00b", "tab\there", "esc\x1b[2J"]:
         rows = [
             {"id": "fine", "question": "q?", "relevant_ids": ["d"]},
@@ -131,7 +132,7 @@ def test_a_case_id_with_a_control_character_is_refused_naming_file_line_and_fiel
             assert result.code == 1, (bad, result.stdout, result.stderr)
             (line,) = result.stderr.strip().splitlines()
             assert f"{data.name}:2: field 'id':" in line and "control character U+00" in line, line
-    assert not (Path(store_uri.removeprefix("sqlite:///"))).exists()  # no store, no run
+    assert not (Path(no_store_uri.removeprefix("sqlite:///"))).exists()  # no store, no run
 
 
 def test_request_preview_is_valid_json_whatever_the_escapes() -> None:
