@@ -639,3 +639,29 @@ def test_openai_chat_sends_the_conversation_as_its_messages(
     assert result.json()["summary"]["answer_accuracy"] == 1.0
     rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
     assert rows["chat-b#2"]["output"]["answer"] == "fact 7 is documented."
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_subset_takes_whole_conversations_and_refuses_a_turn_without_its_earlier_turns(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    cut = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#2']", "--json")
+    assert cut.code == 1
+    assert cut.stderr.strip().splitlines() == [
+        "ragexp: error: config: dataset.case_ids: turn chat-warranty#2 follows chat-warranty#1, not chosen: a turn "
+        "is asked after the turns before it; choose them too, or the whole conversation ('chat-warranty')"
+    ]
+    later = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#1','chat-warranty#3']")
+    assert later.code == 1 and "turn chat-warranty#3 follows chat-warranty#2, not chosen" in later.stderr
+    full = ragexp("run", "dataset=kb_zh_chat", "--json")
+    whole = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=[chat-warranty]", "--json")
+    prefix = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#1','chat-warranty#2']", "--json")
+    assert full.code == whole.code == prefix.code == 0, whole.stderr + prefix.stderr
+    every = rows_of(store_uri, full.json()["run_id"], tmp_path)
+    chosen = rows_of(store_uri, whole.json()["run_id"], tmp_path)
+    assert list(chosen) == ["chat-warranty#1", "chat-warranty#2", "chat-warranty#3"]
+    assert all(row["metrics"] == every[key]["metrics"] for key, row in chosen.items())
+    assert every["chat-warranty#2"]["metrics"]["answer_accuracy"] == 1.0  # asked after its first turn
+    first_two = rows_of(store_uri, prefix.json()["run_id"], tmp_path)
+    assert list(first_two) == ["chat-warranty#1", "chat-warranty#2"]
+    assert all(row["metrics"] == every[key]["metrics"] for key, row in first_two.items())
