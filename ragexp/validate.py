@@ -155,10 +155,12 @@ def _files(
 
 
 def probe_system(provider: Provider, dataset: Dataset) -> dict[str, Any]:
-    """One real request for the dataset's first case (``validate --probe``), read as a run
-    reads it: an output the chosen metrics need that the reply does not give fails the probe."""
+    """One real request for the dataset's first case, or the first turn of its first
+    conversation when it has any (``validate --probe``), read as a run reads it: an output the
+    chosen metrics need that the reply does not give fails the probe, and so does a mapped
+    conversation id the reply does not give."""
     provider.preflight(dataset)
-    return provider.probe(dataset.cases[0])
+    return provider.probe(next((case for case in dataset.cases if case.conversation is not None), dataset.cases[0]))
 
 
 def _human_counts(cases: list[Case]) -> dict[str, int]:

@@ -618,6 +618,38 @@ def test_an_id_the_service_never_issued_is_an_error_for_that_conversation(
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_conversation_id_mapping_that_finds_nothing_is_an_error_and_fails_the_probe(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.servers.procs import serve
+
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    single = {"id": "alone", "question": "what about 5?", "relevant_ids": ["seg-5"], "expected_facts": ["fact 5"]}
+    data = write_jsonl(tmp_path / "chats.jsonl", [single, *SERVICE_CHATS])
+    given = ["system=dify", f"dataset.path={data}", "metrics.names=[recall_at_k,answer_accuracy]"]
+    wrong = "provider.system.response.conversation_id=conversation"  # the service's key is conversation_id
+    with serve(ROOT / "tests/servers/dify.py") as url:
+        at = f"provider.system.url={url}/v1/chat-messages"
+        result = ragexp("run", *given, at, wrong, "--json")
+        probed = ragexp("validate", *given, at, wrong, "--probe", "--json")
+        right = ragexp("validate", *given, at, "--probe", "--json")
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    said = (
+        "conversation_id ('conversation') found nothing in the reply: the next turns of conversation chat-a would "
+        "each start a new conversation"
+    )
+    assert said in rows["chat-a#1"]["error"]
+    assert rows["chat-a#2"]["error"] == "not asked: turn chat-a#1 of its conversation failed"
+    assert rows["alone"]["error"] is None and rows["alone"]["metrics"]["answer_accuracy"] == 1.0
+    assert result.json()["error_count"] == 5  # every turn; the single question needs no conversation id
+    assert probed.code == 1
+    probe = probed.json()["probe"]
+    assert probe["case_id"] == "chat-a#1" and said in probe["error"]
+    assert right.code == 0, right.stdout
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_chat_sends_the_conversation_as_its_messages(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
