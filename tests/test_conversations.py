@@ -508,6 +508,46 @@ def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_ur
     assert TraceMetadataKey.TRACE_SESSION not in alone.info.trace_metadata
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_long_conversations_traces_grow_with_its_turns_not_their_square(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from mlflow.tracing.constant import TraceMetadataKey
+
+    from ragexp.case_traces import SPAN_TEXT_CHARS as HISTORY_CHARS  # the history budget: one text's
+
+    turns = 30
+    long = "七天内可退货。" * 700  # 4,900 characters, each turn's reference answer
+    row = {
+        "id": "long",
+        "turns": [
+            {"question": f"第 {n} 个问题？", "relevant_ids": ["return-policy"], "reference": long} for n in range(turns)
+        ],
+    }
+    data = write_jsonl(tmp_path / "long.jsonl", [row])
+    result = run_chat(ragexp, data, "remembers", "conversation.history=reference")
+    assert result.code == 0, result.stderr
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp").experiment_id
+    session = client.search_traces(
+        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = 'long'", max_results=50
+    )
+    assert len(session) == turns
+    shown = {}
+    for found in session:
+        root = next(span for span in client.get_trace(found.info.trace_id).data.spans if span.parent_id is None)
+        turn = int(root.inputs["case_id"].split("#")[1])
+        history = root.inputs["history"]
+        shown[turn] = sum(len(message["content"]) for message in history)
+        assert len(history) + root.inputs.get("history_left_out", 0) == 2 * (turn - 1)
+        if history:  # the latest messages, the last the turn just before
+            assert history[-1] == {"role": "assistant", "content": long}
+    assert max(shown.values()) <= HISTORY_CHARS + 100
+    # Below what every turn's whole history would hold over the conversation.
+    assert sum(shown.values()) <= turns * (HISTORY_CHARS + 100) < sum(2 * (t - 1) * (len(long) + 6) for t in shown)
+    assert shown[2] == len("第 0 个问题？") + len(long)
+
+
 # --- services that keep the conversation themselves ------------------------------------------------
 
 SERVICE_CHATS = [
