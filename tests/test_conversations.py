@@ -104,6 +104,15 @@ def test_a_single_case_cannot_take_a_turn_id(tmp_path: Path) -> None:
     assert "d.jsonl:2: field 'id': duplicate id 'conv-7#2' (first on line 1)" in first_error(path)
 
 
+def test_a_reused_conversation_id_is_named_as_such_not_as_a_turn(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [CONV, SINGLE, CONV])
+    with pytest.raises(DatasetErrors) as info:
+        load_dataset(path)
+    assert [str(error) for error in info.value.errors] == [
+        f"{path}:3: field 'id': duplicate id 'conv-7' (first on line 1)"
+    ]
+
+
 # --- asked turn by turn, end to end ----------------------------------------------------------------
 
 from typing import Any  # noqa: E402

@@ -728,7 +728,8 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
             conversation = turns[0].conversation
             clash = next((turn.id for turn in turns if turn.id in first_line), None)
             if conversation in first_line or clash is not None:
-                taken = clash if clash is not None else conversation
+                # A reused conversation id clashes on its turns' ids too: the id the row gives is the one to name.
+                taken = conversation if conversation in first_line else clash
                 problems.add(number, "id", f"duplicate id {taken!r} (first on line {first_line[taken]})")  # type: ignore[index]
                 continue
             first_line[conversation] = number  # type: ignore[index]  # checked as a string
