@@ -117,6 +117,14 @@ def check_can_generate(store: Store, baseline: RunData, candidate: RunData) -> t
     line naming the run and what its system lacks. Runs no system."""
     configs = []
     for role, data in (("baseline", baseline), ("candidate", candidate)):
+        if data.conversations is not None:
+            # A swapped cell would ask each turn alone, without the turns before it: what it
+            # measured would be another conversation than the runs'.
+            chats = len({chat for chat in data.conversations if chat is not None})
+            raise ConfigError(
+                f"--attribute: the {role} run {data.run_id} holds conversations ({chats}): a turn cannot be "
+                "replayed without the turns before it; compare them without --attribute"
+            )
         config = rebuilt_config(store, data, role)
         settings = RunSettings(config.k, config.concurrency, config.dataset)
         missing = build_provider(config.provider.system, settings).generation_missing()

@@ -50,6 +50,8 @@ SPAN_TEXT_CHARS = 20_000
 cases.jsonl, never in the trace store."""
 SPAN_ITEMS = 100
 """Ids a stage span lists (the rest are in cases.jsonl)."""
+HISTORY_CHARS = SPAN_TEXT_CHARS
+"""Characters of a turn's history its trace shows, the latest messages first (see :func:`_history`)."""
 RETRIEVE = "retrieve"
 """The retriever span, and the stage detail whose scores its documents carry."""
 
@@ -420,6 +422,25 @@ def plan_trace(case: CaseTrace, start_ns: int | None = None) -> PlannedTrace:
     )
 
 
+def _history(messages: Sequence[dict[str, str]]) -> dict[str, Any]:
+    """A turn's history as its trace shows it: the latest messages within ``HISTORY_CHARS`` (the
+    newest one cut to fit when it alone is longer), and how many earlier ones are left out.
+    The earlier turns are traces of their own in the conversation's session, so a trace need
+    not repeat them all: a conversation's traces grow with its turns, not with their square."""
+    kept: list[dict[str, str]] = []
+    left = HISTORY_CHARS
+    for message in reversed(messages[-SPAN_ITEMS:]):
+        if left <= 0:
+            break
+        content = cut(message["content"], min(left, SPAN_TEXT_CHARS))
+        kept.append({"role": message["role"], "content": content})
+        left -= len(content)
+    found: dict[str, Any] = {"history": kept[::-1]}
+    if len(kept) < len(messages):
+        found["history_left_out"] = len(messages) - len(kept)
+    return found
+
+
 def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[PlannedSpan]:
     """Root span (request -> answer), a retriever span with the ranked documents (and their
     retrieval scores when the system gave them), and one span per stage the system timed or
@@ -429,10 +450,7 @@ def _case_spans(case: CaseTrace, start_ns: int, duration_ns: int) -> list[Planne
     error = case.error
     root_inputs: dict[str, Any] = {"case_id": case.case_id, "question": cut(case.question, SPAN_TEXT_CHARS)}
     if case.history is not None:
-        root_inputs["history"] = [
-            {"role": message["role"], "content": cut(message["content"], SPAN_TEXT_CHARS)}
-            for message in case.history[-SPAN_ITEMS:]
-        ]
+        root_inputs.update(_history(case.history))
     root_outputs: Any = {"error": cut(error, SPAN_TEXT_CHARS)} if error else cut(case.answer or "", SPAN_TEXT_CHARS)
     end_ns = start_ns + max(duration_ns, 1)
     spans = [PlannedSpan(TRACE_NAME, "CHAIN", root_id, None, start_ns, end_ns, root_inputs, root_outputs, error)]

@@ -457,6 +457,12 @@ def run_config(
     uri = chosen_uri(tracking_uri, overrides, config.tracking.uri)
     store = Store(uri, timeout_s=config.tracking.timeout_s)
     register_url(store.uri)  # a tracking server's password is masked wherever a secret is
+    if resume is not None and store.get_run(resume).tag("sequential.total"):
+        # Its cases are a prefix of a seeded order, decided batch by batch: asking the rest at
+        # once would leave its ragexp.sequential.* tags describing a stop it no longer made.
+        raise ConfigError(
+            f"run {resume} is a run of --until-decided: continue it with --until-decided --resume {resume}"
+        )
     with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
         plan = plan_run(config, store.state_dir())
     if not allow_draft:

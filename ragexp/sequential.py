@@ -1,14 +1,17 @@
 """``ragexp run --baseline RUN --until-decided``: evaluate until the gate's verdict is known.
 
-The cases are evaluated in a seeded random order, in batches (``sequential.batch``), by the
-runner's own evaluation: the system's concurrency, retries, error rules and checkpoint. After
-each batch every rule of the selected gate that a confidence sequence can decide (``max_drop``,
-``min`` and ``max`` on a metric with a known range) is decided on the anytime-valid interval of
-:mod:`ragexp.compare.sequential`, computed from the cases evaluated so far paired with the
-baseline's. The evaluation stops when a rule has failed (the verdict is then known) or every such
-rule has passed, else when the cases run out. The run is logged as any run, over the cases it
-evaluated, in the order it evaluated them, and tagged ``ragexp.sequential.*``; ``ragexp gate``
-recomputes the same bounds from that order (:func:`ragexp.compare.gate.with_sequential`).
+The cases are evaluated in a seeded random order, in batches (``sequential.batch``), by the runner's
+own evaluation: the system's concurrency, retries, error rules and checkpoint. A conversation is
+sampled whole: its turns come together, in order, each asked with the history of the turns before
+it, and a batch ends only where a conversation does (``sequential.batch`` cases or a few more), so
+the run stops between conversations, never inside one. After each batch every rule of the selected
+gate that a confidence sequence can decide (``max_drop``, ``min`` and ``max`` on a metric with a
+known range) is decided on the anytime-valid interval of :mod:`ragexp.compare.sequential`, computed
+from the cases evaluated so far paired with the baseline's. The evaluation stops when a rule has
+failed (the verdict is then known) or every such rule has passed, else when the cases run out. The
+run is logged as any run, over the cases it evaluated, in the order it evaluated them, and tagged
+``ragexp.sequential.*``; ``ragexp gate`` recomputes the same bounds from that order
+(:func:`ragexp.compare.gate.with_sequential`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ragexp.compare.select import IDENTITY, parse_selector, resolve_baseline
 from ragexp.compare.sequential import METHOD
 from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
+from ragexp.conversations import conversations
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import ConfigError, IncomparableRunsError
 from ragexp.metrics.judge.scorer import JudgeOutcome, Judging, Turns
@@ -61,9 +65,31 @@ def batch_size(setting: float, total: int) -> int:
     return int(setting)
 
 
-def evaluation_order(total: int, seed: int) -> list[int]:
-    """The dataset positions in the seeded random order the cases are evaluated in."""
-    return [int(i) for i in np.random.default_rng(seed).permutation(total)]
+def units_of(cases: Sequence[Case]) -> list[tuple[int, ...]]:
+    """What is sampled, in dataset order: a single question alone, a conversation with its
+    turns in order (a later turn is asked after, and with, the turns before it)."""
+    chats = {chat.id: chat.positions for chat in conversations(cases)}
+    found: list[tuple[int, ...]] = []
+    for position, case in enumerate(cases):
+        if case.conversation is None:
+            found.append((position,))
+        elif chats[case.conversation][0] == position:
+            found.append(chats[case.conversation])
+    return found
+
+
+def evaluation_order(cases: Sequence[Case], seed: int) -> list[int]:
+    """The dataset positions in the order the cases are evaluated in: the units (single
+    questions, whole conversations) in a seeded random order, a conversation's turns in order."""
+    units = units_of(cases)
+    return [position for u in np.random.default_rng(seed).permutation(len(units)) for position in units[int(u)]]
+
+
+def unit_labels(cases: Sequence[Case]) -> list[str] | None:
+    """Each case's unit, for :func:`ragexp.compare.gate.looks_of` (None: no conversation)."""
+    if not any(case.conversation is not None for case in cases):
+        return None
+    return [case.conversation if case.conversation is not None else f"\0{case.id}" for case in cases]
 
 
 @dataclass
@@ -238,14 +264,16 @@ class Batches:
         scoring = dataclasses.replace(plan, scorer=judge)
         ordered = [plan.dataset.cases[i] for i in self.order]
         total = len(ordered)
+        units = unit_labels(ordered)
+        ends = looks_of(total, self.batch, units)
         specs: dict[str, MetricSpec | None] = {spec.name: spec for spec in plan.specs}
         errors_name = case_values_metric("errored").name
         specs.setdefault(errors_name, case_values_metric("errored"))
         results: list[CaseResult] = []
         columns: dict[str, list[np.ndarray]] = {}
         rules: list[RuleResult] = []
-        for start in range(0, total, self.batch):
-            chunk = ordered[start : start + self.batch]
+        for start, end in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True):
+            chunk = ordered[start:end]
             got = evaluate_cases(scoring, chunk, done, checkpoint, arrived)
             results.extend(got)
             part = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=chunk))
@@ -261,7 +289,7 @@ class Batches:
                 candidate,
                 specs,
                 base.unanswerable,
-                looks_of(evaluated, self.batch),
+                looks_of(evaluated, self.batch, units[:evaluated] if units is not None else None),
                 total,
             )
             rules = sequential_rules(plan.config.gates, paired)
@@ -348,7 +376,7 @@ def run_until_decided(
     }
     if unscreened(plan.dataset):
         tags[DRAFT_TAG] = "true"
-    batches = Batches(base, evaluation_order(total, seed), batch, store)
+    batches = Batches(base, evaluation_order(plan.dataset.cases, seed), batch, store)
     outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=tags, evaluate=batches)
     if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
         raise RuntimeError("the sequential evaluation did not run")

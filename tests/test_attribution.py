@@ -188,6 +188,24 @@ def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store
     assert plain.code == 0 and "attribution" not in plain.stdout
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_conversations_are_refused_in_one_line_before_any_replay(ragexp: Any, store_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    base = _run(ragexp, "dataset=kb_zh_chat")
+    cand = _run(ragexp, "dataset=kb_zh_chat", "provider.system.sample.chunking=sentence")
+    found = ragexp("diff", base, cand, "--attribute")
+    assert found.code == 1
+    assert found.stderr.strip().splitlines() == [
+        f"ragexp: error: --attribute: the baseline run {base} holds conversations (16): a turn cannot be replayed "
+        "without the turns before it; compare them without --attribute"
+    ]
+    client = MlflowClient(store_uri)
+    runs = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
+    assert {run.info.run_id for run in runs} == {base, cand}  # no cell run
+    assert ragexp("diff", base, cand).code == 0
+
+
 # --- a Python pair and an HTTP pair with a known interaction ---------------------------------
 
 

@@ -104,6 +104,15 @@ def test_a_single_case_cannot_take_a_turn_id(tmp_path: Path) -> None:
     assert "d.jsonl:2: field 'id': duplicate id 'conv-7#2' (first on line 1)" in first_error(path)
 
 
+def test_a_reused_conversation_id_is_named_as_such_not_as_a_turn(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [CONV, SINGLE, CONV])
+    with pytest.raises(DatasetErrors) as info:
+        load_dataset(path)
+    assert [str(error) for error in info.value.errors] == [
+        f"{path}:3: field 'id': duplicate id 'conv-7' (first on line 1)"
+    ]
+
+
 # --- asked turn by turn, end to end ----------------------------------------------------------------
 
 from typing import Any  # noqa: E402
@@ -513,6 +522,46 @@ def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_ur
     assert TraceMetadataKey.TRACE_SESSION not in alone.info.trace_metadata
 
 
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_long_conversations_traces_grow_with_its_turns_not_their_square(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from mlflow.tracing.constant import TraceMetadataKey
+
+    from ragexp.case_traces import SPAN_TEXT_CHARS as HISTORY_CHARS  # the history budget: one text's
+
+    turns = 30
+    long = "七天内可退货。" * 700  # 4,900 characters, each turn's reference answer
+    row = {
+        "id": "long",
+        "turns": [
+            {"question": f"第 {n} 个问题？", "relevant_ids": ["return-policy"], "reference": long} for n in range(turns)
+        ],
+    }
+    data = write_jsonl(tmp_path / "long.jsonl", [row])
+    result = run_chat(ragexp, data, "remembers", "conversation.history=reference")
+    assert result.code == 0, result.stderr
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp").experiment_id
+    session = client.search_traces(
+        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = 'long'", max_results=50
+    )
+    assert len(session) == turns
+    shown = {}
+    for found in session:
+        root = next(span for span in client.get_trace(found.info.trace_id).data.spans if span.parent_id is None)
+        turn = int(root.inputs["case_id"].split("#")[1])
+        history = root.inputs["history"]
+        shown[turn] = sum(len(message["content"]) for message in history)
+        assert len(history) + root.inputs.get("history_left_out", 0) == 2 * (turn - 1)
+        if history:  # the latest messages, the last the turn just before
+            assert history[-1] == {"role": "assistant", "content": long}
+    assert max(shown.values()) <= HISTORY_CHARS + 100
+    # Below what every turn's whole history would hold over the conversation.
+    assert sum(shown.values()) <= turns * (HISTORY_CHARS + 100) < sum(2 * (t - 1) * (len(long) + 6) for t in shown)
+    assert shown[2] == len("第 0 个问题？") + len(long)
+
+
 # --- services that keep the conversation themselves ------------------------------------------------
 
 SERVICE_CHATS = [
@@ -623,6 +672,38 @@ def test_an_id_the_service_never_issued_is_an_error_for_that_conversation(
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_conversation_id_mapping_that_finds_nothing_is_an_error_and_fails_the_probe(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.servers.procs import serve
+
+    monkeypatch.setenv("RAGEXP_DIFY_AUTH", "Bearer app-standin")
+    single = {"id": "alone", "question": "what about 5?", "relevant_ids": ["seg-5"], "expected_facts": ["fact 5"]}
+    data = write_jsonl(tmp_path / "chats.jsonl", [single, *SERVICE_CHATS])
+    given = ["system=dify", f"dataset.path={data}", "metrics.names=[recall_at_k,answer_accuracy]"]
+    wrong = "provider.system.response.conversation_id=conversation"  # the service's key is conversation_id
+    with serve(ROOT / "tests/servers/dify.py") as url:
+        at = f"provider.system.url={url}/v1/chat-messages"
+        result = ragexp("run", *given, at, wrong, "--json")
+        probed = ragexp("validate", *given, at, wrong, "--probe", "--json")
+        right = ragexp("validate", *given, at, "--probe", "--json")
+    assert result.code == 0, result.stderr
+    rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
+    said = (
+        "conversation_id ('conversation') found nothing in the reply: the next turns of conversation chat-a would "
+        "each start a new conversation"
+    )
+    assert said in rows["chat-a#1"]["error"]
+    assert rows["chat-a#2"]["error"] == "not asked: turn chat-a#1 of its conversation failed"
+    assert rows["alone"]["error"] is None and rows["alone"]["metrics"]["answer_accuracy"] == 1.0
+    assert result.json()["error_count"] == 5  # every turn; the single question needs no conversation id
+    assert probed.code == 1
+    probe = probed.json()["probe"]
+    assert probe["case_id"] == "chat-a#1" and said in probe["error"]
+    assert right.code == 0, right.stdout
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_chat_sends_the_conversation_as_its_messages(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -644,3 +725,29 @@ def test_openai_chat_sends_the_conversation_as_its_messages(
     assert result.json()["summary"]["answer_accuracy"] == 1.0
     rows = rows_of(store_uri, result.json()["run_id"], tmp_path)
     assert rows["chat-b#2"]["output"]["answer"] == "fact 7 is documented."
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_subset_takes_whole_conversations_and_refuses_a_turn_without_its_earlier_turns(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    cut = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#2']", "--json")
+    assert cut.code == 1
+    assert cut.stderr.strip().splitlines() == [
+        "ragexp: error: config: dataset.case_ids: turn chat-warranty#2 follows chat-warranty#1, not chosen: a turn "
+        "is asked after the turns before it; choose them too, or the whole conversation ('chat-warranty')"
+    ]
+    later = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#1','chat-warranty#3']")
+    assert later.code == 1 and "turn chat-warranty#3 follows chat-warranty#2, not chosen" in later.stderr
+    full = ragexp("run", "dataset=kb_zh_chat", "--json")
+    whole = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=[chat-warranty]", "--json")
+    prefix = ragexp("run", "dataset=kb_zh_chat", "dataset.case_ids=['chat-warranty#1','chat-warranty#2']", "--json")
+    assert full.code == whole.code == prefix.code == 0, whole.stderr + prefix.stderr
+    every = rows_of(store_uri, full.json()["run_id"], tmp_path)
+    chosen = rows_of(store_uri, whole.json()["run_id"], tmp_path)
+    assert list(chosen) == ["chat-warranty#1", "chat-warranty#2", "chat-warranty#3"]
+    assert all(row["metrics"] == every[key]["metrics"] for key, row in chosen.items())
+    assert every["chat-warranty#2"]["metrics"]["answer_accuracy"] == 1.0  # asked after its first turn
+    first_two = rows_of(store_uri, prefix.json()["run_id"], tmp_path)
+    assert list(first_two) == ["chat-warranty#1", "chat-warranty#2"]
+    assert all(row["metrics"] == every[key]["metrics"] for key, row in first_two.items())

@@ -683,6 +683,50 @@ def test_anchoring_chunk_ids_of_a_chunked_corpus(ragexp: Any, tmp_path: Path) ->
     assert same.code == 1 and "--out is the dataset itself" in same.stderr
 
 
+def test_anchoring_conversations_writes_each_once_and_only_a_valid_file_never_over_an_existing_one(
+    ragexp: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "chat.jsonl"
+    result = ragexp("validate", "dataset=kb_zh_chat", "--anchor", "--out", str(out), "--json")
+    assert result.code == 0, result.stderr
+    source = [json.loads(line) for line in (KB / "chat.jsonl").read_text(encoding="utf-8").splitlines()]
+    written = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [row["id"] for row in written] == [row["id"] for row in source]  # each conversation once
+    assert result.json()["cases"] == result.json()["anchored"] == sum(len(row["turns"]) for row in source)
+    texts = load_chunks(KB / "docs.jsonl").texts
+    for before, after in zip(source, written, strict=True):
+        for old, new in zip(before["turns"], after["turns"], strict=True):
+            assert "relevant_ids" not in new and [item["doc"] for item in new["relevant"]] == old["relevant_ids"]
+            assert all(item["span"] in texts[item["doc"]] for item in new["relevant"])
+            assert {k: v for k, v in new.items() if k != "relevant"} == {
+                k: v for k, v in old.items() if k != "relevant_ids"
+            }
+    ids = [case.id for case in load_dataset(KB / "chat.jsonl").cases]
+    assert [case.id for case in load_dataset(out).cases] == ids
+    # An existing --out is kept unless --force; then replaced.
+    out.write_text("mine\n", encoding="utf-8")
+    kept = ragexp("validate", "dataset=kb_zh_chat", "--anchor", "--out", str(out))
+    assert kept.code == 1 and out.read_text(encoding="utf-8") == "mine\n"
+    assert kept.stderr.strip().splitlines() == [f"ragexp: {out}: --out exists: give --force to replace it"]
+    forced = ragexp("validate", "dataset=kb_zh_chat", "--anchor", "--out", str(out), "--force")
+    assert forced.code == 0, forced.stderr
+    assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == [
+        r["id"] for r in source
+    ]
+    # A turn naming a chunk the corpus lacks: one line naming it, nothing written.
+    broken = [dict(row) for row in source]
+    broken[2] = {**source[2], "turns": [*source[2]["turns"][:1], {**source[2]["turns"][1], "relevant_ids": ["nope"]}]}
+    bad = write_jsonl(tmp_path / "bad.jsonl", broken)
+    fresh = tmp_path / "fresh.jsonl"
+    refused = ragexp(
+        "validate", "--path", str(bad), "--corpus", str(KB / "docs.jsonl"), "--anchor", "--out", str(fresh)
+    )
+    assert refused.code == 1 and not fresh.exists() and list(tmp_path.glob(".fresh*")) == []
+    assert refused.stderr.strip().splitlines() == [
+        f"ragexp: {bad}:3: field 'turns[1].relevant_ids[0]': chunk 'nope' is not in {KB / 'docs.jsonl'}"
+    ]
+
+
 def test_anchor_span_is_the_sentences_holding_the_facts() -> None:
     text = "第一句。退款 1-3 个工作日到账；银行卡 3-7 个工作日。最后一句！"
     assert anchor_span(text, ["1-3 个工作日"]) == "退款 1-3 个工作日到账；"

@@ -16,8 +16,10 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.compare.sequential import bets, confidence_sequence, difference_sequence, drop_decision, log_capital
 from tests.conftest import write_jsonl
+from tests.pipelines import chat
 from tests.servers.procs import FAULTY, serve, stats
 from tests.test_compare import replay_rows
+from tests.test_conversations import CHATS, rows_of
 from tests.test_http import labelled
 from tests.test_reliability import FAST
 
@@ -333,3 +335,74 @@ def test_errors_count_among_the_evaluated_cases_and_resume_continues_the_stopped
     assert payload["error_count"] == int("contract-36" in seen)
     metrics = MlflowClient(store_uri).get_run(payload["run_id"]).data.metrics
     assert metrics["error_rate"] == pytest.approx(payload["error_count"] / evaluated)
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_conversations_are_sampled_batched_and_stopped_whole_with_their_history(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    # A rule no unchanged candidate can pass (no drop allowed at all): the run goes on batch by
+    # batch, each a few conversations, and every turn is asked after its earlier turns, with them.
+    rules = ["~gates.rules", "+gates.rules={answer_accuracy:{max_drop:0.0},recall_at_k:{max_drop:0.0}}"]
+    full = ragexp("run", "dataset=kb_zh_chat", *rules, "--json")
+    assert full.code == 0, full.stderr
+    baseline = full.json()["run_id"]
+    run = ragexp(
+        "run", "dataset=kb_zh_chat", *rules, "--baseline", baseline, "--until-decided", "sequential.batch=4", "--json"
+    )
+    assert run.code == 0, run.stderr
+    payload = run.json()
+    whole = rows_of(store_uri, baseline, tmp_path)
+    asked = list(rows_of(store_uri, payload["run_id"], tmp_path).values())
+    assert len(asked) == payload["sequential"]["evaluated"] and len(asked) > 4
+    for row in asked:  # the same turns, the same answers, the same scores as the full run's
+        assert row["metrics"] == whole[row["id"]]["metrics"], row["id"]
+        assert row["output"]["answer"] == whole[row["id"]]["output"]["answer"], row["id"]
+    # Each conversation comes whole and in order: its turns 1..n, one after another.
+    order = [(row["conversation"], row["turn"]) for row in asked]
+    runs: list[tuple[str, list[int]]] = []
+    for conversation, turn in order:
+        if runs and runs[-1][0] == conversation:
+            runs[-1][1].append(turn)
+        else:
+            runs.append((conversation, [turn]))
+    assert len({conversation for conversation, _ in runs}) == len(runs)
+    sizes = {row["conversation"]: 0 for row in whole.values()}
+    for row in whole.values():
+        sizes[row["conversation"]] += 1
+    assert all(turns == list(range(1, sizes[conversation] + 1)) for conversation, turns in runs)
+    # The gate recomputes the looks from the logged order: the run's own bounds.
+    gate = ragexp("gate", "--baseline", baseline, "--candidate", payload["run_id"], *rules, "--json")
+    recorded = {(r["metric"], r["rule"]): r for r in payload["sequential"]["rules"]}
+    for rule in gate.json()["rules"]:
+        if (rule["metric"], rule["rule"]) in recorded and rule.get("sequential"):
+            assert rule["sequential"]["low"] == recorded[(rule["metric"], rule["rule"])]["low"]
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_plain_resume_of_an_interrupted_sequential_run_is_refused_in_one_line(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    chat.INTERRUPT.clear()
+    chats = write_jsonl(tmp_path / "chats.jsonl", CHATS)
+    args = ["run", f"dataset.path={chats}", "system=python", "provider.system.target=tests.pipelines.chat:remembers"]
+    args += ["metrics.names=[recall_at_k,mrr]", "k=1", "concurrency=1", "~gates.rules"]
+    args += ["+gates.rules={recall_at_k:{max_drop:0.0}}", "sequential.batch=1"]
+    baseline = ragexp(*args, "--json").json()["run_id"]
+    chat.INTERRUPT.add("conv-ret#2")
+    first = ragexp(*args, "--baseline", baseline, "--until-decided")
+    assert first.code == 130, first.stderr
+    assert "--until-decided --resume" in first.stderr  # the continue-with line keeps the flag
+    client = MlflowClient(store_uri)
+    runs = client.search_runs([client.get_experiment_by_name("ragexp").experiment_id])
+    (stopped,) = [r.info.run_id for r in runs if r.info.run_id != baseline]
+    before = client.get_run(stopped).data.tags
+    plain = ragexp(*args, "--resume", stopped)
+    assert plain.code == 1
+    assert plain.stderr.strip().splitlines() == [
+        f"ragexp: error: run {stopped} is a run of --until-decided: continue it with --until-decided --resume {stopped}"
+    ]
+    assert client.get_run(stopped).data.tags == before and client.get_run(stopped).info.status == "KILLED"
+    resumed = ragexp(*args, "--until-decided", "--resume", stopped, "--json")
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.json()["sequential"]["evaluated"] == resumed.json()["case_count"]

@@ -350,3 +350,89 @@ def test_dataset_case_ids_runs_only_those_cases(ragexp: Any, store_uri: str) -> 
     assert refused.code == 1 and refused.stderr.splitlines() == [
         f"ragexp: error: config: dataset.case_ids: no case 'nope' in {ROOT / 'ragexp/data/kb_zh/cases.jsonl'}"
     ]
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_confirm_holds_out_whole_conversations(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
+    parent, _ = sweep_of(
+        ragexp,
+        "dataset=kb_zh_chat",
+        QUALITY,
+        "~gates.rules.p95_seconds",
+        "~gates.rules.citation_precision",
+        "k=1,3",
+    )
+    done = ragexp("sweep", parent, "--confirm", "0.4", "--json")
+    assert done.code in (0, 2), done.stderr
+    confirm = done.json()["confirm"]
+    assert confirm["run_id"] is not None, (confirm, done.json()["recommendation"])
+    client = MlflowClient(store_uri)
+    winner = rows_of(client, done.json()["recommendation"]["run_id"], tmp_path / "winner")
+    held = rows_of(client, confirm["run_id"], tmp_path / "held")
+    turns: dict[str, list[str]] = {}
+    for key, row in winner.items():
+        turns.setdefault(row["conversation"], []).append(key)
+    held_chats = {row["conversation"] for row in held.values()}
+    assert 2 <= len(held_chats) <= len(turns) - 2
+    # Every held-out conversation whole, the others wholly among the cases the choice saw.
+    assert sorted(held) == sorted(key for chat in held_chats for key in turns[chat])
+    assert confirm["chosen_on"] + confirm["held_out"] == len(winner)
+    # Asked as in the winner's own run (each turn after its earlier turns): the same scores.
+    assert all(row["metrics"] == winner[key]["metrics"] for key, row in held.items())
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_an_interrupted_confirm_says_how_to_continue_and_the_rerun_resumes_it(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from tests.pipelines import chat
+
+    singles = [{"id": f"s-{doc}", "question": chat.DOCS[doc][:8], "relevant_ids": [doc]} for doc in chat.DOCS]
+    talks = [
+        {
+            "id": f"c{n}",
+            "turns": [
+                {"question": "退货怎么办？", "relevant_ids": ["return-policy"]},
+                {"question": "那运费呢？", "relevant_ids": ["return-fee"]},
+            ],
+        }
+        for n in range(4)
+    ]
+    data = write_jsonl(tmp_path / "chats.jsonl", singles + talks)
+    chat.INTERRUPT.clear()
+    # Chosen: the pipeline that reads each follow-up after the questions before it.
+    targets = "provider.system.target=tests.pipelines.chat:forgets,tests.pipelines.chat:remembers"
+    system = ["system=python", targets, "concurrency=1", "k=1", "metrics.names=[recall_at_k,mrr]"]
+    parent, _ = sweep_of(
+        ragexp, f"dataset.path={data}", *system, "~gates.rules", "+gates.rules={recall_at_k:{max_drop:0.5}}"
+    )
+    chat.INTERRUPT.update(f"c{n}#2" for n in range(4))  # the first follow-up the confirm run asks
+    before = dict(chat.CALLS)
+    first = ragexp("sweep", parent, "--confirm", "0.4")
+    chat.INTERRUPT.clear()
+    assert first.code == 130, first.stderr
+    (line,) = first.stderr.strip().splitlines()[-1:]
+    assert line.endswith(
+        f"; continue with: ragexp sweep {parent} --confidence 0.95 --resamples 10000 --seed 0 --confirm 0.4"
+    )
+    asked = {key: chat.CALLS[key] - before.get(key, 0) for key in chat.CALLS}
+    (cut,) = [key for key in asked if key.endswith("#2") and asked[key]]
+    answered = {key for key in asked if asked[key] and key.split("#")[0] != cut.split("#")[0]}
+    assert answered  # some held-out cases were answered before the cut
+    client = MlflowClient(store_uri)
+    experiment = client.get_experiment_by_name("ragexp").experiment_id
+    (stopped,) = client.search_runs([experiment], "tags.`ragexp.sweep.confirm` = '" + parent + "'")
+    assert stopped.info.status == "KILLED"
+    before = dict(chat.CALLS)
+    again = ragexp("sweep", parent, "--confirm", "0.4", "--json")
+    assert again.code in (0, 2), again.stderr
+    assert again.json()["confirm"]["run_id"] == stopped.info.run_id
+    assert f"continuing run {stopped.info.run_id}" in again.stderr
+    repeated = {key: chat.CALLS[key] - before.get(key, 0) for key in chat.CALLS}
+    assert all(repeated.get(key, 0) == 0 for key in answered)  # kept, not asked again
+    held = rows_of(client, stopped.info.run_id, tmp_path / "resumed")
+    assert answered < set(held) and cut in held and len(held) == again.json()["confirm"]["held_out"]
+    # A third time: the finished confirm run is gated as it is, nothing asked.
+    before = dict(chat.CALLS)
+    third = ragexp("sweep", parent, "--confirm", "0.4", "--json")
+    assert third.json()["confirm"]["run_id"] == stopped.info.run_id and dict(chat.CALLS) == before

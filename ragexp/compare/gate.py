@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -551,10 +551,21 @@ class SequentialValues:
     """Cases of the dataset."""
 
 
-def looks_of(evaluated: int, batch: int) -> np.ndarray:
-    """The batches' ends: every ``batch`` cases, and the last case evaluated."""
-    ends = [*range(batch, evaluated, batch), evaluated]
-    return np.array([end for end in ends if end > 0], dtype=np.int64)
+def looks_of(evaluated: int, batch: int, units: Sequence[object] | np.ndarray | None = None) -> np.ndarray:
+    """The batches' ends: every ``batch`` cases, and the last case evaluated. With ``units`` (the
+    unit of each case in evaluation order: a conversation's turns share one), a batch ends with
+    the unit its ``batch``-th case belongs to, so a look never falls inside a conversation."""
+    if units is None:
+        ends = [*range(batch, evaluated, batch), evaluated]
+        return np.array([end for end in ends if end > 0], dtype=np.int64)
+    found, count = [], 0
+    for position in range(evaluated):
+        count += 1
+        last = position + 1 == evaluated or units[position + 1] != units[position]
+        if last and (count >= batch or position + 1 == evaluated):
+            found.append(position + 1)
+            count = 0
+    return np.array(found, dtype=np.int64)
 
 
 def sequential_values(baseline: RunData, candidate: RunData) -> SequentialValues:
@@ -570,7 +581,8 @@ def sequential_values(baseline: RunData, candidate: RunData) -> SequentialValues
             specs[name] = candidate.spec(name) or baseline.spec(name)
     batch = int(candidate.record.tag("sequential.batch") or len(cand.case_ids) or 1)
     total = int(candidate.record.tag("sequential.total"))
-    return SequentialValues(b_values, c_values, specs, base.unanswerable, looks_of(len(cand.case_ids), batch), total)
+    looks = looks_of(len(cand.case_ids), batch, cand.units())
+    return SequentialValues(b_values, c_values, specs, base.unanswerable, looks, total)
 
 
 def sequential_bounded(spec: MetricSpec | None) -> bool:

@@ -67,8 +67,9 @@ class DatasetConfig(Model):
     match: MatchConfig = Field(MatchConfig(), json_schema_extra={"identity_omit_default": True})
     """How retrieved chunks are matched to evidence (``relevant``); unused by ``relevant_ids``."""
     case_ids: list[str] | None = Field(None, json_schema_extra={"identity_omit_null": True})
-    """Evaluate only these cases of the file, by id (null: every case); ``ragexp sweep
-    --confirm`` sets it for its confirm run (the held-out cases)."""
+    """Evaluate only these cases of the file, by id (null: every case); a conversation's id
+    chooses all its turns, and a turn chosen without the turns before it is refused (naming
+    them). ``ragexp sweep --confirm`` sets it for its confirm run (the held-out cases)."""
 
 
 def _unit_range() -> list[float | None]:

@@ -134,12 +134,29 @@ def load_dataset(path: Path, fmt: str = "auto") -> Dataset:
 
 def only_cases(dataset: Dataset, case_ids: Sequence[str]) -> Dataset:
     """The cases of ``dataset`` named in ``case_ids`` (``dataset.case_ids``), in the file's order,
-    with the hashes of that subset; an id the file does not hold is refused."""
-    wanted = set(case_ids)
+    with the hashes of that subset; an id the file does not hold is refused. A conversation's id
+    chooses all its turns; a turn is asked after the turns before it, so choosing a turn without
+    one of them is refused, naming the turns missing (never asked alone, as another question)."""
+    turns: dict[str, list[Case]] = {}
+    for case in dataset.cases:
+        if case.conversation is not None:
+            turns.setdefault(case.conversation, []).append(case)
     known = {case.id for case in dataset.cases}
-    unknown = [case_id for case_id in case_ids if case_id not in known]
+    unknown = [case_id for case_id in case_ids if case_id not in known and case_id not in turns]
     if unknown:
         raise ConfigError(f"config: dataset.case_ids: no case {unknown[0]!r} in {dataset.path}")
+    wanted = {turn.id for case_id in case_ids if case_id not in known for turn in turns[case_id]}
+    wanted.update(case_id for case_id in case_ids if case_id in known)
+    for case in dataset.cases:
+        if case.id not in wanted or case.conversation is None:
+            continue
+        missing = [turn.id for turn in turns[case.conversation] if turn.turn < case.turn and turn.id not in wanted]
+        if missing:
+            raise ConfigError(
+                f"config: dataset.case_ids: turn {case.id} follows {', '.join(missing)}, not chosen: a turn is "
+                f"asked after the turns before it; choose them too, or the whole conversation "
+                f"({case.conversation!r})"
+            )
     cases = [case for case in dataset.cases if case.id in wanted]
     labelled = dataset_hash(cases)
     unlabelled = dataset_hash(cases, human=False) if any(case.human for case in cases) else labelled
@@ -793,7 +810,8 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
             conversation = turns[0].conversation
             clash = next((turn.id for turn in turns if turn.id in first_line), None)
             if conversation in first_line or clash is not None:
-                taken = clash if clash is not None else conversation
+                # A reused conversation id clashes on its turns' ids too: the id the row gives is the one to name.
+                taken = conversation if conversation in first_line else clash
                 problems.add(number, "id", f"duplicate id {taken!r} (first on line {first_line[taken]})")  # type: ignore[index]
                 continue
             first_line[conversation] = number  # type: ignore[index]  # checked as a string

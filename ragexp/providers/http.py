@@ -270,12 +270,12 @@ class HttpProvider(Provider):
             report["error"] = secrets.scrub(f"HTTP {response.status_code}{server_reason(raw)}")
             return report
         report["extracted"], report["missing"], report["output"], report["error"] = self._read_probe(
-            raw, streamed, latency
+            raw, streamed, latency, case
         )
         return report
 
     def _read_probe(
-        self, raw: bytes, streamed: Streamed | None, latency: float
+        self, raw: bytes, streamed: Streamed | None, latency: float, case: Case
     ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any] | None, str | None]:
         """What each expression found in a probe's reply, which outputs it found nothing for
         (label -> whether the chosen metrics read it), the output built from it, or why not."""
@@ -302,6 +302,8 @@ class HttpProvider(Provider):
                         extracted[label] = value = self.mapping.search(key, data)
                         mark_missing(missing, label, key, value, self.mapping.gaps(key, data, value), needed)
                 output = self.output(Reply(data, latency))
+            if self.mapping is not None:
+                self.mapping.check_turn(output, case)
         except (CallFailed, ReplyError) as exc:
             return extracted, missing, None, case_error(exc)
         return extracted, missing, output.to_json(), None
@@ -392,6 +394,8 @@ class HttpProvider(Provider):
         try:
             reply = await self.ask(client, url, case, policy)
             output = self.output(reply)
+            if self.mapping is not None:
+                self.mapping.check_turn(output, case)
         except CallFailed as exc:
             if exc.transport:
                 if watch.failure(str(exc)):

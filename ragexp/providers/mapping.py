@@ -347,6 +347,17 @@ class CompiledMapping:
         output.tool_calls, output.retrievals = calls, retrievals
         return output
 
+    def check_turn(self, output: SystemOutput, case: Case) -> None:
+        """A turn of a conversation whose reply gave no conversation id, though
+        ``response.conversation_id`` is mapped: an error for that turn (else each of its later
+        turns would silently start a conversation of its own on the service)."""
+        if case.conversation is not None and "conversation_id" in self.expressions and not output.conversation_id:
+            raise MappingError(
+                f"conversation_id ({self._expr('conversation_id')}) found nothing in the reply: the next turns of "
+                f"conversation {case.conversation} would each start a new conversation (map the id the service "
+                "issues, or set response.conversation_id=null for a service that keeps none)"
+            )
+
     def reports_usage(self) -> bool:
         """Whether replies are read for the tokens the system used."""
         return any(key in self.expressions for key in TOKEN_KEYS)

@@ -21,7 +21,6 @@ from ragexp.compare.sweeps import (
     analyse,
     check_same_cases,
     delta_cells,
-    hold_out,
     subset_metrics,
 )
 from ragexp.errors import TrackingError
@@ -78,7 +77,9 @@ def sweep_analysis(
     confirmation = None
     if confirm is not None:
         check_same_cases(base.run, [point.run for point in points])
-        chosen, held = hold_out(base.run.case_ids, confirm, seed)
+        from ragexp.sweep_confirm import held_out
+
+        chosen, held = held_out(base.run, confirm, seed)
         confirmation = Confirmation(confirm, len(chosen), held)
         points = [_subset(point, chosen) for point in points]
         base = next((p for p in points if p.run_id == base.run_id), None) or _subset(base, chosen)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragexp.cli.console import emit_json, info
-from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
+from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, resumable, store_option
 
 
 def sweep(
@@ -40,17 +40,22 @@ def sweep(
     from ragexp.cli.views import show_sweep_points
     from ragexp.report.sweep import sweep_analysis
 
-    analysis = sweep_analysis(
-        parent,
-        tracking_uri=store_option("sweep", tracking_uri, overrides),
-        baseline=baseline,
-        metric=metric,
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-        confirm=confirm,
-        say=info,
-    )
+    given = [parent, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
+    given += [*(["--baseline", baseline] if baseline else []), *(["--metric", metric] if metric else [])]
+    given += ["--confidence", f"{confidence:g}", "--resamples", str(resamples), "--seed", str(seed)]
+    given += [*(["--confirm", f"{confirm:g}"] if confirm is not None else []), *(["--json"] if as_json else [])]
+    with resumable("sweep", given, replaying=confirm is not None):
+        analysis = sweep_analysis(
+            parent,
+            tracking_uri=store_option("sweep", tracking_uri, overrides),
+            baseline=baseline,
+            metric=metric,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            confirm=confirm,
+            say=info,
+        )
     if as_json:
         emit_json(analysis.to_json())
     else:
