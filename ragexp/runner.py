@@ -566,9 +566,11 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         saved = read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
     else:
         saved = {}
+    # A checkpoint an older ragexp wrote may hold a number that cannot be recorded.
+    checked = {case_id: recordable(result) for case_id, result in saved.items()}
     kept = {
         case_id: result
-        for case_id, result in saved.items()
+        for case_id, result in checked.items()
         if result.error is None or not (result.retryable or retry_errors)
     }
     return complete(plan.dataset.cases, kept) if plan.dataset.has_conversations else kept
@@ -602,6 +604,7 @@ def _evaluate(
     progress = Progress(len(todo), "evaluating", enabled=plan.config.progress)
 
     def on_result(position: int, result: CaseResult) -> None:
+        result = recordable(result)
         results[todo[position]] = result
         arrived.append(result)
         if checkpoint is not None:
@@ -609,6 +612,7 @@ def _evaluate(
         progress.advance(error=result.error is not None)
 
     def keep(position: int, result: CaseResult) -> None:
+        result = recordable(result)
         results[todo[position]] = result
         arrived.append(result)
 
@@ -629,6 +633,17 @@ def _evaluate(
     if missing:  # a provider bug, not a user error: never score a missing case as anything
         raise RuntimeError(f"provider {plan.config.provider.name} returned no result for case {missing[0]}")
     return [result for result in results if result is not None]
+
+
+def recordable(result: CaseResult) -> CaseResult:
+    """``result``, or an error for its case when a number in its output cannot be recorded (in
+    the checkpoint, a trace, the store): the case's error, never the run's."""
+    if result.output is None:
+        return result
+    reason = limits.output_problem(result.output)
+    if reason is None:
+        return result
+    return CaseResult(result.case_id, None, f"the system's output cannot be recorded: {reason}")
 
 
 def info(message: str) -> None:

@@ -24,6 +24,7 @@ import jmespath.exceptions
 import jmespath.parser
 from pydantic import BaseModel
 
+from ragexp import limits
 from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
 from ragexp.records import Case, SystemOutput
@@ -348,14 +349,9 @@ class CompiledMapping:
             value = found.get(key)
             if value is None:
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-                or value != int(value)
-            ):
-                raise MappingError(f"{key}: {self._expr(key)} must give a non-negative whole number, got {value!r}")
+            reason = limits.count_problem(value)
+            if reason is not None:
+                raise MappingError(f"{key}: what {self._expr(key)} found {reason}")
             tokens[name] = int(value)
         return tokens or None
 
@@ -444,8 +440,18 @@ class CompiledMapping:
     def _timings(self, value: Any) -> dict[str, float] | None:
         if value is None:
             return None
-        if not isinstance(value, dict) or not all(_seconds(v) for v in value.values()):
-            raise MappingError(f"timings: {self._expr('timings')} must give an object of finite, non-negative seconds")
+        if not isinstance(value, dict):
+            raise MappingError(f"timings: {self._expr('timings')} must give an object of seconds, not {_kind(value)}")
+        if len(value) > limits.MAX_STAGES:
+            raise MappingError(
+                f"timings: {self._expr('timings')} names {len(value)} stages, more than {limits.MAX_STAGES}"
+            )
+        for name, seconds in value.items():
+            reason = limits.seconds_problem(seconds)
+            if reason is not None:
+                raise MappingError(
+                    f"timings: {self._expr('timings')} must give an object of seconds; {str(name)!r} {reason}"
+                )
         return {str(name): float(seconds) for name, seconds in value.items()}
 
     def _stages(self, value: Any, scores: Any, ranked: list[str]) -> dict[str, dict[str, list[Any]]] | None:
@@ -523,10 +529,6 @@ def preview(data: Any) -> str:
         text = str(data)
     text = " ".join(text[: PREVIEW_CHARS * 2].split())
     return terminal(text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else ""))
-
-
-def _seconds(value: Any) -> bool:
-    return _score(value) and value >= 0
 
 
 def _floats(values: list[Any]) -> list[Any]:
