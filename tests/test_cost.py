@@ -242,3 +242,49 @@ def test_a_priced_system_with_replies_missing_usage_logs_no_cost(
     assert result.code == 0, result.stderr
     assert "cost not logged: 1 of the 1 answered cases reported no token usage" in result.stderr
     assert "cost" not in metrics_of(store_uri, result.json()["run_id"])
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -50, "completion_tokens": 3},
+        {"prompt_tokens": "lots", "completion_tokens": 3},
+        {"prompt_tokens": 40},
+        {"prompt_tokens": 40, "completion_tokens": 1e300},
+    ],
+)
+def test_judge_usage_that_cannot_be_read_keeps_the_verdict_and_logs_no_cost(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usage: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", JUDGE_KEY)
+    row = {
+        "id": "c1",
+        "question": "Who proposed relativity?",
+        "relevant_ids": ["d1"],
+        "reference": "Albert Einstein proposed relativity.",
+        "response": "Albert Einstein proposed relativity.",
+        "retrieved_contexts": ["Albert Einstein proposed the theory of relativity."],
+    }
+    data = write_jsonl(tmp_path / "cases.jsonl", [row])
+    with serve(SERVERS / "judge.py", "--api-key", JUDGE_KEY, "--usage", json.dumps(usage)) as url:
+        result = ragexp(
+            "run",
+            "provider=replay_judge",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url}",
+            "provider.judge.api_key_env=RAGEXP_TEST_JUDGE_KEY",
+            f"dataset.path={data}",
+            "metrics.names=[faithfulness]",
+            "cost.prices={judge: {prompt: 0.15, completion: 0.6}}",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["summary"]["faithfulness"] == 1.0  # the verdict stands
+    assert payload["summary"].get("cost") is None
+    metrics = metrics_of(store_uri, payload["run_id"])
+    assert "cost" not in metrics
+    assert metrics["judge.unknown_usage_calls"] == metrics["judge.chat_calls"] > 0
+    assert metrics["judge.prompt_tokens"] == 0 and metrics["judge.completion_tokens"] == 0
+    assert "cost not logged: " in result.stderr and "judge calls reported no usable token usage" in result.stderr

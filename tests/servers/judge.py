@@ -185,6 +185,8 @@ class Handler(JsonHandler):
     fail_all = False
     zero_embeddings = False
     leak_key = False
+    usage: Any = None
+    """What chat replies give as ``usage`` instead of the counts (``--usage JSON``)."""
 
     def do_GET(self) -> None:
         with LOCK:
@@ -255,7 +257,9 @@ class Handler(JsonHandler):
                 "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
                 ],
-                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4},
+                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4}
+                if self.usage is None
+                else self.usage,
             },
         )
 
@@ -268,11 +272,13 @@ def main() -> None:
     parser.add_argument("--fail-all", action="store_true", help="answer every call with 503")
     parser.add_argument("--zero-embeddings", action="store_true", help="every embedding is all zeros")
     parser.add_argument("--leak-key", action="store_true", help="chat replies echo the Authorization header")
+    parser.add_argument("--usage", type=json.loads, help="what chat replies give as usage (JSON)")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
     Handler.delay, Handler.api_key, Handler.fail_all = args.delay_ms / 1000, args.api_key, args.fail_all
     Handler.zero_embeddings, Handler.leak_key = args.zero_embeddings, args.leak_key
+    Handler.usage = args.usage
     server = Backlogged(("127.0.0.1", args.port), Handler)
     scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)

@@ -30,6 +30,10 @@ from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
 Model = TypeVar("Model", bound=BaseModel)
 FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 PARSE_ATTEMPTS = 2
+CHAT_USAGE = ("prompt_tokens", "completion_tokens")
+"""The counts an OpenAI-compatible chat reply's ``usage`` gives; one missing leaves its tokens unknown."""
+EMBEDDINGS_USAGE = ("prompt_tokens",)
+"""The count an OpenAI-compatible embeddings reply's ``usage`` gives (TEI's ``/embed`` reports none)."""
 """A reply that does not match the output schema is asked again once (as instructor does)."""
 
 
@@ -128,10 +132,7 @@ class JudgeLLM(InstructorBaseRagasLLM):
         for _ in range(PARSE_ATTEMPTS):
             data = await self.http.post(self.url, body)
             self.http.usage.chat_calls += 1
-            usage = data.get("usage") if isinstance(data, dict) else None
-            if isinstance(usage, dict):
-                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                self.http.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+            self.http.usage.count(data.get("usage") if isinstance(data, dict) else None, CHAT_USAGE)
             try:
                 content = data["choices"][0]["message"]["content"]
                 return response_model.model_validate_json(_json_text(content))
@@ -193,9 +194,7 @@ class JudgeEmbeddings(BaseRagasEmbedding):
             data = await self.http.post(self.url, {"model": self.config.embeddings.model, "input": texts})
             items = data.get("data") if isinstance(data, dict) else None
             vectors = [item.get("embedding") for item in sorted(items or [], key=lambda item: item.get("index", 0))]
-            usage = data.get("usage") if isinstance(data, dict) else None
-            if isinstance(usage, dict):
-                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.http.usage.count(data.get("usage") if isinstance(data, dict) else None, EMBEDDINGS_USAGE)
         self.http.usage.embedding_calls += 1
         if (
             not isinstance(vectors, list)
