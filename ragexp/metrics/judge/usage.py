@@ -45,7 +45,7 @@ class Usage:
     def count(self, usage: Any, keys: Sequence[str]) -> None:
         """Add the token counts of one reply's ``usage`` object (``keys``: the counts it must
         give, prompt then completion), or count the call as one of unknown usage."""
-        found = [usage.get(key) for key in keys] if isinstance(usage, dict) else [None]
+        found: list[Any] = [usage.get(key) for key in keys] if isinstance(usage, dict) else [None]
         if any(limits.count_problem(value) is not None for value in found):
             self.unknown_usage += 1
             return
