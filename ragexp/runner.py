@@ -34,7 +34,7 @@ from ragexp.escape import terminal
 from ragexp.metrics.calibration import Trust, assess
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
-from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
+from ragexp.metrics.custom import CustomMetrics, load_custom, score_python_guarded
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
@@ -761,7 +761,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             if np.isfinite(values).any():
                 judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
     if plan.custom.python:
-        scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
+        scores.update(score_python_guarded(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     tokens = system_tokens(results)

@@ -670,3 +670,23 @@ def test_a_rubric_is_labelled_in_a_review_queue_and_calibrated_against_people(
         assert checked["message"] == "gives_hotline: judge not calibrated (κ 0.62 < 0.90 on 10 labelled cases)"
     finally:
         mlflow.set_tracking_uri(None)
+
+
+def test_a_metric_that_changes_what_it_is_given_is_its_error_and_the_change_is_undone(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "cases.jsonl", rows(bad=(1,)))
+    entries = [
+        "{name: meddling, kind: python, target: 'tests.pipelines.rules:meddling'}",
+        "{name: reads_answer, kind: python, target: 'tests.pipelines.rules:reads_answer', over: answerable}",
+    ]
+    payload = run_json(ragexp, data, custom(*entries))
+    assert payload["error_count"] == 1
+    scored = cases_of(store_uri, payload["run_id"], tmp_path)
+    bad = scored["bad-1"]
+    assert bad["question"] == "question 1?" and bad["output"]["answer"] == "fact 1."
+    assert bad["output"]["contexts"] == ["fact 1 is in this text."]
+    assert bad["metrics"]["meddling"] is None and "changed the case or the output" in bad["metric_errors"]["meddling"]
+    assert bad["metrics"]["reads_answer"] == 1.0  # the later metric read the case as the system answered it
+    assert bad["metrics"]["answer_accuracy"] == 1.0
+    assert scored["case-2"]["metrics"]["meddling"] == 1.0
