@@ -690,3 +690,33 @@ def test_a_metric_that_changes_what_it_is_given_is_its_error_and_the_change_is_u
     assert bad["metrics"]["reads_answer"] == 1.0  # the later metric read the case as the system answered it
     assert bad["metrics"]["answer_accuracy"] == 1.0
     assert scored["case-2"]["metrics"]["meddling"] == 1.0
+
+
+@pytest.mark.system  # a judge server and whole runs
+def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_not_the_lowest_grade(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    answers = rows(2)
+    answers[1]["question"] = "JUDGE-BOOL question 1?"
+    answers[2]["question"] = "JUDGE-TEXT question 2?"
+    data = write_jsonl(tmp_path / "cases.jsonl", answers)
+    scale = "{name: covers, kind: judge, rubric: 'the answer covers the question', scale: [1, 5]}"
+    with serve(JUDGE) as url:
+        payload = run_json(ragexp, data, *judged(url), custom(scale))
+    scored = cases_of(store_uri, payload["run_id"], tmp_path)
+    for case in ("case-1", "case-2"):
+        assert scored[case]["metrics"]["covers"] is None
+        assert "RubricVerdict" in scored[case]["metric_errors"]["covers"], scored[case]
+    assert scored["case-3"]["metrics"]["covers"] is not None
+    assert payload["error_count"] == 2
+
+
+def test_a_rubric_verdict_takes_numbers_only() -> None:
+    from pydantic import ValidationError
+
+    from ragexp.metrics.judge.rubric import RubricVerdict
+
+    assert RubricVerdict.model_validate_json('{"score": 3, "rationale": "r"}').score == 3.0
+    for score in ("true", '"1"', "null"):
+        with pytest.raises(ValidationError):
+            RubricVerdict.model_validate_json(f'{{"score": {score}, "rationale": "r"}}')

@@ -137,6 +137,10 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         value = coverage(str(data.get("response", "")), str(data.get("context", "")))
         return {"rating": rate(value, (0.5, 0.2), (2, 1, 0))}
     if title == "RubricVerdict":
+        if "JUDGE-BOOL" in prompt:
+            return {"score": True, "rationale": "a bool, not a score"}
+        if "JUDGE-TEXT" in prompt:
+            return {"score": "1", "rationale": "a string, not a score"}
         return rubric_verdict(data, "JUDGE-NAN" in prompt)
     if title == "_TranslatedStrings":
         with LOCK:
