@@ -288,3 +288,39 @@ def test_judge_usage_that_cannot_be_read_keeps_the_verdict_and_logs_no_cost(
     assert metrics["judge.unknown_usage_calls"] == metrics["judge.chat_calls"] > 0
     assert metrics["judge.prompt_tokens"] == 0 and metrics["judge.completion_tokens"] == 0
     assert "cost not logged: " in result.stderr and "judge calls reported no usable token usage" in result.stderr
+
+
+def test_a_usage_mapping_alone_adds_to_the_contract_of_a_system_without_a_preset_mapping(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from ragexp.config.compose import compose
+    from ragexp.providers.base import RunSettings, build_provider
+
+    config = compose(["system=http", "+provider.system.response.prompt_tokens=usage.prompt_tokens"])
+    settings = RunSettings(config.k, config.concurrency, config.dataset)
+    http = build_provider(config.provider.system, settings)
+    assert http.output_fields(None) >= {"retrieved_ids", "retrieved_contexts", "response", "citations"}  # type: ignore[arg-type]
+    assert http.reports_usage()
+    # A Python pipeline returning ragexp's contract plus its usage: retrieval is still scored.
+    (tmp_path / "usage_target_46b.py").write_text(
+        "def answer(question):\n"
+        "    return {'ranked_ids': ['d1'], 'contexts': ['Refunds arrive in 3 days.'], 'answer': '3 days [1]',\n"
+        "            'citations': [1], 'usage': {'prompt_tokens': 12, 'completion_tokens': 3}}\n"
+    )
+    data = write_jsonl(tmp_path / "cases.jsonl", cases("what about 1?"))
+    result = ragexp(
+        "run",
+        "system=python",
+        "provider.system.target=usage_target_46b:answer",
+        f"provider.system.path={tmp_path}",
+        "+provider.system.response.prompt_tokens=usage.prompt_tokens",
+        "+provider.system.response.completion_tokens=usage.completion_tokens",
+        f"dataset.path={data}",
+        "metrics=offline",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["summary"]["recall_at_k"] == 0.0
+    metrics = metrics_of(store_uri, payload["run_id"])
+    assert (metrics["system.prompt_tokens"], metrics["system.completion_tokens"]) == (12, 3)

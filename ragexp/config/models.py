@@ -283,7 +283,8 @@ class HttpSystemConfig(Model):
     exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the reply. Null: ragexp's own contract
-    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``)."""
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``); a mapping that
+    names none of those (only usage, an error envelope, a conversation id) adds to the contract."""
     stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)
@@ -326,7 +327,8 @@ class PythonSystemConfig(Model):
     positional argument; null: keyword arguments by parameter name."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the return value (turned into plain data first). Null:
-    ragexp's own contract field names."""
+    ragexp's own contract field names; a mapping that names none of them (only usage, say) adds to
+    the contract."""
     timeout_s: float = runtime(30.0, gt=0)
     """Deadline in seconds for one call, and for the import of the target."""
     generate: str | None = runtime(None)

@@ -51,6 +51,7 @@ from ragexp.providers.mapping import (
     compile_expression,
     compile_mapping,
     mark_missing,
+    over_contract,
     preview,
     render,
 )
@@ -94,8 +95,8 @@ class HttpProvider(Provider):
         self._headers: dict[str, str] = {}
         self.stream = config.stream if config.stream is not None and config.stream.format != "none" else None
         response = config.response
-        if response is None and self.stream is not None:
-            response = CONTRACT
+        if response is not None or self.stream is not None:
+            response = over_contract(response)
         # Compiled here, so a bad expression is refused while the run is planned, before any call.
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None

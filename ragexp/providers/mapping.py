@@ -67,6 +67,23 @@ CONTRACT = ResponseMapping(
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
 
 
+CONTRACT_KEYS = frozenset({*CONTRACT.model_fields_set, "citation_pattern"})
+"""The keys that say where the outputs are: a ``response`` that sets any of them is the whole
+mapping; one that sets none (usage, an error envelope, a conversation id) adds to the contract."""
+
+
+def over_contract(response: ResponseMapping | None) -> ResponseMapping:
+    """The mapping a system without a preset's own ``response`` reads replies with: ragexp's
+    contract, with what ``response`` adds when it names none of the contract's outputs
+    (``provider.system.response.prompt_tokens=usage.prompt_tokens`` alone keeps the contract's
+    answer, ranked ids and contexts rather than dropping them)."""
+    if response is None:
+        return CONTRACT
+    if response.model_fields_set & CONTRACT_KEYS:
+        return response
+    return CONTRACT.model_copy(update={key: getattr(response, key) for key in response.model_fields_set})
+
+
 class ReplyError(Exception):
     """A system answered, but the reply cannot be scored: an error for that case."""
 

@@ -44,12 +44,12 @@ from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider, Retrieval
 from ragexp.providers.mapping import (
-    CONTRACT,
     CompiledMapping,
     ReplyError,
     check_template,
     compile_mapping,
     mark_missing,
+    over_contract,
     render,
     to_plain,
 )
@@ -313,7 +313,7 @@ class PythonProvider(Provider):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.system = self.config
-        self.mapping: CompiledMapping = compile_mapping(self.system.response or CONTRACT, f"{WHERE}.response")
+        self.mapping: CompiledMapping = compile_mapping(over_contract(self.system.response), f"{WHERE}.response")
         self._target: Target | None = None
         self._generator: Target | None = None
 
