@@ -324,3 +324,17 @@ def test_a_usage_mapping_alone_adds_to_the_contract_of_a_system_without_a_preset
     assert payload["error_count"] == 0 and payload["summary"]["recall_at_k"] == 0.0
     metrics = metrics_of(store_uri, payload["run_id"])
     assert (metrics["system.prompt_tokens"], metrics["system.completion_tokens"]) == (12, 3)
+
+
+@pytest.mark.parametrize(
+    ("prices", "said"),
+    [
+        ("{judge: {prompt: true, completion: 1}}", "cost.prices.judge.prompt: Input should be a valid number"),
+        ("{judge: {prompt: 1, completion: 1e308}}", "cost.prices.judge.completion: Input should be less than"),
+        ("{judge: {prompt: '2', completion: 1}}", "cost.prices.judge.prompt: Input should be a valid number"),
+    ],
+)
+def test_a_price_that_is_not_a_bounded_number_is_refused(ragexp: Any, prices: str, said: str) -> None:
+    result = ragexp("validate", f"cost.prices={prices}")
+    assert result.code == 1
+    assert said in result.stderr and result.stderr.count("\n") == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_validator
 
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
@@ -497,12 +497,17 @@ class ConversationConfig(Model):
     ``reference``)."""
 
 
+MAX_PRICE = 1e6
+"""The highest price of a million tokens taken: far above any model's, low enough that a run's
+cost stays a finite number (a price near the float limit times the tokens would be infinity)."""
+
+
 class TokenPrices(Model):
     """What tokens cost, per million tokens, in ``cost.currency``."""
 
-    prompt: float = Field(ge=0, allow_inf_nan=False)
-    """Price of one million prompt (input) tokens."""
-    completion: float = Field(ge=0, allow_inf_nan=False)
+    prompt: StrictFloat = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
+    """Price of one million prompt (input) tokens (a number: ``true`` or ``"1"`` is refused)."""
+    completion: StrictFloat = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """Price of one million completion (output) tokens."""
 
 
