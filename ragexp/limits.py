@@ -74,6 +74,9 @@ ASSESSMENT_SOURCE_ID = Limit("assessment source id", 250)
 PREVIEW = Limit("trace request/response preview", 1000)
 TEXT = Limit("text", 1 << 30)
 """A column without a length (an assessment's rationale): only NUL is refused."""
+CASE_ERROR = Limit("case error", 1000)
+"""A case's error as ragexp records it (``cases.jsonl``, the trace, the run's table): what a system
+or a target's exception said, cut; a message of megabytes says no more than its start."""
 CASE_ID = Limit("case id", 8000, control=True)
 """A case id is whole in the trace's metadata (a trace metadata value) and in every artifact; the
 client request id maps it (see :func:`client_request_id`)."""

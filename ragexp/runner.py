@@ -349,6 +349,11 @@ def finish_run(store: Store, run_id: str) -> None:
 class AllCasesErrored(RagexpError):
     """The run completed, but no case has a score: nothing it logged can be compared."""
 
+    def __init__(self, message: str, outcome: RunOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        """What was logged (``run --json`` prints it before the error line)."""
+
 
 def execute(
     plan: Plan,
@@ -465,7 +470,8 @@ def _execute(
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
                 f"every case errored ({outcome.error_count} of {outcome.case_count}; the first: "
-                f"{error_text(first)}); run {run_id} is logged and marked failed"
+                f"{error_text(first)}); run {run_id} is logged and marked failed",
+                outcome,
             )
         store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
         store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
@@ -637,7 +643,10 @@ def _evaluate(
 
 def recordable(result: CaseResult) -> CaseResult:
     """``result``, or an error for its case when a number in its output cannot be recorded (in
-    the checkpoint, a trace, the store): the case's error, never the run's."""
+    the checkpoint, a trace, the store): the case's error, never the run's. A long error is cut
+    to what a case's error holds."""
+    if result.error is not None and len(result.error) > limits.CASE_ERROR.chars:
+        result.error = limits.fit(limits.CASE_ERROR, result.error)
     if result.output is None:
         return result
     reason = limits.output_problem(result.output)

@@ -160,3 +160,29 @@ def test_resume_of_a_run_whose_checkpoint_holds_an_unrecordable_timing_finishes(
     assert resumed.json()["error_count"] == 1
     errors = errors_of(store_uri, checkpoints[0].stem, tmp_path)
     assert errors["good"] is None and "timings['model']" in (errors["other"] or "")
+
+
+def test_a_targets_exception_message_is_stored_cut_and_run_json_prints_a_run_whose_every_case_errored(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    (tmp_path / "loud_target_46b.py").write_text(
+        "def answer(question):\n    raise ValueError('the index is gone ' + 'x' * 200_000)\n"
+    )
+    data = write_jsonl(tmp_path / "cases.jsonl", [case("c1")])
+    result = ragexp(
+        "run",
+        "system=python",
+        "provider.system.target=loud_target_46b:answer",
+        f"provider.system.path={tmp_path}",
+        f"dataset.path={data}",
+        "metrics.names=[recall_at_k]",
+        "--json",
+    )
+    # Every case errored: exit 1 with one line, and --json still prints the logged run.
+    assert result.code == 1 and result.stderr.count("\n") == 1
+    assert "every case errored" in result.stderr and len(result.stderr) < 2 * limits.CASE_ERROR.chars
+    payload = result.json()
+    assert payload["status"] == "failed" and payload["error_count"] == payload["case_count"] == 1
+    error = errors_of(store_uri, payload["run_id"], tmp_path)["c1"]
+    assert error is not None and error.startswith("ValueError: the index is gone xxx")
+    assert len(error) == limits.CASE_ERROR.chars and error.endswith("…")
