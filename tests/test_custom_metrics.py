@@ -693,12 +693,13 @@ def test_a_metric_that_changes_what_it_is_given_is_its_error_and_the_change_is_u
 
 
 @pytest.mark.system  # a judge server and whole runs
-def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_not_the_lowest_grade(
+def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_and_a_refusal_says_why(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
     answers = rows(2)
     answers[1]["question"] = "JUDGE-BOOL question 1?"
     answers[2]["question"] = "JUDGE-TEXT question 2?"
+    answers[4]["question"] = "JUDGE-REFUSE question 4?"
     data = write_jsonl(tmp_path / "cases.jsonl", answers)
     scale = "{name: covers, kind: judge, rubric: 'the answer covers the question', scale: [1, 5]}"
     with serve(JUDGE) as url:
@@ -708,7 +709,9 @@ def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_not_the_lowest_g
         assert scored[case]["metrics"]["covers"] is None
         assert "RubricVerdict" in scored[case]["metric_errors"]["covers"], scored[case]
     assert scored["case-3"]["metrics"]["covers"] is not None
-    assert payload["error_count"] == 2
+    # A refusal is an error that says what the judge said.
+    assert scored["case-4"]["metric_errors"]["covers"].endswith("the judge refused: I cannot grade this content.")
+    assert payload["error_count"] == 3
 
 
 def test_a_rubric_verdict_takes_numbers_only() -> None:

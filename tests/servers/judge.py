@@ -259,7 +259,13 @@ class Handler(JsonHandler):
                 "object": "chat.completion",
                 "model": body.get("model"),
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "refusal": "I cannot grade this content."}
+                        if "JUDGE-REFUSE" in prompt
+                        else {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4}
                 if self.usage is None

@@ -30,6 +30,8 @@ from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
 Model = TypeVar("Model", bound=BaseModel)
 FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 PARSE_ATTEMPTS = 2
+REFUSAL_CHARS = 300
+"""How much of a judge's refusal a case's error quotes."""
 CHAT_USAGE = ("prompt_tokens", "completion_tokens")
 """The counts an OpenAI-compatible chat reply's ``usage`` gives; one missing leaves its tokens unknown."""
 EMBEDDINGS_USAGE = ("prompt_tokens",)
@@ -137,7 +139,7 @@ class JudgeLLM(InstructorBaseRagasLLM):
                 content = data["choices"][0]["message"]["content"]
                 return response_model.model_validate_json(_json_text(content))
             except (KeyError, IndexError, TypeError):
-                problem = "the reply has no choices[0].message.content"
+                problem = _refusal(data) or "the reply has no choices[0].message.content"
             except ValidationError as exc:
                 problem = f"the reply does not match {response_model.__name__} ({exc.errors()[0]['msg']})"
             if len(body["messages"]) == 2:
@@ -146,6 +148,17 @@ class JudgeLLM(InstructorBaseRagasLLM):
                     {"role": "user", "content": "Reply with one JSON object that follows the schema exactly."},
                 ]
         raise JudgeCallError(f"judge output unusable: {problem}")
+
+
+def _refusal(data: Any) -> str | None:
+    """What the judge said when it refused (an OpenAI-compatible ``message.refusal``), if it did."""
+    try:
+        said = data["choices"][0]["message"]["refusal"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(said, str) or not said.strip():
+        return None
+    return "the judge refused: " + scrub(" ".join(said.split()))[:REFUSAL_CHARS]
 
 
 def _json_text(content: str) -> str:
