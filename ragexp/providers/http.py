@@ -536,6 +536,11 @@ class Streamed:
                     f"answer: the {'reply' if self.whole else 'stream'} ended with no answer text ({where.text})"
                 )
             found["answer"] = self.reader.answer(self.pieces)
+            if not found["answer"].strip():  # keep-alive blanks are no answer: never scored as one
+                raise MappingError(
+                    f"answer: the {'reply' if self.whole else 'stream'} ended with white space only as its answer "
+                    f"text ({where.text})"
+                )
         output = self.reader.mapping.build(found, latency, needed=needed, gaps=self.gaps, where=where)
         output.ttft_seconds = self.ttft
         return output
@@ -644,7 +649,7 @@ class StreamReader:
         if text is not None:
             piece = _search(text, event, "stream.delta" if self.stream.delta and text is self.text else "answer")
             if isinstance(piece, str) and piece:
-                if state.ttft is None:
+                if state.ttft is None and not piece.isspace():
                     state.ttft = time.perf_counter() - started
                 state.pieces.append(piece)
             elif piece not in (None, False, ""):
