@@ -54,7 +54,7 @@ from ragexp.paths import data_roots
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
-from ragexp.secrets import register_url, scrub
+from ragexp.secrets import holds, register_url, scrub
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -181,6 +181,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
     check_history(dataset.cases, config.conversation.history, str(dataset.path))
     provider = check_config(config, dataset, specs)
+    check_no_secret_names(config)  # the system's secrets are read: before it is contacted
     specs = with_stream_metrics(specs, provider.output_fields(dataset))
     provider.preflight(dataset)
     scorer, judge = None, "none"
@@ -196,6 +197,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     # a group that names its corpus): no audit, rather than one finding per case.
     if corpus is not None and shares_ids(dataset, corpus.texts):
         findings = audit(dataset, corpus.texts)
+    check_no_secret_names(config)  # and the judge's
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
     return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom)
 
@@ -285,6 +287,18 @@ def check_store_fields(config: RagexpConfig) -> None:
         limits.check(limits.PARAM_KEY, key, f"{key} (an MLflow param name)")
         # Longer values are cut to the param's length when logged (the config.yaml artifact has them whole).
         limits.check(limits.PARAM_VALUE, value[: limits.PARAM_VALUE.chars], key)
+
+
+def check_no_secret_names(config: RagexpConfig) -> None:
+    """Refuse an experiment name that holds a secret's value (``${oc.env:...}`` of a variable the
+    config also reads as a credential): masked it would merge with other experiments, in clear it
+    would show the secret on every page. Called once the secrets are read (the system built, the
+    judge built); everything else a run records is masked instead."""
+    if holds(config.experiment):
+        raise ConfigError(
+            f"experiment: {scrub(config.experiment)!r} holds the value of a secret this config reads "
+            "from the environment (*** above); name the experiment without it"
+        )
 
 
 def timing_prefix(stage: str) -> str:

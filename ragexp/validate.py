@@ -126,11 +126,9 @@ def anchor_dataset(
     file_format: str = "auto",
     corpus: str | None = None,
     out: str | None = None,
-    force: bool = False,
 ) -> Anchored:
     """``validate --anchor``: write the dataset with its chunk-id gold turned into evidence, from
-    the chunk file's texts and document ids (``--corpus``, else the configured ``dataset.corpus``);
-    an existing ``out`` is replaced only with ``force``."""
+    the chunk file's texts and document ids (``--corpus``, else the configured ``dataset.corpus``)."""
     if out is None:
         raise ConfigError("--anchor writes a new dataset: give it --out FILE")
     _, file, file_format, corpus_file = _files(overrides, path, file_format, corpus)
@@ -138,7 +136,7 @@ def anchor_dataset(
         raise ConfigError(
             "--anchor reads the chunks the relevant ids name: give --corpus CHUNKS (JSONL of {id, text, doc})"
         )
-    return anchor_file(load_dataset(file, file_format), load_chunks(corpus_file), Path(out), force=force)
+    return anchor_file(load_dataset(file, file_format), load_chunks(corpus_file), Path(out))
 
 
 def _files(

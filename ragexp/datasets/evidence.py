@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -210,80 +209,55 @@ class Anchored:
         }
 
 
-def anchor_file(dataset: Dataset, corpus: Corpus, out: Path, *, force: bool = False) -> Anchored:
+def anchor_file(dataset: Dataset, corpus: Corpus, out: Path) -> Anchored:
     """Write ``dataset`` to ``out`` with each case's ``relevant_ids`` replaced by evidence in
-    ``relevant`` (see :func:`anchor_span`), every other field as the file has it: a conversation
-    is one row, each of its turns anchored in place. The new file is written beside ``out`` and
-    read back and checked against the corpus first; only a file that passes replaces ``out``,
-    and an existing ``out`` only with ``force``."""
+    ``relevant`` (see :func:`anchor_span`), every other field as the file has it; then read the
+    written file back and check it against the corpus."""
     if dataset.format != "jsonl":
         raise DatasetErrors(
             [DatasetError(str(dataset.path), None, None, "the column format has no relevant_ids to anchor")]
         )
     if out.resolve() == dataset.path.resolve():
         raise DatasetErrors([DatasetError(str(out), None, None, "--out is the dataset itself: write elsewhere")])
-    if out.exists() and not force:
-        raise DatasetErrors([DatasetError(str(out), None, None, "--out exists: give --force to replace it")])
     lines = dataset.path.read_bytes().decode("utf-8-sig").split("\n")
     problems: list[DatasetError] = []
     rows: list[bytes] = []
-    counts = {"anchored": 0, "facts": 0, "whole": 0}
-
-    def anchored_row(item: dict[str, Any], case: Case, at: str) -> dict[str, Any]:
-        ids = item.get("relevant_ids") or []
-        if not ids:
-            return item
-        evidence: list[dict[str, str]] = []
-        for index, chunk_id in enumerate(ids):
-            text = corpus.texts.get(chunk_id)
-            if text is None or not text.strip():
-                what = "is not in" if text is None else "has no text in"
-                problems.append(
-                    DatasetError(
-                        str(dataset.path),
-                        case.line,
-                        f"{at}relevant_ids[{index}]",
-                        f"chunk {chunk_id!r} {what} {corpus.path}",
-                    )
-                )
-                continue
-            span = fact_span(text, case.expected_facts)
-            found = {"doc": corpus.doc_of(chunk_id), "span": span or text.strip()}
-            if found not in evidence:
-                evidence.append(found)
-                counts["facts"] += span is not None
-                counts["whole"] += span is None
-        counts["anchored"] += 1
-        renamed = {("relevant" if key == "relevant_ids" else key): value for key, value in item.items()}
-        renamed["relevant"] = evidence
-        return renamed
-
-    chats: dict[int, list[Case]] = {}
-    for case in dataset.cases:
-        if case.conversation is not None:
-            chats.setdefault(case.line, []).append(case)
+    anchored = from_facts = whole = 0
     for case in dataset.cases:
         row = orjson.loads(lines[case.line - 1])
-        if case.conversation is None:
-            row = anchored_row(row, case, "")
-        elif case.turn == 1:  # a conversation is one row, written once with every turn anchored
-            chat = sorted(chats[case.line], key=lambda turn: turn.turn)
-            row["turns"] = [anchored_row(item, chat[i], f"turns[{i}].") for i, item in enumerate(row["turns"])]
-        else:
-            continue
+        ids = row.get("relevant_ids") or []
+        if ids:
+            evidence: list[dict[str, str]] = []
+            for index, chunk_id in enumerate(ids):
+                text = corpus.texts.get(chunk_id)
+                if text is None or not text.strip():
+                    what = "is not in" if text is None else "has no text in"
+                    problems.append(
+                        DatasetError(
+                            str(dataset.path),
+                            case.line,
+                            f"relevant_ids[{index}]",
+                            f"chunk {chunk_id!r} {what} {corpus.path}",
+                        )
+                    )
+                    continue
+                span = fact_span(text, case.expected_facts)
+                item = {"doc": corpus.doc_of(chunk_id), "span": span or text.strip()}
+                if item not in evidence:
+                    evidence.append(item)
+                    from_facts += span is not None
+                    whole += span is None
+            row = {("relevant" if key == "relevant_ids" else key): value for key, value in row.items()}
+            row["relevant"] = evidence
+            anchored += 1
         rows.append(orjson.dumps(row))
     if problems:
         raise DatasetErrors(problems[:MAX_ERRORS])
-    written = out.with_name(f".{out.name}.{os.getpid()}.part")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        written.write_bytes(b"\n".join(rows) + b"\n")
-        # What was written is read back as any dataset is: a case it breaks is a bug here, and
-        # nothing reaches --out until the whole file passes.
-        resolve_evidence(load_dataset(written, "jsonl"), corpus, DefaultRule(), corpus_key="--corpus")
-        os.replace(written, out)
+        out.write_bytes(b"\n".join(rows) + b"\n")
     except OSError as exc:
         raise DatasetErrors([DatasetError(str(out), None, None, f"cannot write: {exc.strerror}")]) from None
-    finally:
-        written.unlink(missing_ok=True)
-    return Anchored(out, len(dataset.cases), counts["anchored"], counts["facts"], counts["whole"])
+    # What was written is read back as any dataset is: a case it breaks is a bug here, not later.
+    resolve_evidence(load_dataset(out, "jsonl"), corpus, DefaultRule(), corpus_key="--corpus")
+    return Anchored(out, len(dataset.cases), anchored, from_facts, whole)

@@ -46,7 +46,6 @@ def validate(
     probe: Probe = False,
     anchor: Anchor = False,
     out: Annotated[str | None, typer.Option("--out", help="Where --anchor writes the new dataset.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Let --anchor replace an existing --out file.")] = False,
     allow_draft: AllowDraft = False,
     tracking_uri: TrackingUri = None,
     as_json: JsonFlag = False,
@@ -61,11 +60,9 @@ def validate(
 
     if out is not None and not anchor:
         raise ConfigError("--out goes with --anchor (validate writes nothing otherwise)")
-    if force and not anchor:
-        raise ConfigError("--force goes with --anchor --out (validate writes nothing otherwise)")
     try:
         if anchor:
-            anchored = anchor_dataset(overrides or [], path=path, file_format=fmt_, corpus=corpus, out=out, force=force)
+            anchored = anchor_dataset(overrides or [], path=path, file_format=fmt_, corpus=corpus, out=out)
             if as_json:
                 emit_json(anchored.to_json())
             else:
