@@ -18,11 +18,16 @@ Two ways a value is made safe, chosen per field:
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ragexp.errors import ConfigError
+from ragexp.records import SystemOutput
 
 _KEY_ALPHABET = re.compile(r"[/\w.\- :]*")
 """MLflow's alphabet for metric, param and tag keys (``validate_param_and_metric_name`` off
@@ -69,6 +74,9 @@ ASSESSMENT_SOURCE_ID = Limit("assessment source id", 250)
 PREVIEW = Limit("trace request/response preview", 1000)
 TEXT = Limit("text", 1 << 30)
 """A column without a length (an assessment's rationale): only NUL is refused."""
+CASE_ERROR = Limit("case error", 1000)
+"""A case's error as ragexp records it (``cases.jsonl``, the trace, the run's table): what a system
+or a target's exception said, cut; a message of megabytes says no more than its start."""
 CASE_ID = Limit("case id", 8000, control=True)
 """A case id is whole in the trace's metadata (a trace metadata value) and in every artifact; the
 client request id maps it (see :func:`client_request_id`)."""
@@ -152,3 +160,85 @@ def _path_not_unique(name: str) -> bool:
 def _shown(value: str, most: int = 60) -> str:
     text = value if len(value) <= most else value[:most] + "…"
     return repr(text)
+
+
+# -- numbers ---------------------------------------------------------------------------------
+
+MAX_COUNT = 2**53
+"""The largest count (tokens) ragexp records: a count is summed into an MLflow metric, a double,
+which holds every whole number up to here exactly; past 64 bits the checkpoint's JSON cannot
+hold it at all."""
+MAX_SECONDS = 1e6
+"""The longest duration (a stage's timing, a latency) ragexp records, about eleven days: longer
+than any one call, while a trace's spans end in nanoseconds on a 64-bit clock. An epoch in
+milliseconds read as seconds (about 1.7e12) is far past it."""
+MAX_STAGES = 1000
+"""The most stages one case's timings or stage detail may name: each becomes a span of the
+case's trace, laid end to end, so the count bounds the trace's length too."""
+
+
+def count_problem(value: Any) -> str | None:
+    """Why ``value`` is not a count ragexp can record (a non-negative whole number up to
+    :data:`MAX_COUNT`), in a few words; None if it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"is {type(value).__name__}, not a whole number"
+    if isinstance(value, numbers.Integral):
+        whole = int(value)
+    else:
+        number = float(value)
+        if not math.isfinite(number) or number != math.floor(number):
+            return f"is {_number(value)}, not a whole number"
+        whole = int(number)
+    if whole < 0:
+        return f"is {_number(value)}, not a non-negative whole number"
+    if whole > MAX_COUNT:
+        return f"is {_number(value)}, past the largest count recorded ({MAX_COUNT:,})"
+    return None
+
+
+def seconds_problem(value: Any) -> str | None:
+    """Why ``value`` is not a duration ragexp can record (finite, non-negative seconds up to
+    :data:`MAX_SECONDS`); None if it is."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"is {type(value).__name__}, not a number of seconds"
+    if isinstance(value, numbers.Integral):
+        number: float = int(value)  # a Python int of any size compares exactly; float() could overflow
+    else:
+        number = float(value)
+        if not math.isfinite(number):
+            return f"is {_number(value)}, not a finite number of seconds"
+    if number < 0:
+        return f"is {_number(value)}, not a non-negative number of seconds"
+    if number > MAX_SECONDS:
+        return f"is {_number(value)} s, past the longest duration recorded ({MAX_SECONDS:g} s)"
+    return None
+
+
+def output_problem(output: SystemOutput) -> str | None:
+    """Why a number in what a system returned cannot be recorded (in the checkpoint, a trace, the
+    store), naming the field; None if every one can. Whatever read the output checked it already:
+    this is the last check before anything is written, so a value that slipped through is an
+    error for its case, never the run's."""
+    checks: list[tuple[str, Any, Callable[[Any], str | None]]] = [
+        ("latency_seconds", output.latency_seconds, seconds_problem),
+        ("ttft_seconds", output.ttft_seconds, seconds_problem),
+    ]
+    if len(output.timings or {}) > MAX_STAGES or len(output.stages or {}) > MAX_STAGES:
+        return f"the reply names more than {MAX_STAGES} stages"
+    checks += [(f"timings[{stage!r}]", value, seconds_problem) for stage, value in (output.timings or {}).items()]
+    checks += [(f"tokens.{name}", value, count_problem) for name, value in (output.tokens or {}).items()]
+    for name, value, check in checks:
+        if value is None:
+            continue
+        reason = check(value)
+        if reason is not None:
+            return f"{name} {reason}"
+    return None
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, numbers.Integral):
+        digits = len(str(abs(int(value))))
+        return str(value) if digits <= 24 else f"a {digits}-digit number"
+    text = repr(value)
+    return text if len(text) <= 24 else f"{float(value):.3g}"

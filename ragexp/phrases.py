@@ -444,6 +444,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "en": "this gate cannot tell a drop of {drop} from noise with {n} {units} (detectable: {detectable}; {needed})",
         "zh": "该门禁在 {n} {units}上无法把 {drop} 的下降与噪声区分开（可检测：{detectable}；{needed}）",
     },
+    "cannot_tell_increase": {
+        "en": (
+            "this gate cannot tell an increase of {drop} from noise with {n} {units} "
+            "(detectable: {detectable}; {needed})"
+        ),
+        "zh": "该门禁在 {n} {units}上无法把 {drop} 的上升与噪声区分开（可检测：{detectable}；{needed}）",
+    },
     "units_case": {"en": "cases", "zh": "条样本"},
     "units_conversation": {"en": "conversations", "zh": "段对话"},
     "needed_some": {"en": "about {needed} cases would be needed", "zh": "约需 {needed} 条样本"},

@@ -37,7 +37,7 @@ from ragexp.metrics.canaries import Graded as GradedCanaries
 from ragexp.metrics.canaries import grade as grade_canaries
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
-from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
+from ragexp.metrics.custom import CustomMetrics, load_custom, score_python_guarded
 from ragexp.metrics.evidence import returned_documents, textless
 from ragexp.metrics.hops import count_hops, fill_hop_rationales, hop_columns, hop_scores
 from ragexp.metrics.judge import identity as judge_identity
@@ -60,7 +60,7 @@ from ragexp.paths import data_roots, packaged_trees
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
-from ragexp.secrets import register_url, scrub
+from ragexp.secrets import holds, register_url, scrub
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -189,6 +189,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
     check_history(dataset.cases, config.conversation.history, str(dataset.path))
     provider = check_config(config, dataset, specs)
+    check_no_secret_names(config)  # the system's secrets are read: before it is contacted
     specs = with_stream_metrics(specs, provider.output_fields(dataset))
     specs = with_hop_metrics(specs, dataset.hop_count, provider.output_fields(dataset))
     if dataset.hop_count and not any(spec.hop for spec in specs):
@@ -213,6 +214,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
     canaries = None
     if scorer is not None and config.provider.judge is not None and config.provider.judge.canaries:
         canaries = load_canaries(config.provider.judge.canaries)
+    check_no_secret_names(config)  # and the judge's
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
     return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom, canaries)
 
@@ -333,6 +335,18 @@ def check_store_fields(config: RagexpConfig) -> None:
         limits.check(limits.PARAM_VALUE, value[: limits.PARAM_VALUE.chars], key)
 
 
+def check_no_secret_names(config: RagexpConfig) -> None:
+    """Refuse an experiment name that holds a secret's value (``${oc.env:...}`` of a variable the
+    config also reads as a credential): masked it would merge with other experiments, in clear it
+    would show the secret on every page. Called once the secrets are read (the system built, the
+    judge built); everything else a run records is masked instead."""
+    if holds(config.experiment):
+        raise ConfigError(
+            f"experiment: {scrub(config.experiment)!r} holds the value of a secret this config reads "
+            "from the environment (*** above); name the experiment without it"
+        )
+
+
 def timing_prefix(stage: str) -> str:
     """The metric key prefix of a stage's timings: ``timing.<stage>`` when MLflow takes the name
     as part of a key, else its safe characters and a short hash (see :func:`limits.safe_segment`);
@@ -394,6 +408,11 @@ def finish_run(store: Store, run_id: str) -> None:
 
 class AllCasesErrored(RagexpError):
     """The run completed, but no case has a score: nothing it logged can be compared."""
+
+    def __init__(self, message: str, outcome: RunOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        """What was logged (``run --json`` prints it before the error line)."""
 
 
 def execute(
@@ -517,7 +536,8 @@ def _execute(
             first = next(r for r in results if r.error or r.metric_errors)
             raise AllCasesErrored(
                 f"every case errored ({outcome.error_count} of {outcome.case_count}; the first: "
-                f"{error_text(first)}); run {run_id} is logged and marked failed"
+                f"{error_text(first)}); run {run_id} is logged and marked failed",
+                outcome,
             )
         store.set_tags(run_id, {TAG_PREFIX + "status": "finished"})
         store.delete_tags(run_id, [TAG_PREFIX + "stopped_because"])
@@ -618,9 +638,11 @@ def _resume_state(plan: Plan, store: Store, run_id: str, retry_errors: bool) -> 
         saved = read_checkpoint(store.read_artifact(run_id, CHECKPOINT_ARTIFACT))
     else:
         saved = {}
+    # A checkpoint an older ragexp wrote may hold a number that cannot be recorded.
+    checked = {case_id: recordable(result) for case_id, result in saved.items()}
     kept = {
         case_id: result
-        for case_id, result in saved.items()
+        for case_id, result in checked.items()
         if result.error is None or not (result.retryable or retry_errors)
     }
     return complete(plan.dataset.cases, kept) if plan.dataset.has_conversations else kept
@@ -654,6 +676,7 @@ def _evaluate(
     progress = Progress(len(todo), "evaluating", enabled=plan.config.progress)
 
     def on_result(position: int, result: CaseResult) -> None:
+        result = recordable(result)
         results[todo[position]] = result
         arrived.append(result)
         if checkpoint is not None:
@@ -661,6 +684,7 @@ def _evaluate(
         progress.advance(error=result.error is not None)
 
     def keep(position: int, result: CaseResult) -> None:
+        result = recordable(result)
         results[todo[position]] = result
         arrived.append(result)
 
@@ -681,6 +705,20 @@ def _evaluate(
     if missing:  # a provider bug, not a user error: never score a missing case as anything
         raise RuntimeError(f"provider {plan.config.provider.name} returned no result for case {missing[0]}")
     return [result for result in results if result is not None]
+
+
+def recordable(result: CaseResult) -> CaseResult:
+    """``result``, or an error for its case when a number in its output cannot be recorded (in
+    the checkpoint, a trace, the store): the case's error, never the run's. A long error is cut
+    to what a case's error holds."""
+    if result.error is not None and len(result.error) > limits.CASE_ERROR.chars:
+        result.error = limits.fit(limits.CASE_ERROR, result.error)
+    if result.output is None:
+        return result
+    reason = limits.output_problem(result.output)
+    if reason is None:
+        return result
+    return CaseResult(result.case_id, None, f"the system's output cannot be recorded: {reason}")
 
 
 def info(message: str) -> None:
@@ -831,7 +869,7 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
             if np.isfinite(values).any():
                 judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
     if plan.custom.python:
-        scores.update(score_python(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
+        scores.update(score_python_guarded(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
     errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
     summary = summarize(plan.specs, scores, inputs, errored)
     tokens = system_tokens(results)

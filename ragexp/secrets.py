@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode, urlsplit, urlunsplit
 
 from ragexp.errors import ProviderError
@@ -55,6 +56,16 @@ def scrub(text: str) -> str:
     if _PATTERN is None or not text:
         return text
     return _PATTERN.sub(MASK, text)
+
+
+def holds(text: str) -> bool:
+    """Whether ``text`` holds a spelling of a registered secret."""
+    return _PATTERN is not None and bool(text) and _PATTERN.search(text) is not None
+
+
+def scrub_mapping(values: Mapping[str, str]) -> dict[str, str]:
+    """``values`` with every value scrubbed (tags, params: the names are ragexp's or checked)."""
+    return {key: scrub(value) for key, value in values.items()}
 
 
 def scrub_value(value: object) -> object:

@@ -203,7 +203,24 @@ async def read_capped(response: Body, cap: int) -> bytes:
         if size > cap:
             raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
         chunks.append(chunk)
+    cut = _cut_encoding(response)
+    if cut is not None:
+        raise BadReply(cut)
     return b"".join(chunks)
+
+
+def _cut_encoding(response: Body) -> str | None:
+    """Why a compressed body that was read to its end is not whole: its gzip or deflate stream
+    stops before its own end (a body cut in transit decodes to a part, often nothing, which
+    would read as an empty or broken reply). None when whole, or when the decoder does not say."""
+    decoder = getattr(response, "_decoder", None)
+    stream = getattr(decoder, "decompressor", None)
+    if stream is None or getattr(stream, "eof", True):
+        return None
+    encoding = response.headers.get("content-encoding", "compressed")
+    arrived = getattr(response, "num_bytes_downloaded", None)
+    size = f"{arrived:,} bytes arrived" if isinstance(arrived, int) else "the body arrived"
+    return f"response is cut: {size} as Content-Encoding {encoding}, and the compressed stream does not end"
 
 
 async def read_start(response: httpx.Response, cap: int) -> bytes:

@@ -606,3 +606,35 @@ def test_runs_leaves_the_cells_out_unless_asked_and_marks_them_by_config_hash(
     row = next(line for line in shown.stdout.splitlines() if line.startswith(base_cell))
     assert f"cell candidate/baseline of {cand}" in row
     assert next(line for line in shown.stdout.splitlines() if line.startswith(base)).split()[1] == "run"
+
+
+GENERATE_MODULE = """
+from tests.pipelines.attribution import generate_baseline, generate_candidate
+"""
+
+
+@pytest.mark.system  # whole runs: `make test`, not the edit loop
+def test_a_generate_module_changed_since_the_runs_is_refused(
+    ragexp: Any, store_uri: str, corpus_cases: Path, tmp_path: Path
+) -> None:
+    module = tmp_path / "answer_stage_46b.py"
+    module.write_text(GENERATE_MODULE)
+    where = f"provider.system.path={tmp_path}"
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2", where)
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=answer_stage_46b:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=answer_stage_46b:generate_candidate",
+    )
+    module.write_text(GENERATE_MODULE + "\n# the answer stage was edited after the runs\n")
+    found = ragexp("diff", base, cand, "--attribute")
+    assert found.code == 1, found.stdout
+    assert found.stderr.strip().count("\n") == 0
+    assert "is not the one run" in found.stderr and "config hash" in found.stderr

@@ -242,3 +242,99 @@ def test_a_priced_system_with_replies_missing_usage_logs_no_cost(
     assert result.code == 0, result.stderr
     assert "cost not logged: 1 of the 1 answered cases reported no token usage" in result.stderr
     assert "cost" not in metrics_of(store_uri, result.json()["run_id"])
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": -50, "completion_tokens": 3},
+        {"prompt_tokens": "lots", "completion_tokens": 3},
+        {"prompt_tokens": 40},
+        {"prompt_tokens": 40, "completion_tokens": 1e300},
+    ],
+)
+def test_judge_usage_that_cannot_be_read_keeps_the_verdict_and_logs_no_cost(
+    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usage: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", JUDGE_KEY)
+    row = {
+        "id": "c1",
+        "question": "Who proposed relativity?",
+        "relevant_ids": ["d1"],
+        "reference": "Albert Einstein proposed relativity.",
+        "response": "Albert Einstein proposed relativity.",
+        "retrieved_contexts": ["Albert Einstein proposed the theory of relativity."],
+    }
+    data = write_jsonl(tmp_path / "cases.jsonl", [row])
+    with serve(SERVERS / "judge.py", "--api-key", JUDGE_KEY, "--usage", json.dumps(usage)) as url:
+        result = ragexp(
+            "run",
+            "provider=replay_judge",
+            f"provider.judge.base_url={url}",
+            f"provider.judge.embeddings.url={url}",
+            "provider.judge.api_key_env=RAGEXP_TEST_JUDGE_KEY",
+            f"dataset.path={data}",
+            "metrics.names=[faithfulness]",
+            "cost.prices={judge: {prompt: 0.15, completion: 0.6}}",
+            "--json",
+        )
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["summary"]["faithfulness"] == 1.0  # the verdict stands
+    assert payload["summary"].get("cost") is None
+    metrics = metrics_of(store_uri, payload["run_id"])
+    assert "cost" not in metrics
+    assert metrics["judge.unknown_usage_calls"] == metrics["judge.chat_calls"] > 0
+    assert metrics["judge.prompt_tokens"] == 0 and metrics["judge.completion_tokens"] == 0
+    assert "cost not logged: " in result.stderr and "judge calls reported no usable token usage" in result.stderr
+
+
+def test_a_usage_mapping_alone_adds_to_the_contract_of_a_system_without_a_preset_mapping(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from ragexp.config.compose import compose
+    from ragexp.providers.base import RunSettings, build_provider
+
+    config = compose(["system=http", "+provider.system.response.prompt_tokens=usage.prompt_tokens"])
+    settings = RunSettings(config.k, config.concurrency, config.dataset)
+    http = build_provider(config.provider.system, settings)
+    assert http.output_fields(None) >= {"retrieved_ids", "retrieved_contexts", "response", "citations"}  # type: ignore[arg-type]
+    assert http.reports_usage()
+    # A Python pipeline returning ragexp's contract plus its usage: retrieval is still scored.
+    (tmp_path / "usage_target_46b.py").write_text(
+        "def answer(question):\n"
+        "    return {'ranked_ids': ['d1'], 'contexts': ['Refunds arrive in 3 days.'], 'answer': '3 days [1]',\n"
+        "            'citations': [1], 'usage': {'prompt_tokens': 12, 'completion_tokens': 3}}\n"
+    )
+    data = write_jsonl(tmp_path / "cases.jsonl", cases("what about 1?"))
+    result = ragexp(
+        "run",
+        "system=python",
+        "provider.system.target=usage_target_46b:answer",
+        f"provider.system.path={tmp_path}",
+        "+provider.system.response.prompt_tokens=usage.prompt_tokens",
+        "+provider.system.response.completion_tokens=usage.completion_tokens",
+        f"dataset.path={data}",
+        "metrics=offline",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert payload["error_count"] == 0 and payload["summary"]["recall_at_k"] == 0.0
+    metrics = metrics_of(store_uri, payload["run_id"])
+    assert (metrics["system.prompt_tokens"], metrics["system.completion_tokens"]) == (12, 3)
+
+
+@pytest.mark.parametrize(
+    ("prices", "said"),
+    [
+        ("{judge: {prompt: true, completion: 1}}", "cost.prices.judge.prompt: Input should be a valid number"),
+        ("{judge: {prompt: 1, completion: 1e308}}", "cost.prices.judge.completion: Input should be less than"),
+        ("{judge: {prompt: '2', completion: 1}}", "cost.prices.judge.prompt: Input should be a valid number"),
+    ],
+)
+def test_a_price_that_is_not_a_bounded_number_is_refused(ragexp: Any, prices: str, said: str) -> None:
+    result = ragexp("validate", f"cost.prices={prices}")
+    assert result.code == 1
+    assert said in result.stderr and result.stderr.count("\n") == 1

@@ -672,3 +672,56 @@ def test_a_rubric_is_labelled_in_a_review_queue_and_calibrated_against_people(
         assert checked["message"] == "gives_hotline: judge not calibrated (κ 0.62 < 0.90 on 10 labelled cases)"
     finally:
         mlflow.set_tracking_uri(None)
+
+
+def test_a_metric_that_changes_what_it_is_given_is_its_error_and_the_change_is_undone(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "cases.jsonl", rows(bad=(1,)))
+    entries = [
+        "{name: meddling, kind: python, target: 'tests.pipelines.rules:meddling'}",
+        "{name: reads_answer, kind: python, target: 'tests.pipelines.rules:reads_answer', over: answerable}",
+    ]
+    payload = run_json(ragexp, data, custom(*entries))
+    assert payload["error_count"] == 1
+    scored = cases_of(store_uri, payload["run_id"], tmp_path)
+    bad = scored["bad-1"]
+    assert bad["question"] == "question 1?" and bad["output"]["answer"] == "fact 1."
+    assert bad["output"]["contexts"] == ["fact 1 is in this text."]
+    assert bad["metrics"]["meddling"] is None and "changed the case or the output" in bad["metric_errors"]["meddling"]
+    assert bad["metrics"]["reads_answer"] == 1.0  # the later metric read the case as the system answered it
+    assert bad["metrics"]["answer_accuracy"] == 1.0
+    assert scored["case-2"]["metrics"]["meddling"] == 1.0
+
+
+@pytest.mark.system  # a judge server and whole runs
+def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_and_a_refusal_says_why(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    answers = rows(2)
+    answers[1]["question"] = "JUDGE-BOOL question 1?"
+    answers[2]["question"] = "JUDGE-TEXT question 2?"
+    answers[4]["question"] = "JUDGE-REFUSE question 4?"
+    data = write_jsonl(tmp_path / "cases.jsonl", answers)
+    scale = "{name: covers, kind: judge, rubric: 'the answer covers the question', scale: [1, 5]}"
+    with serve(JUDGE) as url:
+        payload = run_json(ragexp, data, *judged(url), custom(scale))
+    scored = cases_of(store_uri, payload["run_id"], tmp_path)
+    for case in ("case-1", "case-2"):
+        assert scored[case]["metrics"]["covers"] is None
+        assert "RubricVerdict" in scored[case]["metric_errors"]["covers"], scored[case]
+    assert scored["case-3"]["metrics"]["covers"] is not None
+    # A refusal is an error that says what the judge said.
+    assert scored["case-4"]["metric_errors"]["covers"].endswith("the judge refused: I cannot grade this content.")
+    assert payload["error_count"] == 3
+
+
+def test_a_rubric_verdict_takes_numbers_only() -> None:
+    from pydantic import ValidationError
+
+    from ragexp.metrics.judge.rubric import RubricVerdict
+
+    assert RubricVerdict.model_validate_json('{"score": 3, "rationale": "r"}').score == 3.0
+    for score in ("true", '"1"', "null"):
+        with pytest.raises(ValidationError):
+            RubricVerdict.model_validate_json(f'{{"score": {score}, "rationale": "r"}}')

@@ -348,3 +348,27 @@ def test_a_json_reply_after_a_byte_order_mark_is_read(
         result = ragexp("run", "system=inhouse", f"dataset.path={data}", "--json")
     assert result.code == 0, result.stderr
     assert rows_of(store_uri, result.json()["run_id"], tmp_path)["c1"]["output"]["answer"] == "fact 3 is documented."
+
+
+def test_a_stream_whose_answer_is_white_space_only_is_an_error_not_an_answer() -> None:
+    body = DELTA % b" " + DELTA % b"\\n" + DELTA % b"  "
+    with pytest.raises(MappingError, match=r"^answer: the stream ended with white space only as its answer text"):
+        read(body, SSE).output(0.1)
+    # Blanks before real text stay part of the answer.
+    assert read(DELTA % b" " + DELTA % b"Hi", SSE).output(0.1).answer == " Hi"
+
+
+@pytest.mark.parametrize("kept", [5, 12])
+def test_a_gzip_body_cut_in_transit_is_called_cut_not_empty(kept: int) -> None:
+    import gzip
+
+    from ragexp.transport import BadReply, read_capped
+
+    whole = gzip.compress(b'{"answer": "fact 8", "ranked_ids": []}' * 20)
+
+    def body(data: bytes) -> httpx.Response:
+        return httpx.Response(200, headers={"content-encoding": "gzip"}, stream=httpx.ByteStream(data))
+
+    with pytest.raises(BadReply, match=rf"^response is cut: {kept} bytes arrived as Content-Encoding gzip"):
+        asyncio.run(read_capped(body(whole[:kept]), 1_000_000))
+    assert asyncio.run(read_capped(body(whole), 1_000_000)).startswith(b'{"answer": "fact 8"')

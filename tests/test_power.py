@@ -260,3 +260,14 @@ def test_power_before_any_candidate(ragexp: Any, tmp_path: Path) -> None:
     assert bad.code == 1 and bad.stderr.strip() == "ragexp: error: --effect: expected a positive change, got -0.1"
     missing = ragexp("power", "--baseline", "0123456789abcdef0123456789abcdef")
     assert missing.code == 1 and len(missing.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("rule", "words"), [("max_drop", "a drop of 0.5"), ("max_increase", "an increase of 0.5")])
+def test_the_underpowered_note_names_the_direction_its_rule_bounds(rule: str, words: str) -> None:
+    from ragexp.compare.gate import RuleResult
+    from ragexp.compare.power import Power
+
+    power = Power(n=20, sd=2.0, detectable=1.4, confidence=0.95)
+    result = RuleResult("p95_seconds", rule, 1.0, 1.2, 0.5, "ok", "passed", underpowered=True, power=power, allowed=0.5)
+    line = result.cannot_tell() or ""
+    assert line.startswith(f"this gate cannot tell {words} from noise with 20 cases"), line

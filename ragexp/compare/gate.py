@@ -102,7 +102,7 @@ class RuleResult:
             return self.message
         if not self.underpowered or self.power is None or self.allowed is None:
             return None
-        return cannot_tell_line(self.allowed, self.power, language)
+        return cannot_tell_line(self.allowed, self.power, language, increase=self.rule.startswith("max_increase"))
 
     @property
     def inconclusive(self) -> bool:

@@ -385,13 +385,15 @@ def detectable_words(power: Power, language: str = "en") -> str:
     return t("too_few", language, floor=floor)
 
 
-def cannot_tell_line(allowed: float, power: Power, language: str = "en") -> str:
-    """The sentence under an underpowered rule: what it cannot tell, and what would be needed."""
+def cannot_tell_line(allowed: float, power: Power, language: str = "en", *, increase: bool = False) -> str:
+    """The sentence under an underpowered rule: what it cannot tell (a drop, or for a
+    ``max_increase*`` rule an increase), and what would be needed."""
     needed = power.needed(allowed)
     more = t("needed_some", language, needed=f"{needed:,}") if needed is not None else t("needed_none", language)
     detectable = detectable_words(power, language)
     units = t(f"units_{power.unit}", language)
-    return t("cannot_tell", language, drop=f"{allowed:g}", n=power.n, units=units, detectable=detectable, needed=more)
+    key = "cannot_tell_increase" if increase else "cannot_tell"
+    return t(key, language, drop=f"{allowed:g}", n=power.n, units=units, detectable=detectable, needed=more)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragexp.config.models import RagexpConfig
-from ragexp.secrets import mask_urls
+from ragexp.secrets import mask_urls, scrub
 
 
 def canonical_json(value: Any) -> str:
@@ -71,8 +71,10 @@ def config_hash(
 
 
 def redact(text: str) -> str:
-    """Mask credentials written into URLs (``https://user:pass@host``, ``?api_key=...``)."""
-    return mask_urls(text)
+    """Mask credentials written into URLs (``https://user:pass@host``, ``?api_key=...``) and every
+    registered secret (a value reached through ``${oc.env:...}`` that the config also reads as a
+    credential): what params, ``config.yaml`` and the hash see."""
+    return scrub(mask_urls(text))
 
 
 def resolved_config(config: RagexpConfig) -> dict[str, Any]:

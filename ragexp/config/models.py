@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_validator
 
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
@@ -298,7 +298,8 @@ class HttpSystemConfig(Model):
     exactly ``"{k}"`` is sent as a number. Null: ``{"question", "k", "case_id"}``."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the reply. Null: ragexp's own contract
-    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``)."""
+    (``{"ranked_ids", "contexts", "answer", "citations", "timings", "doc_ids"}``); a mapping that
+    names none of those (only usage, an error envelope, a conversation id) adds to the contract."""
     stream: StreamConfig | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """How a streamed reply is read (null: one JSON body)."""
     timeout_s: float = runtime(30.0, gt=0)
@@ -341,7 +342,8 @@ class PythonSystemConfig(Model):
     positional argument; null: keyword arguments by parameter name."""
     response: ResponseMapping | None = Field(None, json_schema_extra={"identity_omit_null": True})
     """Where each output field is in the return value (turned into plain data first). Null:
-    ragexp's own contract field names."""
+    ragexp's own contract field names; a mapping that names none of them (only usage, say) adds to
+    the contract."""
     timeout_s: float = runtime(30.0, gt=0)
     """Deadline in seconds for one call, and for the import of the target."""
     generate: str | None = runtime(None)
@@ -536,12 +538,17 @@ class ConversationConfig(Model):
     ``reference``)."""
 
 
+MAX_PRICE = 1e6
+"""The highest price of a million tokens taken: far above any model's, low enough that a run's
+cost stays a finite number (a price near the float limit times the tokens would be infinity)."""
+
+
 class TokenPrices(Model):
     """What tokens cost, per million tokens, in ``cost.currency``."""
 
-    prompt: float = Field(ge=0, allow_inf_nan=False)
-    """Price of one million prompt (input) tokens."""
-    completion: float = Field(ge=0, allow_inf_nan=False)
+    prompt: StrictFloat = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
+    """Price of one million prompt (input) tokens (a number: ``true`` or ``"1"`` is refused)."""
+    completion: StrictFloat = Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)
     """Price of one million completion (output) tokens."""
 
 

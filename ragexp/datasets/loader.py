@@ -333,7 +333,9 @@ def _citations(value: Any) -> str | None:
 
 
 def _seconds(value: Any) -> str | None:
-    return None if type(value) in (int, float) and value >= 0 else "expected a non-negative number"
+    if type(value) not in (int, float) or value < 0:
+        return "expected a non-negative number"
+    return limits.seconds_problem(value)
 
 
 def _object(value: Any) -> str | None:

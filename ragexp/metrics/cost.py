@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ragexp.config.models import CostConfig, TokenPrices
 from ragexp.errors import MetricError
+from ragexp.metrics.judge.usage import UNKNOWN_USAGE
 from ragexp.metrics.registry import MetricSpec, cost_metric
 from ragexp.records import CaseResult
 
@@ -108,5 +109,11 @@ def run_cost(cost: CostConfig, system: SystemTokens, judge: Mapping[str, float])
             )
         total += _priced(prices.system, system.prompt, system.completion)
     if prices.judge is not None:
+        unknown = int(judge.get(UNKNOWN_USAGE, 0))
+        if unknown:
+            return None, (
+                f"{COST} not logged: {unknown} judge calls reported no usable token usage (missing, negative or "
+                f"not a whole number; a count that cannot be read is not zero): {UNKNOWN_USAGE}"
+            )
         total += _priced(prices.judge, judge.get(JUDGE_PROMPT, 0.0), judge.get(JUDGE_COMPLETION, 0.0))
     return total, None

@@ -191,6 +191,63 @@ def score_python(
     return scores
 
 
+def score_python_guarded(
+    metrics: Sequence[PythonMetric],
+    cases: Sequence[Case],
+    results: Sequence[CaseResult],
+    answered: np.ndarray,
+    *,
+    workers: int,
+) -> dict[str, np.ndarray]:
+    """:func:`score_python`, one metric at a time, with what each metric was given checked after
+    it: a function that changed a case or its output (a question rewritten, an answer emptied)
+    would change what the run records and what later metrics read. The change is undone (the
+    state from before the metric is put back) and that metric is an error for that case."""
+    import orjson
+
+    def state(index: int) -> bytes:
+        return orjson.dumps((cases[index], results[index].output), default=_plain)
+
+    before = [state(i) if answered[i] else b"" for i in range(len(cases))]
+    scores: dict[str, np.ndarray] = {}
+    for metric in metrics:
+        column = score_python([metric], cases, results, answered, workers=workers)[metric.spec.name]
+        for index in np.flatnonzero(answered).tolist():
+            if state(index) == before[index]:
+                continue
+            _restore(cases[index], results[index], orjson.loads(before[index]))
+            column[index] = np.nan
+            results[index].rationale.pop(metric.spec.name, None)
+            results[index].metric_errors[metric.spec.name] = (
+                "changed the case or the output it was given (the metric's function must only read them); "
+                "the change was undone"
+            )
+        scores[metric.spec.name] = column
+    return scores
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    raise TypeError(type(value).__name__)
+
+
+def _restore(case: Case, result: CaseResult, saved: list[Any]) -> None:
+    """Put back the case and output a metric changed, from their :func:`score_python_guarded` state."""
+    from ragexp.records import Evidence, SystemOutput
+
+    data, output = saved
+    for name, value in data.items():
+        if name == "recorded":
+            value = None if value is None else SystemOutput(**value)
+        elif name == "recorded_fields":
+            value = frozenset(value)
+        elif name == "relevant":
+            value = [Evidence(**item) for item in value]
+        setattr(case, name, value)
+    result.output = None if output is None else SystemOutput(**output)
+
+
 def read_values(
     raw: Sequence[Any], spec: MetricSpec, timeout_s: float
 ) -> tuple[np.ndarray, dict[int, str], dict[int, str]]:

@@ -52,6 +52,7 @@ from ragexp.providers.mapping import (
     compile_expression,
     compile_mapping,
     mark_missing,
+    over_contract,
     preview,
     render,
 )
@@ -95,8 +96,8 @@ class HttpProvider(Provider):
         self._headers: dict[str, str] = {}
         self.stream = config.stream if config.stream is not None and config.stream.format != "none" else None
         response = config.response
-        if response is None and self.stream is not None:
-            response = CONTRACT
+        if response is not None or self.stream is not None:
+            response = over_contract(response)
         # Compiled here, so a bad expression is refused while the run is planned, before any call.
         self.mapping = compile_mapping(response, "provider.system.response") if response is not None else None
         self.reader = StreamReader(self.mapping, self.stream) if self.stream is not None and self.mapping else None
@@ -540,6 +541,11 @@ class Streamed:
                     f"answer: the {'reply' if self.whole else 'stream'} ended with no answer text ({where.text})"
                 )
             found["answer"] = self.reader.answer(self.pieces)
+            if not found["answer"].strip():  # keep-alive blanks are no answer: never scored as one
+                raise MappingError(
+                    f"answer: the {'reply' if self.whole else 'stream'} ended with white space only as its answer "
+                    f"text ({where.text})"
+                )
         output = self.reader.mapping.build(found, latency, needed=needed, gaps=self.gaps, where=where)
         output.ttft_seconds = self.ttft
         return output
@@ -648,7 +654,7 @@ class StreamReader:
         if text is not None:
             piece = _search(text, event, "stream.delta" if self.stream.delta and text is self.text else "answer")
             if isinstance(piece, str) and piece:
-                if state.ttft is None:
+                if state.ttft is None and not piece.isspace():
                     state.ttft = time.perf_counter() - started
                 state.pieces.append(piece)
             elif piece not in (None, False, ""):

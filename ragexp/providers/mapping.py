@@ -24,6 +24,7 @@ import jmespath.exceptions
 import jmespath.parser
 from pydantic import BaseModel
 
+from ragexp import limits
 from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
 from ragexp.providers.hops import HopReadError, hop_fields, read_calls, with_merged
@@ -66,6 +67,23 @@ CONTRACT = ResponseMapping(
     retrievals="retrievals",
 )
 """ragexp's own contract as a mapping: the fields a system returns when no ``response`` is set."""
+
+
+CONTRACT_KEYS = frozenset({*CONTRACT.model_fields_set, "citation_pattern"})
+"""The keys that say where the outputs are: a ``response`` that sets any of them is the whole
+mapping; one that sets none (usage, an error envelope, a conversation id) adds to the contract."""
+
+
+def over_contract(response: ResponseMapping | None) -> ResponseMapping:
+    """The mapping a system without a preset's own ``response`` reads replies with: ragexp's
+    contract, with what ``response`` adds when it names none of the contract's outputs
+    (``provider.system.response.prompt_tokens=usage.prompt_tokens`` alone keeps the contract's
+    answer, ranked ids and contexts rather than dropping them)."""
+    if response is None:
+        return CONTRACT
+    if response.model_fields_set & CONTRACT_KEYS:
+        return response
+    return CONTRACT.model_copy(update={key: getattr(response, key) for key in response.model_fields_set})
 
 
 class ReplyError(Exception):
@@ -370,14 +388,9 @@ class CompiledMapping:
             value = found.get(key)
             if value is None:
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-                or value != int(value)
-            ):
-                raise MappingError(f"{key}: {self._expr(key)} must give a non-negative whole number, got {value!r}")
+            reason = limits.count_problem(value)
+            if reason is not None:
+                raise MappingError(f"{key}: what {self._expr(key)} found {reason}")
             tokens[name] = int(value)
         return tokens or None
 
@@ -466,8 +479,18 @@ class CompiledMapping:
     def _timings(self, value: Any) -> dict[str, float] | None:
         if value is None:
             return None
-        if not isinstance(value, dict) or not all(_seconds(v) for v in value.values()):
-            raise MappingError(f"timings: {self._expr('timings')} must give an object of finite, non-negative seconds")
+        if not isinstance(value, dict):
+            raise MappingError(f"timings: {self._expr('timings')} must give an object of seconds, not {_kind(value)}")
+        if len(value) > limits.MAX_STAGES:
+            raise MappingError(
+                f"timings: {self._expr('timings')} names {len(value)} stages, more than {limits.MAX_STAGES}"
+            )
+        for name, seconds in value.items():
+            reason = limits.seconds_problem(seconds)
+            if reason is not None:
+                raise MappingError(
+                    f"timings: {self._expr('timings')} must give an object of seconds; {str(name)!r} {reason}"
+                )
         return {str(name): float(seconds) for name, seconds in value.items()}
 
     def _stages(self, value: Any, scores: Any, ranked: list[str]) -> dict[str, dict[str, list[Any]]] | None:
@@ -545,10 +568,6 @@ def preview(data: Any) -> str:
         text = str(data)
     text = " ".join(text[: PREVIEW_CHARS * 2].split())
     return terminal(text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else ""))
-
-
-def _seconds(value: Any) -> bool:
-    return _score(value) and value >= 0
 
 
 def _floats(values: list[Any]) -> list[Any]:

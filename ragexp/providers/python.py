@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 import operator
@@ -43,12 +44,12 @@ from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider, Retrieval
 from ragexp.providers.mapping import (
-    CONTRACT,
     CompiledMapping,
     ReplyError,
     check_template,
     compile_mapping,
     mark_missing,
+    over_contract,
     render,
     to_plain,
 )
@@ -271,11 +272,12 @@ def _type_name(exc: BaseException) -> str:
         return "an exception"
 
 
-def source_identity(module: ModuleType) -> str:
+def source_identity(module: ModuleType, file: Path | None = None) -> str:
     """What identifies the code behind a target: ``dist==version`` for a module installed from a
     distribution, else the sha256 of the module's source file (the team's code, edited in place
-    or installed editable, whose version does not move with each change)."""
-    file = getattr(module, "__file__", None)
+    or installed editable, whose version does not move with each change). ``file``: the module's
+    file, for a module not imported."""
+    file = file or getattr(module, "__file__", None)
     if not file:
         return f"module:{module.__name__}"
     where = Path(file)
@@ -290,6 +292,18 @@ def source_identity(module: ModuleType) -> str:
     return f"sha256:{digest}"
 
 
+def module_identity(name: str) -> str:
+    """:func:`source_identity` of a module found by its name, without running it (its parent
+    packages are imported); ``module:NAME`` when it cannot be found."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return f"module:{name}"
+    return source_identity(ModuleType(name), Path(spec.origin))
+
+
 class PythonProvider(Provider):
     config: PythonSystemConfig
     remote = True
@@ -299,7 +313,7 @@ class PythonProvider(Provider):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.system = self.config
-        self.mapping: CompiledMapping = compile_mapping(self.system.response or CONTRACT, f"{WHERE}.response")
+        self.mapping: CompiledMapping = compile_mapping(over_contract(self.system.response), f"{WHERE}.response")
         self._target: Target | None = None
         self._generator: Target | None = None
 
@@ -322,7 +336,14 @@ class PythonProvider(Provider):
     def identity(self) -> str | None:
         if self._target is None:
             return None
-        return f"python:{source_identity(self._target.module)}"
+        own = f"python:{source_identity(self._target.module)}"
+        spec = self.system.generate
+        module = spec.partition(":")[0] if spec else None
+        if module is None or module == self._target.module.__name__:
+            return own
+        # The answer stage diff --attribute replays is the team's code too: a change to it is
+        # another system, or the attribution would replay code the runs never ran.
+        return f"{own}+generate:{module_identity(module)}"
 
     def probe(self, case: Case) -> dict[str, Any]:
         target = self._target

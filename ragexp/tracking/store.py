@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from ragexp import limits
 from ragexp.errors import StoreUnreachable, TrackingError
-from ragexp.secrets import mask_url
+from ragexp.secrets import mask_url, scrub, scrub_mapping
 from ragexp.tracking.records import CONNECTION_LOST, database_error, one_line, store_os_error
 from ragexp.tracking.records import TAG_PREFIX as TAG_PREFIX  # re-exported: where callers have always found them
 from ragexp.tracking.records import RunRecord as RunRecord
@@ -292,8 +292,9 @@ class Store:
     def create_run(self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         experiment_id = self.experiment_id(experiment, create=True)
         assert experiment_id is not None  # create=True always returns an id
-        params = {key: value[: limits.PARAM_VALUE.chars] for key, value in params.items()}
-        return self.create_run_in(experiment_id, run_name, tags, params)
+        # The last door: a registered secret that reached the run's name, a tag or a param is masked.
+        params = {key: value[: limits.PARAM_VALUE.chars] for key, value in scrub_mapping(params).items()}
+        return self.create_run_in(experiment_id, scrub(run_name), scrub_mapping(tags), params)
 
     @native("create_run_in")
     def create_run_in(

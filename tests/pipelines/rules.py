@@ -76,3 +76,18 @@ def fussy(case: Case, output: SystemOutput) -> float:
     if "boom" in output.answer:
         raise ValueError("boom")
     return 1.0 if "good" in output.answer else 0.0
+
+
+def meddling(case: Case, output: SystemOutput) -> float:
+    """Scores, and on the "bad" cases rewrites the question and empties the answer it was given."""
+    if case.id.startswith("bad"):
+        case.question = "rewritten"
+        case.expected_facts.clear()
+        output.answer = ""
+        output.contexts.clear()
+    return 1.0
+
+
+def reads_answer(case: Case, output: SystemOutput) -> float:
+    """1 when the answer holds an expected fact: what a later metric reads of the case."""
+    return 1.0 if any(fact in output.answer for fact in case.expected_facts) else 0.0

@@ -149,6 +149,10 @@ def reply_for(schema: dict[str, Any], prompt: str) -> Any:
         value = coverage(str(data.get("response", "")), str(data.get("context", "")))
         return {"rating": rate(value, (0.5, 0.2), (2, 1, 0))}
     if title == "RubricVerdict":
+        if "JUDGE-BOOL" in prompt:
+            return {"score": True, "rationale": "a bool, not a score"}
+        if "JUDGE-TEXT" in prompt:
+            return {"score": "1", "rationale": "a string, not a score"}
         return rubric_verdict(data, "JUDGE-NAN" in prompt)
     if title == "_TranslatedStrings":
         with LOCK:
@@ -202,6 +206,8 @@ class Handler(JsonHandler):
     switch_after: int | None = None
     switch_fingerprint: str | None = None
     version = "1.0.0"
+    usage: Any = None
+    """What chat replies give as ``usage`` instead of the counts (``--usage JSON``)."""
 
     def do_GET(self) -> None:
         with LOCK:
@@ -281,9 +287,17 @@ class Handler(JsonHandler):
                 "model": self.served_model or body.get("model"),
                 **({"system_fingerprint": fingerprint} if fingerprint else {}),
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "refusal": "I cannot grade this content."}
+                        if "JUDGE-REFUSE" in prompt
+                        else {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
                 ],
-                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4},
+                "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4}
+                if self.usage is None
+                else self.usage,
             },
         )
 
@@ -302,6 +316,7 @@ def main() -> None:
     parser.add_argument("--switch-fingerprint", help="the system_fingerprint after --switch-after calls")
     parser.add_argument("--version", default="1.0.0", help="the server version GET /v2 and GET /info report")
     parser.add_argument("--lenient-on", action="append", default=[], help="statements with this word are supported")
+    parser.add_argument("--usage", type=json.loads, help="what chat replies give as usage (JSON)")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
@@ -310,6 +325,7 @@ def main() -> None:
     Handler.served_model, Handler.fingerprint, Handler.version = args.served_model, args.fingerprint, args.version
     Handler.switch_after, Handler.switch_fingerprint = args.switch_after, args.switch_fingerprint
     LENIENT.extend(args.lenient_on)
+    Handler.usage = args.usage
     server = Backlogged(("127.0.0.1", args.port), Handler)
     scheme = maybe_tls(server, args.tls_cert, args.tls_key)
     print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}/v1", flush=True)

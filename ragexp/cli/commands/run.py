@@ -47,7 +47,7 @@ def run(
     import signal
 
     from ragexp.cli.views import run_warning, show_next, show_run, show_sequential
-    from ragexp.runner import Interrupted, Stopped, run_config
+    from ragexp.runner import AllCasesErrored, Interrupted, Stopped, run_config
     from ragexp.sequential import run_until_decided
 
     if baseline is not None and not until_decided:
@@ -58,6 +58,10 @@ def run(
     try:
         decided = run_until_decided(overrides or [], baseline=baseline, **given) if until_decided else None
         evaluation = decided.evaluation if decided else run_config(overrides or [], **given)
+    except AllCasesErrored as exc:
+        if as_json:  # the run is logged: its figures, with the error line on stderr
+            emit_json({**exc.outcome.to_json(), "status": "failed"})
+        raise
     except Stopped as exc:
         if as_json and isinstance(exc, Interrupted):
             emit_json({"status": "interrupted", "run_id": exc.run_id})

@@ -31,6 +31,12 @@ from ragexp.transport import BadReply, CallFailed, CallPolicy, post_json
 Model = TypeVar("Model", bound=BaseModel)
 FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 PARSE_ATTEMPTS = 2
+REFUSAL_CHARS = 300
+"""How much of a judge's refusal a case's error quotes."""
+CHAT_USAGE = ("prompt_tokens", "completion_tokens")
+"""The counts an OpenAI-compatible chat reply's ``usage`` gives; one missing leaves its tokens unknown."""
+EMBEDDINGS_USAGE = ("prompt_tokens",)
+"""The count an OpenAI-compatible embeddings reply's ``usage`` gives (TEI's ``/embed`` reports none)."""
 """A reply that does not match the output schema is asked again once (as instructor does)."""
 
 
@@ -160,15 +166,12 @@ class JudgeLLM(InstructorBaseRagasLLM):
         for _ in range(PARSE_ATTEMPTS):
             data = await self.http.post(self.url, body)
             self.http.usage.chat_calls += 1
-            usage = data.get("usage") if isinstance(data, dict) else None
-            if isinstance(usage, dict):
-                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                self.http.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+            self.http.usage.count(data.get("usage") if isinstance(data, dict) else None, CHAT_USAGE)
             try:
                 content = data["choices"][0]["message"]["content"]
                 return response_model.model_validate_json(_json_text(content))
             except (KeyError, IndexError, TypeError):
-                problem = "the reply has no choices[0].message.content"
+                problem = _refusal(data) or "the reply has no choices[0].message.content"
             except ValidationError as exc:
                 problem = f"the reply does not match {response_model.__name__} ({exc.errors()[0]['msg']})"
             if len(body["messages"]) == 2:
@@ -177,6 +180,17 @@ class JudgeLLM(InstructorBaseRagasLLM):
                     {"role": "user", "content": "Reply with one JSON object that follows the schema exactly."},
                 ]
         raise JudgeCallError(f"judge output unusable: {problem}")
+
+
+def _refusal(data: Any) -> str | None:
+    """What the judge said when it refused (an OpenAI-compatible ``message.refusal``), if it did."""
+    try:
+        said = data["choices"][0]["message"]["refusal"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(said, str) or not said.strip():
+        return None
+    return "the judge refused: " + scrub(" ".join(said.split()))[:REFUSAL_CHARS]
 
 
 def _json_text(content: str) -> str:
@@ -225,9 +239,7 @@ class JudgeEmbeddings(BaseRagasEmbedding):
             data = await self.http.post(self.url, {"model": self.config.embeddings.model, "input": texts})
             items = data.get("data") if isinstance(data, dict) else None
             vectors = [item.get("embedding") for item in sorted(items or [], key=lambda item: item.get("index", 0))]
-            usage = data.get("usage") if isinstance(data, dict) else None
-            if isinstance(usage, dict):
-                self.http.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.http.usage.count(data.get("usage") if isinstance(data, dict) else None, EMBEDDINGS_USAGE)
         self.http.usage.embedding_calls += 1
         if (
             not isinstance(vectors, list)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat
 
 from ragexp.metrics.registry import MetricSpec
 
@@ -44,7 +44,8 @@ SCALES = {
 class RubricVerdict(BaseModel):
     """The judge's reply to a rubric."""
 
-    score: float = Field(description="The score on the rubric's scale.")
+    score: StrictFloat = Field(description="The score on the rubric's scale.")
+    """Strict: ``true`` or ``"1"`` is a reply that does not match, an error, never a grade."""
     rationale: str = Field(description="One sentence: what decided the score.")
 
 
