@@ -35,7 +35,7 @@ from ragexp.metrics.calibration import Trust, assess
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python
-from ragexp.metrics.evidence import returned_documents, textless
+from ragexp.metrics.evidence import returned_documents, textless, unmatchable_gold
 from ragexp.metrics.missed import Missed, missed_cases
 from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
 from ragexp.metrics.population import Population, population
@@ -710,6 +710,10 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     on the case (``metric_errors``), never scored."""
     cfg = plan.config
     cases = plan.dataset.cases
+    if not plan.dataset.has_evidence:
+        unmatched = unmatchable_gold(cases, results, cfg.k)
+        if unmatched is not None:
+            raise MetricError(unmatched.message(str(plan.dataset.path)))
     with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
         inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
         scores = score_cases(plan.specs, inputs)

@@ -7,6 +7,9 @@ looks the same wherever it is shown.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,13 +86,29 @@ SYSTEMS: dict[str, Callable[[Any], str]] = {
 }
 """What ``provider.system.kind`` evaluated, in words, for the lines after a run's tables."""
 
-NEXT_KNOB = {"sample": "provider.system.sample.chunking=sentence"}
-"""A knob worth changing for a first candidate, per system kind (the others: your own change)."""
+KNOB = "provider.system.sample.chunking"
+"""The knob worth changing for a first candidate of the sample system (other systems: your own change)."""
 
 
-def show_next(evaluation: Evaluation) -> None:
-    """After a run's tables: what was evaluated, what the numbers mean, what to try next."""
+def candidate_overrides(config: Any, overrides: Sequence[str]) -> list[str] | None:
+    """The run's own overrides with the sample system's chunking changed (to ``sentence``, or to
+    ``doc`` when it is ``sentence`` already); None for a system whose change is the user's own."""
+    if config.provider.system.kind != "sample":
+        return None
+    current = config.provider.system.sample.chunking if config.provider.system.sample else "doc"
+    kept = [word for word in overrides if word.lstrip("+~").split("=", 1)[0] not in (KNOB, "tracking.uri")]
+    return [*kept, f"{KNOB}={'doc' if current == 'sentence' else 'sentence'}"]
+
+
+def show_next(evaluation: Evaluation, overrides: Sequence[str], tracking_uri: str | None) -> None:
+    """After a run's tables: what was evaluated, what the numbers mean, and the next commands, each
+    runnable as printed: this environment's programs, the run's own overrides, the store the user
+    named and, for a run with a comparable earlier run of another config, the comparison of the two."""
+    from ragexp.compare.select import previous_run_id
+
     outcome, config = evaluation.outcome, evaluation.plan.config
+    previous = previous_run_id(outcome.tracking_uri, outcome.run_id)
+    store = store_words(overrides, tracking_uri)
     system = config.provider.system
     run_id = outcome.run_id
     print(f"\nevaluated: {terminal(SYSTEMS[system.kind](system))},")
@@ -97,17 +116,63 @@ def show_next(evaluation: Evaluation) -> None:
     print("the numbers: scores from 0 to 1, each the mean over the cases 'scored' counts ('better': which way is")
     print("  good); p95_seconds (seconds) and error_rate are figures of the whole run; an errored case is counted,")
     print("  never scored 0; docs/metrics.md defines each metric")
-    knob = NEXT_KNOB.get(system.kind)
-    steps = [
-        (f"ragexp run {knob}" if knob else "ragexp run ... (once you changed your system)", "a candidate run"),
-        (f"ragexp diff {run_id} CANDIDATE_RUN_ID", "what changed, per metric and per case"),
-        (f"ragexp gate --baseline {run_id}", "the release rules: exit 0 passed, 2 failed"),
-        (f"mlflow ui --backend-store-uri {terminal(mask_url(outcome.tracking_uri))}", "every run and case"),
-    ]
-    width = max(len(command) for command, _ in steps)
-    print("next:")
+    ragexp, at = program("ragexp"), [shlex.quote(word) for word in store]
+    steps: list[tuple[str, str]] = []
+    if previous is not None:
+        steps += [
+            (_words(ragexp, "diff", previous, run_id, *at), f"what changed since run {previous[:8]}, per metric, case"),
+            (
+                _words(ragexp, "gate", "--baseline", previous, "--candidate", run_id, *at),
+                "the release rules: exit 0 passed, 2 failed",
+            ),
+            (
+                _words(ragexp, "report", run_id, "--baseline", previous, "--out", "report", "--language", "en", *at),
+                "a report with plots, in report/",
+            ),
+        ]
+    candidate = candidate_overrides(config, overrides)
+    if candidate is not None:
+        what = "another candidate" if previous else "a candidate run: one knob changed"
+        steps.append((_words(ragexp, "run", *map(shlex.quote, candidate), *at), what))
+    if previous is None:
+        steps.append(
+            (_words(ragexp, "gate", "--baseline", run_id, *at), "then: the release rules on the newest run after it")
+        )
+    uri = shlex.quote(mask_url(outcome.tracking_uri))
+    steps.append((_words(program("mlflow"), "ui", "--backend-store-uri", uri), "every run and case"))
+    print("next (each line runs as printed; '#' lines say what it does):")
+    if candidate is None:
+        print("  # a candidate: change your system, then run this command again with the same overrides")
     for command, what in steps:
-        print(f"  {command:{width}}  # {what}")
+        print(terminal(f"  # {what}"))
+        print(terminal(f"  {command}"))
+
+
+def store_words(overrides: Sequence[str], tracking_uri: str | None) -> list[str]:
+    """The store the user named (``--tracking-uri`` or ``tracking.uri=``), as the other commands take it."""
+    named = [word.split("=", 1)[1] for word in overrides if word.lstrip("+~").startswith("tracking.uri=")]
+    chosen = tracking_uri or (named[-1] if named else None)
+    return ["--tracking-uri", chosen] if chosen else []
+
+
+def _words(*words: str) -> str:
+    return " ".join(word for word in words if word)
+
+
+def program(name: str) -> str:
+    """A command of this environment as the user can type it here: its bare name when the shell
+    finds this very one on PATH, else its path (relative when under the working folder)."""
+    here = Path(sys.executable).parent / name
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found is not None and Path(found).resolve() == here.resolve():
+        return name
+    try:
+        shown = str(here.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(here.absolute())
+    return shown if "/" in shown else f"./{shown}"
 
 
 def missed_lines(evaluation: Evaluation) -> list[str]:
