@@ -226,3 +226,77 @@ def test_a_newcomers_walk_through_pasted_from_the_hints_runs(tmp_path: Path) -> 
     window = paste(f"{exe} run provider.system.sample.chunking=window")
     assert window.returncode == 1 and "--anchor" in window.stderr
     assert all(code in (0, 1, 2) for _, code in seen), seen
+
+
+# --- (c) the README's test command starts what the tests need ------------------------------------
+
+
+def _suite(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """scripts/test-suite.sh with a stand-in server script and Python that record what they were asked."""
+    log = tmp_path / "log"
+    server = tmp_path / "server.sh"
+    server.write_text(f'#!/bin/sh\necho "server $1" >> {log}\n[ "$1" = start ] && echo http://127.0.0.1:5999\n')
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "python $* server=$RAGEXP_TEST_MLFLOW_SERVER" >> {log}\n')
+    server.chmod(0o755)
+    python.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if k != "RAGEXP_TEST_MLFLOW_SERVER"}
+    base |= {"RAGEXP_TEAM_SERVER": str(server), "RAGEXP_TEST_PYTHON": str(python), "RAGEXP_MLFLOW_PORT": "1"}
+    done = subprocess.run(
+        [str(ROOT / "scripts/test-suite.sh"), "-k", "x"], env=base | env, capture_output=True, text=True, timeout=60
+    )
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def test_make_test_starts_the_tracking_server_and_stops_it(tmp_path: Path) -> None:
+    done, log = _suite(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert log == ["server start", "python -m pytest -k x server=http://127.0.0.1:5999", "server stop"]
+    assert "starting the shared tracking server (PostgreSQL backend)" in done.stderr
+
+
+def test_a_server_ci_started_is_not_started_twice(tmp_path: Path) -> None:
+    done, log = _suite(tmp_path, RAGEXP_TEST_MLFLOW_SERVER="http://127.0.0.1:5055")
+    assert done.returncode == 0, done.stderr
+    assert log == ["python -m pytest -k x server=http://127.0.0.1:5055"]
+    ci = (ROOT / ".ci/run").read_text(encoding="utf-8")
+    assert ci.index("export RAGEXP_TEST_MLFLOW_SERVER") < ci.index("make test")
+
+
+def test_make_test_runs_the_suite_script_and_test_fast_needs_no_server() -> None:
+    def recipe(target: str) -> str:
+        done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert recipe("test").strip().splitlines()[-1] == "scripts/test-suite.sh"
+    fast = recipe("test-fast")
+    assert "team-server" not in fast and "test-suite" not in fast and '-m "not system"' in fast
+
+
+# --- (d) the first command says what it does ----------------------------------------------------
+
+
+def test_the_first_set_up_says_each_step(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["make", "-n", "setup", f"VENV={tmp_path}/venv"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    steps = [line for line in done.stdout.splitlines() if line.startswith('echo "set-up')]
+    assert [line.split(":")[0] for line in steps] == [
+        'echo "set-up 1/4',
+        'echo "set-up 2/4',
+        'echo "set-up 3/4',
+        'echo "set-up 4/4',
+        'echo "set-up done',
+    ]
+    sync = next(line for line in done.stdout.splitlines() if "uv pip sync" in line)
+    assert "--quiet" not in sync  # uv's own progress shows
+
+
+def test_the_readme_leads_with_the_demo_and_gives_two_commands() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    body = text.split("\n## ", 1)[0]
+    assert "make demo" in body  # the first thing a newcomer reads
+    block = text.split("## Set up, run, test", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make run", "make test"]
