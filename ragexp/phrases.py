@@ -159,6 +159,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "baseline_run": {"zh": "对比基线", "en": "Baseline"},
     "eval_dataset": {"zh": "评估数据集", "en": "Evaluation dataset"},
     "errored_cases": {"zh": "出错样本（已排除）", "en": "Errored cases (excluded)"},
+    "verdict": {"zh": "结论", "en": "Verdict"},
     "verdict_failed": {"zh": "未通过", "en": "FAILED"},
     "verdict_passed": {"zh": "通过", "en": "PASSED"},
     "worst_cases": {"zh": "最差样本", "en": "Worst cases"},

@@ -300,3 +300,25 @@ def test_the_readme_leads_with_the_demo_and_gives_two_commands() -> None:
     block = text.split("## Set up, run, test", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert commands == ["make run", "make test"]
+
+
+# --- (e) the report's verdict first ---------------------------------------------------------------
+
+
+def test_the_report_opens_with_the_gates_verdict_and_its_failing_rules(ragexp: Any, tmp_path: Path) -> None:
+    base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()["run_id"]
+    cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "--json").json()["run_id"]
+    gate = ragexp("gate", "--baseline", base, "--candidate", cand, "--json")
+    assert gate.code == 2
+    failed = gate.json()["failures"]
+    done = ragexp("report", cand, "--baseline", base, "--language", "en", "--out", str(tmp_path / "r"))
+    assert done.code == 0, done.stderr
+    md = (tmp_path / "r/report.md").read_text(encoding="utf-8")
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Verdict", "## What changed"]
+    verdict = md.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    checked = len(gate.json()["rules"])
+    assert f"release: FAILED ({len(failed)} of {checked} rules did not pass)" in verdict
+    rows = [line for line in verdict.splitlines() if line.startswith("| `")]
+    assert [row.split("|")[1].strip().strip("`") for row in rows] == [rule["metric"] for rule in failed]
+    assert "No gate ran on this pair" not in verdict  # the gate above is the one that ran

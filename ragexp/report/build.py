@@ -102,6 +102,8 @@ def build_report(
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
+    if gate is not None:
+        _verdict(doc, gate, language)
     if base is not None:
         _what_changed(doc, case_changes(base, run), base, language)
     _identity(doc, run, base, language)
@@ -524,6 +526,19 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
             plots.scatter(*_covered_pair(base, candidate, name), name),
             f"{t('scatter', language)}: {name}",
         )
+
+
+def _verdict(doc: Doc, gate: Gate, language: str) -> None:
+    """What a reader decides on, before anything else: the gate's verdict and the rules that failed
+    (every rule is in the gate section)."""
+    result = gate.result
+    doc.heading(t("verdict", language), 2)
+    word = t("verdict_passed", language) if result.passed else t("verdict_failed", language)
+    doc.para(t("gate_verdict", language, gates=result.gates, word=word, failed=len(result.failures), n=result.checked))
+    if result.failures:
+        doc.render(rule_table(result, language, everything=False))
+    if not gate.ran:
+        doc.para(t("gate_not_ran", language, path=gate.path, gates=result.gates, n=result.checked))
 
 
 def _gate(doc: Doc, gate: Gate, language: str) -> None:
