@@ -318,6 +318,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "moved_worse_ns": {"en": "worse, not significant", "zh": "变差（不显著）"},
     "moved_mixed": {"en": "flat on average", "zh": "平均持平"},
     "moved_none": {"en": "—", "zh": "—"},
+    "moved_noise": {"en": "below noise floor", "zh": "低于噪声下限"},
     "unchanged": {"en": "unchanged", "zh": "不变"},
     "not_significant": {"en": "not significant", "zh": "不显著"},
     # The rows of the RAG evaluation article's decision table (ragexp.compare.diff.diagnose).

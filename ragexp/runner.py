@@ -141,6 +141,8 @@ class RunOutcome:
     missed: Missed = field(default_factory=Missed)
     """The cases scored below full marks (the first few described)."""
     conversations: ConversationFigures | None = None
+    labels_note: str | None = None
+    """The dataset's human scores this run left out and what to do (shown with the human-score figures)."""
     """Per-conversation figures (None: the dataset has no conversation)."""
 
     def to_json(self) -> dict[str, Any]:
@@ -156,6 +158,7 @@ class RunOutcome:
             "populations": {name: population.to_json() for name, population in self.scored.items()},
             **extra,
             **self.trust.to_json(),
+            "labels_note": self.labels_note,
         }
 
 
@@ -676,7 +679,7 @@ def _score_and_log(
     scored = score_results(plan, results)
     chats = score_conversations(plan.specs, scored.scores, plan.dataset.cases, scored.errored)
     with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
-        human = _human_scores(plan, store, run_id, results, scored, resumed)
+        human, labels_note = _human_scores(plan, store, run_id, results, scored, resumed)
         trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
         timings = stage_timings(results)
         figures = run_metrics(plan, results, scored, trust, timings)
@@ -702,6 +705,7 @@ def _score_and_log(
         trust,
         missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
         chats,
+        labels_note,
     )
 
 
@@ -785,23 +789,20 @@ def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np
 
 def _human_scores(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], str | None]:
     """People's scores of this run's cases: the dataset's ``human`` field where it graded this
     run's output (:mod:`ragexp.labels.graded`), then the review queues' labels of this run (as
-    ``ragexp calibrate`` reads them)."""
+    ``ragexp calibrate`` reads them); and the line on the dataset's scores it left out, if any."""
     from ragexp.labels.collect import run_labels, with_run_labels
     from ragexp.labels.graded import dataset_labels
 
     cases = plan.dataset.cases
     names = list(scored.scores)
     graded = dataset_labels(cases, results, names)
-    line = graded.unmatched_line()
-    if line is not None:
-        info(line)
     human = graded.human
     custom = {spec.name: spec for spec in plan.custom.specs}
     labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
-    return with_run_labels(human, labels)
+    return with_run_labels(human, labels), graded.unmatched_line(run_id)
 
 
 def run_metrics(

@@ -322,3 +322,68 @@ def test_the_report_opens_with_the_gates_verdict_and_its_failing_rules(ragexp: A
     rows = [line for line in verdict.splitlines() if line.startswith("| `")]
     assert [row.split("|")[1].strip().strip("`") for row in rows] == [rule["metric"] for rule in failed]
     assert "No gate ran on this pair" not in verdict  # the gate above is the one that ran
+
+
+# --- (f) the cases it missed: worst first, and where the rest are ---------------------------------
+
+
+def test_the_cases_it_missed_are_listed_worst_first_and_the_rest_has_a_path(ragexp: Any, store_uri: str) -> None:
+    import json
+
+    done = ragexp("run", "dataset=scifacts_zh", "provider=replay", "k=3")
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cases it missed: "))
+    assert lines[start].endswith(", worst first")
+    listed = [line.split(":")[0].strip() for line in lines[start + 1 :] if line.startswith("  sf-")]
+    more = next(line for line in lines[start:] if line.startswith("  ... and "))
+    path = Path(more.split("every case's scores: ", 1)[1])
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    quality = ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]
+
+    answerable_only = {"recall_at_k", "mrr", "ndcg_at_k"}  # averaged over the answerable cases
+
+    def missed(row: dict[str, Any]) -> float:
+        names = [n for n in quality if not (row["unanswerable"] and n in answerable_only)]
+        return sum(1.0 - row["metrics"][name] for name in names if row["metrics"].get(name) is not None)
+
+    shortfall = {row["id"]: missed(row) for row in rows}
+    worst = sorted((case for case, gap in shortfall.items() if gap > 1e-9), key=lambda c: -shortfall[c])
+    assert len(listed) == 5 and int(more.split()[2]) == len(worst) - 5
+    assert [shortfall[case] for case in listed] == [shortfall[case] for case in worst[:5]]
+    assert shortfall[listed[0]] == max(shortfall.values())
+
+
+# --- (h) latency below the noise floor --------------------------------------------------------------
+
+
+def test_a_latency_below_the_noise_floor_is_said_so_and_fails_no_gate(ragexp: Any) -> None:
+    base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()
+    cand = ragexp("run", "dataset=scifacts_zh", "provider=fake", "gates.confidence=0.9", "--json").json()
+    assert max(base["summary"]["p95_seconds"], cand["summary"]["p95_seconds"]) < 0.001  # in-process: microseconds
+    pair = ("--baseline", base["run_id"], "--candidate", cand["run_id"])
+    gate = ragexp("gate", *pair, "--json")
+    assert gate.code == 0, gate.stdout
+    rule = next(r for r in gate.json()["rules"] if r["metric"] == "p95_seconds")
+    assert rule["outcome"] == "passed"
+    assert "both below the latency noise floor 0.001 s (gates.latency_floor_seconds): timer noise" in rule["message"]
+    diff = ragexp("diff", base["run_id"], cand["run_id"], "--json").json()
+    p95 = next(m for m in diff["metrics"] if m["name"] == "p95_seconds")
+    assert p95["verdict"] == "noise" and p95["noise_floor"] == 0.001
+    shown = ragexp("diff", base["run_id"], cand["run_id"])
+    assert next(line for line in shown.stdout.splitlines() if line.startswith("p95_seconds")).count("below noise floor")
+    # A floor of 0 judges the figure as measured again: the relative rule reads the numbers.
+    measured = ragexp("gate", *pair, "gates.latency_floor_seconds=0", "--json")
+    rule = next(r for r in measured.json()["rules"] if r["metric"] == "p95_seconds")
+    assert "noise floor" not in rule["message"]
+
+
+def test_a_sweep_leaves_latency_below_the_noise_floor_out_of_its_front(ragexp: Any) -> None:
+    swept = ragexp("run", "-m", "dataset=scifacts_zh", "provider=fake", "k=3,5", "--json")
+    assert swept.code == 0, swept.stderr
+    analysis = ragexp("sweep", swept.json()["sweep"], "--json")
+    assert analysis.code == 0, analysis.stderr
+    found = analysis.json()
+    assert "p95_seconds" not in found["objectives"]
+    assert "below the latency noise floor 0.001 s" in found["left_out"]["p95_seconds"]
+    assert "faster" not in found["recommendation"]["text"]

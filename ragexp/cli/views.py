@@ -73,7 +73,7 @@ def show_run(evaluation: Evaluation) -> None:
         f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {terminal(config.provider.name)}  "
         f"k={config.k}  {errors}"
     )
-    for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings):
+    for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings, outcome.labels_note):
         print(line)
 
 
@@ -176,12 +176,14 @@ def program(name: str) -> str:
 
 
 def missed_lines(evaluation: Evaluation) -> list[str]:
-    """The first :data:`ragexp.metrics.missed.MISSED_SHOWN` cases scored below full marks: each metric it missed, what
-    the case expected and what came back; then how many more."""
+    """The :data:`ragexp.metrics.missed.MISSED_SHOWN` worst cases scored below full marks, worst first: each metric
+    it missed, what the case expected and what came back; then how many more, and where they all are."""
     missed = evaluation.outcome.missed
     if not missed.count:
         return []
-    lines = [f"cases it missed: {missed.count} of {evaluation.outcome.case_count} (a score below full marks)"]
+    lines = [
+        f"cases it missed: {missed.count} of {evaluation.outcome.case_count} (a score below full marks), worst first"
+    ]
     for case in missed.first:
         scores = ", ".join(f"{name} {fmt(value)}" for name, value in case.metrics.items())
         lines.append(terminal(f"  {case.case_id}: {scores}"))
@@ -191,8 +193,24 @@ def missed_lines(evaluation: Evaluation) -> list[str]:
             lines.append(terminal(f"    came back {what}: {_short(value)}"))
     rest = missed.count - len(missed.first)
     if rest:
-        lines.append(f"  ... and {rest} more (every case's scores are in the run's cases.jsonl)")
+        where = cases_file(evaluation.outcome.tracking_uri, evaluation.outcome.run_id)
+        lines.append(terminal(f"  ... and {rest} more; every case's scores: {where}"))
     return lines
+
+
+def cases_file(tracking_uri: str, run_id: str) -> str:
+    """Where a run's ``cases.jsonl`` can be read: its path in a local store's artifacts, else the
+    command that downloads it."""
+    from ragexp.tracking.store import run_artifact_path
+
+    local = run_artifact_path(tracking_uri, run_id, "cases.jsonl")
+    if local is not None:
+        try:
+            return str(local.relative_to(Path.cwd()))
+        except ValueError:
+            return str(local)
+    uri = shlex.quote(mask_url(tracking_uri))
+    return f"MLFLOW_TRACKING_URI={uri} {program('mlflow')} artifacts download -r {run_id} -a cases.jsonl"
 
 
 def _short(value: Any, limit: int = 100) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragexp.compare.data import RunData
-from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
+from ragexp.compare.diff import DiffResult, MetricDiff, below_noise_floor, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.power import Power, cannot_tell_line
 from ragexp.compare.sequential import (
@@ -230,6 +230,7 @@ def gate_runs(
         seed=gates.seed,
         top=top,
         allow_incomparable=allow_incomparable,
+        latency_floor=gates.latency_floor_seconds,
     )
     return diff, evaluate_gate(gates, diff)
 
@@ -281,6 +282,8 @@ def rule_results(
             metric = metrics.get(name)
             if kind in CALIBRATION_RULES:
                 results.append(_check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric))
+            elif kind in CHANGE_RULES and metric is not None and below_noise_floor(metric, gates.latency_floor_seconds):
+                results.append(_noise(name, kind, threshold, metric, gates.latency_floor_seconds))
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
@@ -361,6 +364,19 @@ def _check_calibration(
     if abs(bias) > threshold + EPSILON:
         return result("failed", f"{name}: judge not calibrated ({shown % '>'})")
     return result("passed", f"{name}: judge calibrated ({shown % '<='})")
+
+
+def _noise(name: str, kind: str, threshold: float, metric: MetricDiff, floor: float) -> RuleResult:
+    return RuleResult(
+        name,
+        kind,
+        metric.baseline,
+        metric.candidate,
+        threshold,
+        f"{name}: {fmt(metric.baseline)} -> {fmt(metric.candidate)}: both below the latency noise floor "
+        f"{floor:g} s (gates.latency_floor_seconds): timer noise, not a change",
+        "passed",
+    )
 
 
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:

@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
 
+LATENCY_FLOOR_SECONDS = 0.001
+"""The default latency noise floor (``gates.latency_floor_seconds``): a millisecond, above the
+microseconds an in-process call takes and below any served system's latency."""
+
+
 def runtime(default: Any, **kwargs: Any) -> Any:
     """A field that does not enter the config hash."""
     return Field(default, json_schema_extra=dict(RUNTIME_ONLY), **kwargs)
@@ -440,6 +445,11 @@ class GatesConfig(Model):
     """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
     """Random seed of the sign-flip draws, so results repeat."""
+    latency_floor_seconds: float = runtime(LATENCY_FLOOR_SECONDS, ge=0)
+    """The latency noise floor, in seconds: a latency figure (``p95_seconds``, a stage's timing)
+    below it in both runs is timer and scheduler noise (an in-process system answers in
+    microseconds), reported as below the floor, never as better or worse: a rule on it passes,
+    ``diff`` says ``below noise floor``, and a sweep leaves it out of the front. 0: no floor."""
     on_underpowered: Literal["warn", "fail"] = runtime("warn")
     """What a rule that cannot tell does: an underpowered ``max_drop`` / ``max_increase_ratio``
     rule, or a rule a sequential run (``run --until-decided``) left inconclusive. ``warn``: a
