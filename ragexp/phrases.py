@@ -20,6 +20,28 @@ def check_language(language: str | None) -> None:
         raise ConfigError(f"--language: expected {' or '.join(LANGUAGES)}, got {language!r}")
 
 
+LANGUAGE_SETTING = "RAGEXP_LANGUAGE"
+"""The user's language (``zh`` or ``en``), read by every command: the default of ``--language``
+and, through ``conf/config.yaml``, of ``report.language`` (the language a run writes its
+rationales in)."""
+
+
+def user_language(language: str | None) -> str | None:
+    """``--language`` when given, else the user's setting (``$RAGEXP_LANGUAGE``), else None (the
+    run's own ``report.language``); either is refused, naming it, unless a language phrases exist in."""
+    import os
+
+    check_language(language)
+    if language is not None:
+        return language
+    setting = os.environ.get(LANGUAGE_SETTING) or None
+    if setting is not None and setting not in LANGUAGES:
+        from ragexp.errors import ConfigError
+
+        raise ConfigError(f"${LANGUAGE_SETTING}: expected {' or '.join(LANGUAGES)}, got {setting!r}")
+    return setting
+
+
 PHRASES: dict[str, dict[str, str]] = {
     # The report.
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},

@@ -118,6 +118,9 @@ class Plan:
             TAG_PREFIX + "judge": self.judge,
             TAG_PREFIX + "case_count": str(len(self.dataset.cases)),
             TAG_PREFIX + "version": __version__,
+            # The language the cases' rationales are written in (report.language), for readers
+            # that print them in a language of their own.
+            TAG_PREFIX + "language": cfg.report.language,
         }
 
 

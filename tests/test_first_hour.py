@@ -387,3 +387,31 @@ def test_a_sweep_leaves_latency_below_the_noise_floor_out_of_its_front(ragexp: A
     assert "p95_seconds" not in found["objectives"]
     assert "below the latency noise floor 0.001 s" in found["left_out"]["p95_seconds"]
     assert "faster" not in found["recommendation"]["text"]
+
+
+# --- (j) the language, a user setting read at every command ---------------------------------------
+
+
+def test_the_language_is_a_user_setting_every_command_reads(
+    ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zh_base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()["run_id"]
+    zh_cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "--json").json()["run_id"]
+    # diff's output is English: the Chinese reasons of runs made in Chinese are not mixed in, said once.
+    shown = ragexp("diff", zh_base, zh_cand).stdout
+    assert "the runs wrote their reasons in zh" in shown
+    assert not [line for line in shown.splitlines() if line.startswith("      recall_at_k: ")]
+    monkeypatch.setenv("RAGEXP_LANGUAGE", "en")
+    base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()["run_id"]
+    cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "--json").json()["run_id"]
+    diff = ragexp("diff", base, cand).stdout
+    assert "recall_at_k: 0 of 1 relevant ids in the top 5" in diff  # English reasons, shown
+    assert ragexp("report", cand, "--baseline", base, "--out", str(tmp_path / "r")).code == 0
+    md = (tmp_path / "r/report.md").read_text(encoding="utf-8")
+    assert md.startswith("# RAG evaluation report") and "relevant ids in the top" in md
+    # --language still wins over the setting; a setting no phrase is written in is refused, named.
+    assert ragexp("report", cand, "--out", str(tmp_path / "z"), "--language", "zh").code == 0
+    assert (tmp_path / "z/report.md").read_text(encoding="utf-8").startswith("# RAG 评测报告")
+    monkeypatch.setenv("RAGEXP_LANGUAGE", "fr")
+    refused = ragexp("report", cand, "--out", str(tmp_path / "f"))
+    assert refused.code == 1 and "$RAGEXP_LANGUAGE: expected zh or en, got 'fr'" in refused.stderr

@@ -379,8 +379,15 @@ def show_diff(result: DiffResult) -> None:
             print(f"  - {terminal(hint.text())}")
     if result.attribution is not None:
         show_attribution(result.attribution)
+    written = {run.record.tag("language") for run in (result.baseline, result.candidate)} - {""}
+    reasons = written <= {"en"}  # this output is English: reasons in another language are not mixed in
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
+        if not reasons:
+            print(
+                f"  (the runs wrote their reasons in {', '.join(sorted(written))}, report.language: "
+                "`ragexp report --language` shows them; RAGEXP_LANGUAGE=en before a run writes them in English)"
+            )
         for case in result.cases:
             changes = ", ".join(
                 f"{name} {fmt(v['baseline'], 2)}->{fmt(v['candidate'], 2)}"
@@ -395,7 +402,7 @@ def show_diff(result: DiffResult) -> None:
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
                 for name, v in case["metrics"].items():
                     said = did["rationale"].get(name)
-                    if said and v["baseline"] != v["candidate"]:
+                    if reasons and said and v["baseline"] != v["candidate"]:
                         print(terminal(f"      {name}: {said}"))
         for line in case_legend(result.cases):
             print(f"  {line}")

@@ -39,7 +39,7 @@ from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.outputs import check_writable, write_file
-from ragexp.phrases import check_language
+from ragexp.phrases import user_language
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store
 
 Say = Callable[[str], None]
@@ -130,7 +130,7 @@ def compare_runs(
     ``attribute`` replays the swapped cells (:mod:`ragexp.attribution`), refused before any work
     when either system cannot answer from given contexts."""
     summary_path = check_writable("--summary", summary)
-    check_language(language)
+    language = user_language(language)
     selector = parse_selector(baseline)
     store = Store(tracking_uri, must_exist=True)
     given = store.get_run(candidate)
@@ -259,7 +259,7 @@ def run_gate(
     comparison, write ``junit`` and ``summary``. A failed gate is an outcome, not an error."""
     started = time.perf_counter()
     junit_path, summary_path = check_writable("--junit", junit), check_writable("--summary", summary)
-    check_language(language)
+    language = user_language(language)
     selector = parse_selector(baseline)
     tag = promotion_tag(promote, promote_tag, selector.tag)
     config = compose(list(overrides))
