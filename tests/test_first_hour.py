@@ -415,3 +415,42 @@ def test_the_language_is_a_user_setting_every_command_reads(
     monkeypatch.setenv("RAGEXP_LANGUAGE", "fr")
     refused = ragexp("report", cand, "--out", str(tmp_path / "f"))
     assert refused.code == 1 and "$RAGEXP_LANGUAGE: expected zh or en, got 'fr'" in refused.stderr
+
+
+# --- (g) conversations by turn position and by conversation ---------------------------------------
+
+
+def test_conversations_are_shown_by_turn_position_and_by_conversation(ragexp: Any, tmp_path: Path) -> None:
+    import json
+
+    done = ragexp("run", "dataset=kb_zh_chat", "k=10")
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("by turn position:")
+    assert lines[start + 1].split()[:4] == ["turn", "turns", "correct", "errored"]
+    run_id = done.stdout.split("\nrun ", 1)[1].split()[0]
+    payload = ragexp("run", "dataset=kb_zh_chat", "k=10", "--json").json()["conversations"]
+    by_turn = payload["by_turn"]
+    assert [p["turn"] for p in by_turn] == list(range(1, len(by_turn) + 1))
+    assert sum(p["cases"] for p in by_turn) == payload["turns"] == 43
+    assert len(payload["by_conversation"]) == payload["count"] == 16
+    wrong = [row for row in payload["by_conversation"] if row["all_correct"] is False]
+    said = next(line for line in lines if line.startswith("by conversation, not every turn correct: "))
+    assert all(f"{row['conversation']} (first wrong turn {row['first_failed_turn']}" in said for row in wrong)
+    for p in by_turn:
+        row = lines[start + 3 + p["turn"] - 1].split()
+        assert row[:4] == [str(p["turn"]), str(p["cases"]), str(p["correct"]), str(p["errored"])]
+    # diff and the report: each metric's means by turn over the turns both runs scored.
+    cand = ragexp("run", "dataset=kb_zh_chat", "k=10", "provider.system.sample.chunking=sentence", "--json")
+    base_id, cand_id = run_id, cand.json()["run_id"]
+    diff = ragexp("diff", base_id, cand_id, "--json").json()
+    turns = diff["by_turn"]
+    assert [row["turn"] for row in turns] == [p["turn"] for p in by_turn]
+    assert "p95_seconds" not in turns[0]["metrics"]
+    first = turns[0]["metrics"]["answer_accuracy"]
+    assert first["pairs"] == by_turn[0]["cases"] and first["baseline"] == by_turn[0]["means"]["answer_accuracy"]
+    assert "by turn position (means over the turns both runs scored" in ragexp("diff", base_id, cand_id).stdout
+    out = tmp_path / "r"
+    assert ragexp("report", cand_id, "--baseline", base_id, "--language", "en", "--out", str(out)).code == 0
+    assert "### By turn position (turns both runs scored)" in (out / "report.md").read_text(encoding="utf-8")
+    assert json.dumps(first)  # plain numbers

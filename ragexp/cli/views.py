@@ -19,6 +19,7 @@ from ragexp.cli.render import duration, fmt, signed, table, terminal, to_termina
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.tables import failure_table, metric_table
+from ragexp.compare.turns import by_turn, turn_table
 from ragexp.metrics.registry import headline_metrics
 from ragexp.phrases import t
 from ragexp.secrets import mask_url
@@ -54,7 +55,8 @@ def show_run(evaluation: Evaluation) -> None:
     if unscored:
         print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
     if outcome.conversations is not None:
-        print(outcome.conversations.line())
+        for line in conversation_lines(outcome.conversations):
+            print(line)
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -75,6 +77,33 @@ def show_run(evaluation: Evaluation) -> None:
     )
     for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings, outcome.labels_note):
         print(line)
+
+
+def conversation_lines(chats: Any, shown: int = 5) -> list[str]:
+    """A run's conversations: the headline, results by turn position, then the conversations not
+    every turn of which was correct (the first few; ``--json``'s ``by_conversation`` has them all)."""
+    lines = [chats.line()]
+    if chats.positions:
+        names = [name for name in headline_metrics() if name in chats.positions[0].means]
+        rows = [
+            [str(p.turn), str(p.cases), str(p.correct), str(p.errored), *(fmt(p.means[n]) for n in names)]
+            for p in chats.positions
+        ]
+        lines += [
+            "by turn position:",
+            table(["turn", "turns", "correct", "errored", *names], rows, "rrrr" + "r" * len(names)),
+        ]
+    wrong = [row for row in chats.rows if row.all_correct is not True]
+    if wrong:
+        said = [
+            f"{terminal(row.conversation)} (turn {row.errored_turn} errored)"
+            if row.errored_turn is not None
+            else f"{terminal(row.conversation)} (first wrong turn {row.first_failed_turn} of {row.turns})"
+            for row in wrong[:shown]
+        ]
+        more = f", and {len(wrong) - shown} more (--json: by_conversation)" if len(wrong) > shown else ""
+        lines.append(f"by conversation, not every turn correct: {', '.join(said)}{more}")
+    return lines
 
 
 SYSTEMS: dict[str, Callable[[Any], str]] = {
@@ -354,6 +383,12 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
         print("— means no value: the run logged none for the metric (not in its metric set, or no case scored)")
 
 
+def diff_json(result: DiffResult) -> dict[str, Any]:
+    """``diff --json``: the comparison, with ``by_turn`` when the runs hold conversations."""
+    turns = by_turn(result.baseline, result.candidate, headline_metrics())
+    return {**result.to_json(), **({"by_turn": [row.to_json() for row in turns]} if turns else {})}
+
+
 def show_diff(result: DiffResult) -> None:
     base, cand = result.baseline, result.candidate
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({population(base)})")
@@ -373,6 +408,11 @@ def show_diff(result: DiffResult) -> None:
                 f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
                 f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
+    turns = by_turn(result.baseline, result.candidate, headline_metrics())
+    if turns:
+        print("\nby turn position (means over the turns both runs scored at that position):")
+        headers, rows = turn_table(turns, headline_metrics(), ("turn", "pairs"))
+        print(table(headers, rows, "r" + "l" * (len(headers) - 2) + "r"))
     if result.diagnosis:
         print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
         for hint in result.diagnosis:

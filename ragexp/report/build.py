@@ -28,6 +28,7 @@ from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.compare.release import read_comparison
 from ragexp.compare.tables import metric_table, rule_table
+from ragexp.compare.turns import by_turn, turn_table
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.population import covered, population
@@ -516,6 +517,11 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
             ),
             f"{t('delta', language)} ({t('ci', language, level=diff.confidence)})",
         )
+    turns = by_turn(base, run, headline_metrics())
+    if turns:
+        doc.heading(t("by_turn", language), 3)
+        headers, rows = turn_table(turns, headline_metrics(), (t("turn", language), t("pairs", language)))
+        doc.table(headers, rows)
     shared = [name for name in headline_metrics() if name in base.scores and name in run.scores][:3]
     candidate = run.select(base.case_ids) if set(base.case_ids) == set(run.case_ids) else None
     for name in shared:
