@@ -454,3 +454,36 @@ def test_conversations_are_shown_by_turn_position_and_by_conversation(ragexp: An
     assert ragexp("report", cand_id, "--baseline", base_id, "--language", "en", "--out", str(out)).code == 0
     assert "### By turn position (turns both runs scored)" in (out / "report.md").read_text(encoding="utf-8")
     assert json.dumps(first)  # plain numbers
+
+
+# --- (k) the smaller ones ---------------------------------------------------------------------------
+
+
+def test_h_is_help_for_every_command(ragexp: Any) -> None:
+    for args in (["-h"], ["diff", "-h"], ["run", "-h"]):
+        shown = ragexp(*args)
+        assert shown.code == 0 and "Usage: " in shown.stdout and "Options" in shown.stdout, args
+
+
+def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from ragexp.cli.views import _with_run, show_anchored
+
+    show_anchored(SimpleNamespace(out="x.jsonl", anchored=3, cases=3, spans_from_facts=2, spans_whole_chunk=1))
+    assert capsys.readouterr().out.rstrip().endswith("2 spans are the sentences holding their facts, 1 whole chunk")
+    # A baseline outside the sweep is labelled by its run: named once.
+    assert _with_run("run abc", "abc") == "run abc"
+    assert _with_run("point 0 [k=3]", "abc") == "point 0 [k=3] (run abc)"
+
+
+def test_report_out_folder_is_ignored_and_the_run_name_comment_is_true() -> None:
+    from ragexp.config.compose import compose
+    from ragexp.runner import plan_run
+
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "/report/" in ignored  # README's `report --out report`
+    comment = next(line for line in (ROOT / "conf/config.yaml").read_text().splitlines() if line.startswith("run_name"))
+    plan = plan_run(compose(["provider=fake"]))
+    assert plan.run_name().startswith(plan.config_hash[:12] + "-fake-kb_zh-k5")
+    assert "<config hash, 12 characters>-provider-dataset-kK" in comment

@@ -306,12 +306,17 @@ def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> 
         show_probe(summary["probe"])
 
 
+def _with_run(label: str, run_id: str) -> str:
+    """A point's label and its run, the run named once (a baseline outside the sweep is labelled by it)."""
+    return label if run_id in label else f"{label} (run {run_id})"
+
+
 def show_anchored(anchored: Any) -> None:
     """``validate --anchor``'s line: where the evidence went and what it is made of."""
     print(
         f"wrote {terminal(str(anchored.out))}: {anchored.anchored} of {anchored.cases} cases anchored to documents; "
         f"{anchored.spans_from_facts} spans are the sentences holding their facts, "
-        f"{anchored.spans_whole_chunk} whole chunks"
+        f"{anchored.spans_whole_chunk} whole {'chunk' if anchored.spans_whole_chunk == 1 else 'chunks'}"
     )
 
 
@@ -722,7 +727,7 @@ def show_sweep_points(analysis: SweepAnalysis) -> None:
     print(table([*headers, "errored", "pareto"], rows))
     print(
         terminal(
-            f"Δ: against the baseline {analysis.baseline.label} (run {analysis.baseline.run_id}); intervals hold "
+            f"Δ: against the baseline {_with_run(analysis.baseline.label, analysis.baseline.run_id)}; intervals hold "
             f"together at {analysis.confidence:.0%} over {analysis.tests} comparisons (Bonferroni, each at "
             f"{analysis.level:.2%}); * significant after Holm's adjustment over the same comparisons"
         )
