@@ -487,3 +487,10 @@ def test_report_out_folder_is_ignored_and_the_run_name_comment_is_true() -> None
     plan = plan_run(compose(["provider=fake"]))
     assert plan.run_name().startswith(plan.config_hash[:12] + "-fake-kb_zh-k5")
     assert "<config hash, 12 characters>-provider-dataset-kK" in comment
+
+
+def test_diff_of_two_unknown_runs_names_both(ragexp: Any) -> None:
+    ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json")  # a store with a run in it
+    refused = ragexp("diff", "nosuchbase", "nosuchcand")
+    assert refused.code == 1
+    assert "unknown runs 'nosuchbase' (baseline) and 'nosuchcand' (candidate)" in refused.stderr
