@@ -494,3 +494,10 @@ def test_diff_of_two_unknown_runs_names_both(ragexp: Any) -> None:
     refused = ragexp("diff", "nosuchbase", "nosuchcand")
     assert refused.code == 1
     assert "unknown runs 'nosuchbase' (baseline) and 'nosuchcand' (candidate)" in refused.stderr
+
+
+def test_validate_lists_the_label_fields_the_file_has(ragexp: Any) -> None:
+    ids = ragexp("validate", "--json").json()["label_fields"]
+    assert "user_input" not in ids and {"question", "relevant_ids", "unanswerable"} <= set(ids)
+    spans = ragexp("validate", "dataset=kb_zh_spans", "--json").json()["label_fields"]
+    assert "relevant" in spans and "relevant_ids" not in spans and "user_input" not in spans
