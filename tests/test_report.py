@@ -401,7 +401,7 @@ def test_what_changed_lists_every_moved_case_with_the_rationale_rows_carry(
 
     assert ragexp("report", cand, "--baseline", base, "--language", "en", "--out", str(tmp_path / "r")).code == 0
     md = (tmp_path / "r/report.md").read_text(encoding="utf-8")
-    assert re.findall(r"^## (.+)$", md, flags=re.M)[0] == "What changed"
+    assert re.findall(r"^## (.+)$", md, flags=re.M)[:2] == ["Verdict", "What changed"]  # the verdict, then this
     changed = _section(md, "What changed")
     worse = _cells(_section(changed, "Cases that got worse", 3))
     better = _cells(_section(changed, "Cases that got better", 3))
