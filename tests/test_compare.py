@@ -289,8 +289,9 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "p_value",
         "improved",
         "regressed",
-    } | {"unchanged", "detectable_effect", "why_missing", "population", "n", "unit"}
+    } | {"unchanged", "detectable_effect", "why_missing", "population", "n", "unit", "verdict", "noise_floor"}
     assert (mrr["n"], mrr["unit"]) == (40, "case")
+    assert mrr["verdict"] == "worse" and mrr["noise_floor"] is None  # the word the table prints
     assert mrr["why_missing"] == {}
     assert mrr["population"] == {"scored": 40, "cases": 40, "total": 40, "population": "all"}
     assert data["diagnosis"] == [
