@@ -46,9 +46,8 @@ def sweep_of(ragexp: Any, *overrides: str) -> tuple[str, list[dict[str, Any]]]:
 def three_points(ragexp: Any) -> tuple[str, list[dict[str, Any]]]:
     # On evidence gold, which windows can match (on chunk-id gold a window run is refused); windows
     # of 12 characters cut most answers apart.
-    return sweep_of(
-        ragexp, QUALITY, "dataset=kb_zh_spans", "provider.system.sample.chunk_chars=12", f"{CHUNKING}=doc,sentence,window"
-    )
+    spans = ("dataset=kb_zh_spans", "provider.system.sample.chunk_chars=12")
+    return sweep_of(ragexp, QUALITY, *spans, f"{CHUNKING}=doc,sentence,window")
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
@@ -68,7 +67,8 @@ def test_a_three_point_sample_sweep_lists_its_points_with_their_pareto_flags(
     # than doc; sentence is worse than doc as measured, but its deficit is within the pairwise interval.
     assert found["objectives"] == ["recall_at_k"]
     assert set(found["left_out"]) == {"p95_seconds", "cost"}
-    assert [by_id[r]["metrics"]["recall_at_k"] for r in (doc, sentence, window)] == pytest.approx([53 / 60, 47 / 60, 28 / 60])
+    recalls = [by_id[r]["metrics"]["recall_at_k"] for r in (doc, sentence, window)]
+    assert recalls == pytest.approx([53 / 60, 47 / 60, 28 / 60])
     assert (by_id[doc]["pareto"], by_id[doc]["dominated"], by_id[doc]["status"]) == (True, False, "front")
     assert by_id[window]["status"] == "dominated" and by_id[window]["dominated"] is True
     assert by_id[window]["dominated_by"] == doc and by_id[window]["pareto"] is False
