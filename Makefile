@@ -8,12 +8,18 @@ RAY_STAMP := $(VENV)/.installed-ray
 
 .PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons bench-judge-drift bench-hops test-mlflow-next lock
 
+# The first set-up takes a few minutes: each step says what it does, and uv shows its progress.
 $(STAMP): requirements.lock pyproject.toml
+	@echo "set-up 1/4: a virtual environment in $(VENV) (once; later commands reuse it)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "set-up 2/4: installing uv, the installer"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode --quiet requirements.lock
+	@echo "set-up 3/4: $$(grep -c '^[a-z]' requirements.lock) pinned packages from requirements.lock (MLflow, Hydra, ragas: the longest step)"
+	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
+	@echo "set-up 4/4: ragexp itself"
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps --compile-bytecode --quiet -e .
 	touch $(STAMP)
+	@echo "set-up done: $(BIN)/ragexp is the command (or: source $(BIN)/activate, then ragexp)"
 
 setup: $(STAMP)
 
@@ -39,10 +45,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
-# The whole suite (what CI runs). test-fast: the edit loop, every test not marked `system` (the
-# end-to-end tests, each marked in its file), which needs neither the Ray extra nor a browser.
+# The whole suite (what CI runs), with the PostgreSQL-backed tracking server the tests need
+# (scripts/test-suite.sh starts it unless RAGEXP_TEST_MLFLOW_SERVER names one, as .ci/run does).
+# test-fast: the edit loop, every test not marked `system` (the end-to-end tests, each marked in
+# its file), which needs neither the Ray extra, nor a browser, nor that server.
 test: setup-ray browser
-	$(BIN)/python -m pytest
+	scripts/test-suite.sh
 
 # The edit loop keeps Python's bytecode (and pytest's assertion rewrites) in __pycache__, even
 # where the environment turns that off, so a rerun skips recompiling every test module.

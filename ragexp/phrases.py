@@ -20,6 +20,28 @@ def check_language(language: str | None) -> None:
         raise ConfigError(f"--language: expected {' or '.join(LANGUAGES)}, got {language!r}")
 
 
+LANGUAGE_SETTING = "RAGEXP_LANGUAGE"
+"""The user's language (``zh`` or ``en``), read by every command: the default of ``--language``
+and, through ``conf/config.yaml``, of ``report.language`` (the language a run writes its
+rationales in)."""
+
+
+def user_language(language: str | None) -> str | None:
+    """``--language`` when given, else the user's setting (``$RAGEXP_LANGUAGE``), else None (the
+    run's own ``report.language``); either is refused, naming it, unless a language phrases exist in."""
+    import os
+
+    check_language(language)
+    if language is not None:
+        return language
+    setting = os.environ.get(LANGUAGE_SETTING) or None
+    if setting is not None and setting not in LANGUAGES:
+        from ragexp.errors import ConfigError
+
+        raise ConfigError(f"${LANGUAGE_SETTING}: expected {' or '.join(LANGUAGES)}, got {setting!r}")
+    return setting
+
+
 PHRASES: dict[str, dict[str, str]] = {
     # The report.
     "title": {"zh": "RAG 评测报告", "en": "RAG evaluation report"},
@@ -165,6 +187,10 @@ PHRASES: dict[str, dict[str, str]] = {
     "baseline_run": {"zh": "对比基线", "en": "Baseline"},
     "eval_dataset": {"zh": "评估数据集", "en": "Evaluation dataset"},
     "errored_cases": {"zh": "出错样本（已排除）", "en": "Errored cases (excluded)"},
+    "verdict": {"zh": "结论", "en": "Verdict"},
+    "by_turn": {"zh": "按轮次位置（两次运行都有分数的轮次）", "en": "By turn position (turns both runs scored)"},
+    "turn": {"zh": "轮次", "en": "Turn"},
+    "pairs": {"zh": "配对数", "en": "Pairs"},
     "verdict_failed": {"zh": "未通过", "en": "FAILED"},
     "verdict_passed": {"zh": "通过", "en": "PASSED"},
     "worst_cases": {"zh": "最差样本", "en": "Worst cases"},
@@ -360,6 +386,7 @@ PHRASES: dict[str, dict[str, str]] = {
     "moved_worse_ns": {"en": "worse, not significant", "zh": "变差（不显著）"},
     "moved_mixed": {"en": "flat on average", "zh": "平均持平"},
     "moved_none": {"en": "—", "zh": "—"},
+    "moved_noise": {"en": "below noise floor", "zh": "低于噪声下限"},
     "unchanged": {"en": "unchanged", "zh": "不变"},
     "not_significant": {"en": "not significant", "zh": "不显著"},
     # The rows of the RAG evaluation article's decision table (ragexp.compare.diff.diagnose).

@@ -38,7 +38,7 @@ from ragexp.metrics.canaries import grade as grade_canaries
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
 from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
 from ragexp.metrics.custom import CustomMetrics, load_custom, score_python_guarded
-from ragexp.metrics.evidence import returned_documents, textless
+from ragexp.metrics.evidence import returned_documents, textless, unmatchable_gold
 from ragexp.metrics.hops import count_hops, fill_hop_rationales, hop_columns, hop_scores
 from ragexp.metrics.judge import identity as judge_identity
 from ragexp.metrics.missed import Missed, missed_cases
@@ -126,6 +126,9 @@ class Plan:
             TAG_PREFIX + "judge": self.judge,
             TAG_PREFIX + "case_count": str(len(self.dataset.cases)),
             TAG_PREFIX + "version": __version__,
+            # The language the cases' rationales are written in (report.language), for readers
+            # that print them in a language of their own.
+            TAG_PREFIX + "language": cfg.report.language,
         }
 
 
@@ -149,6 +152,8 @@ class RunOutcome:
     missed: Missed = field(default_factory=Missed)
     """The cases scored below full marks (the first few described)."""
     conversations: ConversationFigures | None = None
+    labels_note: str | None = None
+    """The dataset's human scores this run left out and what to do (shown with the human-score figures)."""
     """Per-conversation figures (None: the dataset has no conversation)."""
 
     def to_json(self) -> dict[str, Any]:
@@ -164,6 +169,7 @@ class RunOutcome:
             "populations": {name: population.to_json() for name, population in self.scored.items()},
             **extra,
             **self.trust.to_json(),
+            "labels_note": self.labels_note,
         }
 
 
@@ -770,7 +776,7 @@ def _score_and_log(
     scored = score_results(plan, results)
     chats = score_conversations(plan.specs, scored.scores, plan.dataset.cases, scored.errored)
     with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
-        human = _human_scores(plan, store, run_id, results, scored, resumed)
+        human, labels_note = _human_scores(plan, store, run_id, results, scored, resumed)
         trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
         timings = stage_timings(results)
         figures = run_metrics(plan, results, scored, trust, timings)
@@ -800,6 +806,7 @@ def _score_and_log(
         trust,
         missed_cases(plan.specs, scored.scores, plan.dataset.cases, results, plan.config.k),
         chats,
+        labels_note,
     )
 
 
@@ -817,6 +824,10 @@ def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
     on the case (``metric_errors``), never scored."""
     cfg = plan.config
     cases = plan.dataset.cases
+    if not plan.dataset.has_evidence:
+        unmatched = unmatchable_gold(cases, results, cfg.k)
+        if unmatched is not None:
+            raise MetricError(unmatched.message(str(plan.dataset.path)))
     with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
         inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
         scores = score_cases(plan.specs, inputs)
@@ -915,23 +926,20 @@ def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np
 
 def _human_scores(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], str | None]:
     """People's scores of this run's cases: the dataset's ``human`` field where it graded this
     run's output (:mod:`ragexp.labels.graded`), then the review queues' labels of this run (as
-    ``ragexp calibrate`` reads them)."""
+    ``ragexp calibrate`` reads them); and the line on the dataset's scores it left out, if any."""
     from ragexp.labels.collect import run_labels, with_run_labels
     from ragexp.labels.graded import dataset_labels
 
     cases = plan.dataset.cases
     names = list(scored.scores)
     graded = dataset_labels(cases, results, names)
-    line = graded.unmatched_line()
-    if line is not None:
-        info(line)
     human = graded.human
     custom = {spec.name: spec for spec in plan.custom.specs}
     labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
-    return with_run_labels(human, labels)
+    return with_run_labels(human, labels), graded.unmatched_line(run_id)
 
 
 def run_metrics(

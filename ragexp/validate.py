@@ -96,7 +96,7 @@ def check_dataset(
         "case_count": len(dataset.cases),
         "unanswerable": len(dataset.cases) - dataset.answerable_count,
         "dataset_hash": dataset.dataset_hash,
-        "label_fields": sorted(dataset.label_fields),
+        "label_fields": present_labels(dataset),
         "output_fields": sorted(dataset.output_fields),
         "tracking_uri": mask_url(resolve_uri(store)),
         "human_labels": _human_counts(dataset.cases),
@@ -169,3 +169,15 @@ def _human_counts(cases: list[Case]) -> dict[str, int]:
         for name in case.human:
             counts[name] = counts.get(name, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def present_labels(dataset: Any) -> list[str]:
+    """The label fields the file itself has: what the metrics can read (``label_fields``) without the
+    other format's name for the question and without fields no case sets."""
+    other = "user_input" if dataset.format == "jsonl" else "question"
+    cases = dataset.cases
+    unset = {
+        "relevant_ids": not any(case.relevant_ids for case in cases),
+        "unanswerable": not any(case.unanswerable for case in cases),
+    }
+    return sorted(name for name in dataset.label_fields if name != other and not unset.get(name, False))

@@ -299,8 +299,11 @@ def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> Non
         "pairing",
         "baseline_own",
         "candidate_own",
+        "verdict",
+        "noise_floor",
     }
     assert (mrr["n"], mrr["unit"]) == (40, "case")
+    assert mrr["verdict"] == "worse" and mrr["noise_floor"] is None  # the word the table prints
     assert mrr["why_missing"] == {}
     assert mrr["population"] == {"scored": 40, "cases": 40, "total": 40, "population": "all"}
     assert data["diagnosis"] == [

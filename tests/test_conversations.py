@@ -303,8 +303,12 @@ def test_per_conversation_figures_all_turns_correct_and_the_first_failed_turn(
     forgot = run_chat(ragexp, data, "forgets")
     assert forgot.code == 0, forgot.stderr
     payload = forgot.json()
-    assert payload["conversations"] == {"count": 3, "turns": 7, "errored": 0, "all_correct": pytest.approx(1 / 3)}
+    figures = {key: payload["conversations"][key] for key in ("count", "turns", "errored", "all_correct")}
+    assert figures == {"count": 3, "turns": 7, "errored": 0, "all_correct": pytest.approx(1 / 3)}
     rows = conversation_rows(store_uri, payload["run_id"], tmp_path)
+    # The same rows in --json (by_conversation), and the turns by their position (tests/test_first_hour.py).
+    assert {row["conversation"]: row for row in payload["conversations"]["by_conversation"]} == rows
+    assert sum(p["cases"] for p in payload["conversations"]["by_turn"]) == 7
     assert rows["conv-ret"] == {
         "conversation": "conv-ret",
         "turns": 2,

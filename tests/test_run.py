@@ -36,11 +36,12 @@ def test_default_run_logs_everything(ragexp, store_uri: str, tmp_path: Path) -> 
         "calibration",
         "ppi",
         "populations",
+        "labels_note",
     }
     assert payload["case_count"] == 35 and payload["error_count"] == 0
     # kb_zh's human scores grade the sample system's answers, not the fake's perfect ones: unused.
     assert payload["calibration"] == {} and payload["ppi"] == {}
-    assert "dataset human labels not used for 17 of 17 labelled cases" in result.stderr
+    assert "17 of 17 labelled cases left out" in payload["labels_note"] and "human" not in result.stderr
     assert payload["populations"]["mrr"] == {"scored": 30, "cases": 30, "total": 35, "population": "answerable"}
     # provider=fake builds perfect outputs from the labels: every quality metric is 1.0.
     for name in ["recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy"]:

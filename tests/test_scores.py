@@ -37,28 +37,33 @@ def test_a_fake_system_on_kb_zh_prints_no_calibration_and_counts_the_unmatched_l
     result = ragexp("run", "provider=fake")
     assert result.code == 0, result.stderr
     assert "automatic score vs human scores" not in result.stdout
-    assert "prediction-powered means" not in result.stdout
-    lines = [line for line in result.stderr.splitlines() if "human labels not used" in line]
+    assert "prediction-powered means (judge corrected" not in result.stdout
+    # Said once, where human scores would be used, with what to do; not a warning on stderr.
+    run_id = result.stdout.split("\nrun ", 1)[1].split()[0]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("human scores in the dataset")]
     assert lines == [
-        "dataset human labels not used for 17 of 17 labelled cases: 17 graded another answer than this run's "
-        "(human.graded differs); no calibration or prediction-powered mean is computed from them"
+        "human scores in the dataset: 17 of 17 labelled cases left out of calibration and prediction-powered "
+        "means: 17 graded another answer than this run's (human.graded differs). To weigh this run's answers "
+        f"against people's, label them: ragexp label {run_id}"
     ]
+    assert "human" not in result.stderr
     payload = ragexp("run", "provider=fake", "--json").json()
     assert payload["calibration"] == {} and payload["ppi"] == {}
+    assert payload["labels_note"].startswith("human scores in the dataset: 17 of 17 labelled cases left out")
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sample_system_on_kb_zh_is_calibrated_on_the_answers_its_labels_graded(ragexp: Any) -> None:
     result = ragexp("run", "--json")
     assert result.code == 0, result.stderr
-    assert "human labels not used" not in result.stderr
+    assert "human" not in result.stderr and result.json()["labels_note"] is None
     payload = result.json()
     assert payload["calibration"]["answer_accuracy"]["n"] == 17
     # Another chunking gives other answers: the labels grade none of them.
     other = ragexp("run", "provider.system.sample.chunking=sentence", "--json")
     assert other.code == 0, other.stderr
     assert other.json()["calibration"] == {}
-    assert "human labels not used for" in other.stderr
+    assert "human" not in other.stderr and "12 of 17 labelled cases left out" in other.json()["labels_note"]
 
 
 def test_every_bundled_label_names_the_output_it_graded() -> None:
@@ -94,7 +99,10 @@ def test_graded_is_a_hash_or_the_output_and_a_replay_rows_labels_grade_its_answe
     result = ragexp("run", f"dataset.path={data}", "provider=replay", "--json")
     assert result.code == 0, result.stderr
     assert result.json()["calibration"]["answer_accuracy"]["n"] == 11
-    assert "human labels not used for 1 of 12 labelled cases: 1 graded another answer" in result.stderr
+    assert (
+        "1 of 12 labelled cases left out of calibration and prediction-powered means: 1 graded another"
+        in (result.json()["labels_note"])
+    )
     bad = write_jsonl(tmp_path / "bad.jsonl", [{**rows[1], "human": {"answer_accuracy": 1, "graded": "abc"}}])
     with pytest.raises(DatasetErrors, match=r"bad\.jsonl:1: field 'human\.graded': expected the sha256"):
         load_dataset(bad)

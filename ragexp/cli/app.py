@@ -75,6 +75,7 @@ app = typer.Typer(
     help="Config-driven RAG evaluation: run, compare and gate experiments tracked in MLflow.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 

@@ -27,8 +27,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = ""
     return to_terminal(Table.plain(headers, rows, align))
 
 
-def trust_lines(trust: Trust, threshold: float, findings: Sequence[Finding] | None) -> list[str]:
-    """Judge calibration, prediction-powered means and the label audit, for after the summary."""
+def trust_lines(
+    trust: Trust, threshold: float, findings: Sequence[Finding] | None, labels_note: str | None = None
+) -> list[str]:
+    """Judge calibration, prediction-powered means and the label audit, for after the summary;
+    ``labels_note`` (the dataset's human scores left out) after the figures they would feed."""
     lines: list[str] = []
     if trust.calibration:
         lines += ["", f"automatic score vs human scores (pass at >= {threshold:g}):"]
@@ -76,6 +79,8 @@ def trust_lines(trust: Trust, threshold: float, findings: Sequence[Finding] | No
             for name, e in trust.ppi.items()
         ]
         lines.append(table(["metric", "judge mean", "PPI mean", "CI", "labelled"], rows, "lrrll"))
+    if labels_note is not None:
+        lines += ([] if trust.calibration or trust.ppi else [""]) + [terminal(labels_note)]
     if findings is not None:
         lines += ["", f"label audit: {len(findings)} finding(s)"]
         lines += [f"  warning: {terminal(finding)}" for finding in findings[:20]]

@@ -7,6 +7,9 @@ looks the same wherever it is shown.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,7 @@ from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import failure_table, metric_table
+from ragexp.compare.turns import by_turn, turn_table
 from ragexp.compare.versions import VersionDiff
 from ragexp.metrics.registry import headline_metrics
 from ragexp.phrases import t
@@ -54,7 +58,8 @@ def show_run(evaluation: Evaluation) -> None:
     if unscored:
         print(f"— means no value: no case has a score for {', '.join(unscored)} (see 'scored')")
     if outcome.conversations is not None:
-        print(outcome.conversations.line())
+        for line in conversation_lines(outcome.conversations):
+            print(line)
     print()
     missed = missed_lines(evaluation)
     if missed:
@@ -73,8 +78,35 @@ def show_run(evaluation: Evaluation) -> None:
         f"({outcome.case_count} cases, {outcome.dataset_hash[:12]})  provider {terminal(config.provider.name)}  "
         f"k={config.k}  {errors}"
     )
-    for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings):
+    for line in trust_lines(outcome.trust, config.calibration.threshold, evaluation.plan.findings, outcome.labels_note):
         print(line)
+
+
+def conversation_lines(chats: Any, shown: int = 5) -> list[str]:
+    """A run's conversations: the headline, results by turn position, then the conversations not
+    every turn of which was correct (the first few; ``--json``'s ``by_conversation`` has them all)."""
+    lines = [chats.line()]
+    if chats.positions:
+        names = [name for name in headline_metrics() if name in chats.positions[0].means]
+        rows = [
+            [str(p.turn), str(p.cases), str(p.correct), str(p.errored), *(fmt(p.means[n]) for n in names)]
+            for p in chats.positions
+        ]
+        lines += [
+            "by turn position:",
+            table(["turn", "turns", "correct", "errored", *names], rows, "rrrr" + "r" * len(names)),
+        ]
+    wrong = [row for row in chats.rows if row.all_correct is not True]
+    if wrong:
+        said = [
+            f"{terminal(row.conversation)} (turn {row.errored_turn} errored)"
+            if row.errored_turn is not None
+            else f"{terminal(row.conversation)} (first wrong turn {row.first_failed_turn} of {row.turns})"
+            for row in wrong[:shown]
+        ]
+        more = f", and {len(wrong) - shown} more (--json: by_conversation)" if len(wrong) > shown else ""
+        lines.append(f"by conversation, not every turn correct: {', '.join(said)}{more}")
+    return lines
 
 
 SYSTEMS: dict[str, Callable[[Any], str]] = {
@@ -86,13 +118,29 @@ SYSTEMS: dict[str, Callable[[Any], str]] = {
 }
 """What ``provider.system.kind`` evaluated, in words, for the lines after a run's tables."""
 
-NEXT_KNOB = {"sample": "provider.system.sample.chunking=sentence"}
-"""A knob worth changing for a first candidate, per system kind (the others: your own change)."""
+KNOB = "provider.system.sample.chunking"
+"""The knob worth changing for a first candidate of the sample system (other systems: your own change)."""
 
 
-def show_next(evaluation: Evaluation) -> None:
-    """After a run's tables: what was evaluated, what the numbers mean, what to try next."""
+def candidate_overrides(config: Any, overrides: Sequence[str]) -> list[str] | None:
+    """The run's own overrides with the sample system's chunking changed (to ``sentence``, or to
+    ``doc`` when it is ``sentence`` already); None for a system whose change is the user's own."""
+    if config.provider.system.kind != "sample":
+        return None
+    current = config.provider.system.sample.chunking if config.provider.system.sample else "doc"
+    kept = [word for word in overrides if word.lstrip("+~").split("=", 1)[0] not in (KNOB, "tracking.uri")]
+    return [*kept, f"{KNOB}={'doc' if current == 'sentence' else 'sentence'}"]
+
+
+def show_next(evaluation: Evaluation, overrides: Sequence[str], tracking_uri: str | None) -> None:
+    """After a run's tables: what was evaluated, what the numbers mean, and the next commands, each
+    runnable as printed: this environment's programs, the run's own overrides, the store the user
+    named and, for a run with a comparable earlier run of another config, the comparison of the two."""
+    from ragexp.compare.select import previous_run_id
+
     outcome, config = evaluation.outcome, evaluation.plan.config
+    previous = previous_run_id(outcome.tracking_uri, outcome.run_id)
+    store = store_words(overrides, tracking_uri)
     system = config.provider.system
     run_id = outcome.run_id
     print(f"\nevaluated: {terminal(SYSTEMS[system.kind](system))},")
@@ -100,26 +148,74 @@ def show_next(evaluation: Evaluation) -> None:
     print("the numbers: scores from 0 to 1, each the mean over the cases 'scored' counts ('better': which way is")
     print("  good); p95_seconds (seconds) and error_rate are figures of the whole run; an errored case is counted,")
     print("  never scored 0; docs/metrics.md defines each metric")
-    knob = NEXT_KNOB.get(system.kind)
-    steps = [
-        (f"ragexp run {knob}" if knob else "ragexp run ... (once you changed your system)", "a candidate run"),
-        (f"ragexp diff {run_id} CANDIDATE_RUN_ID", "what changed, per metric and per case"),
-        (f"ragexp gate --baseline {run_id}", "the release rules: exit 0 passed, 2 failed"),
-        (f"mlflow ui --backend-store-uri {terminal(mask_url(outcome.tracking_uri))}", "every run and case"),
-    ]
-    width = max(len(command) for command, _ in steps)
-    print("next:")
+    ragexp, at = program("ragexp"), [shlex.quote(word) for word in store]
+    steps: list[tuple[str, str]] = []
+    if previous is not None:
+        steps += [
+            (_words(ragexp, "diff", previous, run_id, *at), f"what changed since run {previous[:8]}, per metric, case"),
+            (
+                _words(ragexp, "gate", "--baseline", previous, "--candidate", run_id, *at),
+                "the release rules: exit 0 passed, 2 failed",
+            ),
+            (
+                _words(ragexp, "report", run_id, "--baseline", previous, "--out", "report", "--language", "en", *at),
+                "a report with plots, in report/",
+            ),
+        ]
+    candidate = candidate_overrides(config, overrides)
+    if candidate is not None:
+        what = "another candidate" if previous else "a candidate run: one knob changed"
+        steps.append((_words(ragexp, "run", *map(shlex.quote, candidate), *at), what))
+    if previous is None:
+        steps.append(
+            (_words(ragexp, "gate", "--baseline", run_id, *at), "then: the release rules on the newest run after it")
+        )
+    uri = shlex.quote(mask_url(outcome.tracking_uri))
+    steps.append((_words(program("mlflow"), "ui", "--backend-store-uri", uri), "every run and case"))
+    print("next (each line runs as printed; '#' lines say what it does):")
+    if candidate is None:
+        print("  # a candidate: change your system, then run this command again with the same overrides")
     for command, what in steps:
-        print(f"  {command:{width}}  # {what}")
+        print(terminal(f"  # {what}"))
+        print(terminal(f"  {command}"))
+
+
+def store_words(overrides: Sequence[str], tracking_uri: str | None) -> list[str]:
+    """The store the user named (``--tracking-uri`` or ``tracking.uri=``), as the other commands take it."""
+    named = [word.split("=", 1)[1] for word in overrides if word.lstrip("+~").startswith("tracking.uri=")]
+    chosen = tracking_uri or (named[-1] if named else None)
+    return ["--tracking-uri", chosen] if chosen else []
+
+
+def _words(*words: str) -> str:
+    return " ".join(word for word in words if word)
+
+
+def program(name: str) -> str:
+    """A command of this environment as the user can type it here: its bare name when the shell
+    finds this very one on PATH, else its path (relative when under the working folder)."""
+    here = Path(sys.executable).parent / name
+    if not here.exists():
+        return name
+    found = shutil.which(name)
+    if found is not None and Path(found).resolve() == here.resolve():
+        return name
+    try:
+        shown = str(here.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(here.absolute())
+    return shown if "/" in shown else f"./{shown}"
 
 
 def missed_lines(evaluation: Evaluation) -> list[str]:
-    """The first :data:`ragexp.metrics.missed.MISSED_SHOWN` cases scored below full marks: each metric it missed, what
-    the case expected and what came back; then how many more."""
+    """The :data:`ragexp.metrics.missed.MISSED_SHOWN` worst cases scored below full marks, worst first: each metric
+    it missed, what the case expected and what came back; then how many more, and where they all are."""
     missed = evaluation.outcome.missed
     if not missed.count:
         return []
-    lines = [f"cases it missed: {missed.count} of {evaluation.outcome.case_count} (a score below full marks)"]
+    lines = [
+        f"cases it missed: {missed.count} of {evaluation.outcome.case_count} (a score below full marks), worst first"
+    ]
     for case in missed.first:
         scores = ", ".join(f"{name} {fmt(value)}" for name, value in case.metrics.items())
         lines.append(terminal(f"  {case.case_id}: {scores}"))
@@ -129,8 +225,24 @@ def missed_lines(evaluation: Evaluation) -> list[str]:
             lines.append(terminal(f"    came back {what}: {_short(value)}"))
     rest = missed.count - len(missed.first)
     if rest:
-        lines.append(f"  ... and {rest} more (every case's scores are in the run's cases.jsonl)")
+        where = cases_file(evaluation.outcome.tracking_uri, evaluation.outcome.run_id)
+        lines.append(terminal(f"  ... and {rest} more; every case's scores: {where}"))
     return lines
+
+
+def cases_file(tracking_uri: str, run_id: str) -> str:
+    """Where a run's ``cases.jsonl`` can be read: its path in a local store's artifacts, else the
+    command that downloads it."""
+    from ragexp.tracking.store import run_artifact_path
+
+    local = run_artifact_path(tracking_uri, run_id, "cases.jsonl")
+    if local is not None:
+        try:
+            return str(local.relative_to(Path.cwd()))
+        except ValueError:
+            return str(local)
+    uri = shlex.quote(mask_url(tracking_uri))
+    return f"MLFLOW_TRACKING_URI={uri} {program('mlflow')} artifacts download -r {run_id} -a cases.jsonl"
 
 
 def _short(value: Any, limit: int = 100) -> str:
@@ -197,12 +309,17 @@ def show_validation(summary: dict[str, Any], findings: Sequence[Any] | None) -> 
         show_probe(summary["probe"])
 
 
+def _with_run(label: str, run_id: str) -> str:
+    """A point's label and its run, the run named once (a baseline outside the sweep is labelled by it)."""
+    return label if run_id in label else f"{label} (run {run_id})"
+
+
 def show_anchored(anchored: Any) -> None:
     """``validate --anchor``'s line: where the evidence went and what it is made of."""
     print(
         f"wrote {terminal(str(anchored.out))}: {anchored.anchored} of {anchored.cases} cases anchored to documents; "
         f"{anchored.spans_from_facts} spans are the sentences holding their facts, "
-        f"{anchored.spans_whole_chunk} whole chunks"
+        f"{anchored.spans_whole_chunk} whole {'chunk' if anchored.spans_whole_chunk == 1 else 'chunks'}"
     )
 
 
@@ -278,6 +395,12 @@ def show_runs(items: Sequence[dict[str, Any]], *, with_experiment: bool = False)
         print("— means no value: the run logged none for the metric (not in its metric set, or no case scored)")
 
 
+def diff_json(result: DiffResult) -> dict[str, Any]:
+    """``diff --json``: the comparison, with ``by_turn`` when the runs hold conversations."""
+    turns = by_turn(result.baseline, result.candidate, headline_metrics())
+    return {**result.to_json(), **({"by_turn": [row.to_json() for row in turns]} if turns else {})}
+
+
 def show_diff(result: DiffResult) -> None:
     base, cand = result.baseline, result.candidate
     print(f"baseline {base.run_id}  candidate {cand.run_id}  ({population(base)})")
@@ -303,14 +426,26 @@ def show_diff(result: DiffResult) -> None:
         print(f"\nfirst failing hop, cases by baseline (rows) and candidate (columns), {result.hops.paired} paired:")
         for line in result.hops.lines():
             print(f"  {line}")
+    turns = by_turn(result.baseline, result.candidate, headline_metrics())
+    if turns:
+        print("\nby turn position (means over the turns both runs scored at that position):")
+        headers, rows = turn_table(turns, headline_metrics(), ("turn", "pairs"))
+        print(table(headers, rows, "r" + "l" * (len(headers) - 2) + "r"))
     if result.diagnosis:
         print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
         for hint in result.diagnosis:
             print(f"  - {terminal(hint.text())}")
     if result.attribution is not None:
         show_attribution(result.attribution)
+    written = {run.record.tag("language") for run in (result.baseline, result.candidate)} - {""}
+    reasons = written <= {"en"}  # this output is English: reasons in another language are not mixed in
     if result.cases:
         print(f"\nmost regressed cases (top {len(result.cases)}):")
+        if not reasons:
+            print(
+                f"  (the runs wrote their reasons in {', '.join(sorted(written))}, report.language: "
+                "`ragexp report --language` shows them; RAGEXP_LANGUAGE=en before a run writes them in English)"
+            )
         for case in result.cases:
             changes = ", ".join(
                 f"{name} {fmt(v['baseline'], 2)}->{fmt(v['candidate'], 2)}"
@@ -325,7 +460,7 @@ def show_diff(result: DiffResult) -> None:
                 print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
                 for name, v in case["metrics"].items():
                     said = did["rationale"].get(name)
-                    if said and v["baseline"] != v["candidate"]:
+                    if reasons and said and v["baseline"] != v["candidate"]:
                         print(terminal(f"      {name}: {said}"))
         for line in case_legend(result.cases):
             print(f"  {line}")
@@ -607,7 +742,7 @@ def show_sweep_points(analysis: SweepAnalysis) -> None:
     print(table([*headers, "errored", "pareto"], rows))
     print(
         terminal(
-            f"Δ: against the baseline {analysis.baseline.label} (run {analysis.baseline.run_id}); intervals hold "
+            f"Δ: against the baseline {_with_run(analysis.baseline.label, analysis.baseline.run_id)}; intervals hold "
             f"together at {analysis.confidence:.0%} over {analysis.tests} comparisons (Bonferroni, each at "
             f"{analysis.level:.2%}); * significant after Holm's adjustment over the same comparisons"
         )

@@ -16,6 +16,7 @@ from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cas
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired, paired_by_unit, unit_means
+from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
@@ -29,9 +30,10 @@ TOLERANCE = 1e-9
 Move = Literal["better", "worse", "flat", "none", "not_comparable"]
 """Which way a metric went for its direction (``none``: one run has no value; ``not_comparable``:
 the runs define the metric differently)."""
-Verdict = Literal["better", "worse", "better_ns", "worse_ns", "flat", "mixed", "none", "not_comparable"]
+Verdict = Literal["better", "worse", "better_ns", "worse_ns", "flat", "mixed", "none", "not_comparable", "noise"]
 """A move as the tables word it: ``*_ns`` a move the paired test does not confirm (not
-significant), ``mixed`` cases moved both ways with no change of the mean."""
+significant), ``mixed`` cases moved both ways with no change of the mean, ``noise`` a latency
+below the noise floor in both runs."""
 
 
 @dataclass
@@ -61,6 +63,9 @@ class MetricDiff:
     defined differently in each); None when they can."""
     spec: MetricSpec | None = field(default=None, repr=False, compare=False)
     """What the metric is in the candidate (None: neither run knows it)."""
+    noise_floor: float | None = None
+    """The latency noise floor both runs' values are below (``gates.latency_floor_seconds``):
+    timer noise, worded ``below noise floor`` and never judged; None otherwise."""
     population: Population | None = None
     """The cases compared: the pairs with both scores, of the cases the metric's mean covers
     (None for a run-level figure)."""
@@ -121,6 +126,8 @@ class MetricDiff:
 
     def verdict(self) -> Verdict:
         """The word the tables print: the move, qualified when the test could not confirm it."""
+        if self.noise_floor is not None:
+            return "noise"
         moved = self.moved()
         if moved == "flat" and (self.improved or self.regressed):
             return "mixed"
@@ -160,6 +167,8 @@ class MetricDiff:
             "pairing": self.pairing.to_json() if self.pairing is not None else None,
             "baseline_own": self.baseline_own,
             "candidate_own": self.candidate_own,
+            "verdict": self.verdict(),
+            "noise_floor": self.noise_floor,
             **extra,
         }
 
@@ -246,6 +255,7 @@ def compute_diff(
     top: int = 10,
     allow_incomparable: bool = False,
     ledger: Ledger | None = None,
+    latency_floor: float = LATENCY_FLOOR_SECONDS,
 ) -> DiffResult:
     """``ledger``: the runs are of two dataset versions, restricted to the cases both hold
     unchanged (``--common-cases``), and this is how the versions differ."""
@@ -257,12 +267,23 @@ def compute_diff(
         if name not in names:
             names.append(name)
     metrics = [_metric_diff(name, runs, baseline, candidate, resamples, confidence, seed) for name in names]
+    for metric in metrics:
+        if below_noise_floor(metric, latency_floor):
+            metric.noise_floor = latency_floor
     apart = {m.name for m in metrics if m.not_comparable is not None}
     worst = _worst_cases(base, cand, top, apart)
     hops = hop_moves(base, cand)
     return DiffResult(
         baseline, candidate, metrics, worst, diagnose(metrics), found, confidence, hops=hops, ledger=ledger
     )
+
+
+def below_noise_floor(metric: MetricDiff, floor: float) -> bool:
+    """A latency figure below ``floor`` in both runs: timer noise, not a change to judge."""
+    if metric.baseline is None or metric.candidate is None or floor <= 0:
+        return False
+    spec = metric.spec if metric.spec is not None else METRICS.get(metric.name)
+    return spec is not None and spec.stage == "latency" and max(metric.baseline, metric.candidate) < floor
 
 
 def _metric_diff(

@@ -10,7 +10,7 @@ import numpy as np
 
 from ragexp.compare.agreement import Check, checks
 from ragexp.compare.data import RunData
-from ragexp.compare.diff import DiffResult, MetricDiff, compute_diff
+from ragexp.compare.diff import DiffResult, MetricDiff, below_noise_floor, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.pairing import paired_mask
 from ragexp.compare.power import Power, cannot_tell_line
@@ -242,6 +242,7 @@ def gate_runs(
         top=top,
         allow_incomparable=allow_incomparable,
         ledger=ledger,
+        latency_floor=gates.latency_floor_seconds,
     )
     return diff, evaluate_gate(gates, diff)
 
@@ -300,6 +301,8 @@ def rule_results(
             metric = metrics.get(rule_metric(name))  # recall_at_k@hop2: the metric recall_at_k.hop2
             if kind in CALIBRATION_RULES:
                 results.append(_check_calibration(name, kind, threshold, (calibration or {}).get(name, {}), metric))
+            elif kind in CHANGE_RULES and metric is not None and below_noise_floor(metric, gates.latency_floor_seconds):
+                results.append(_noise(name, kind, threshold, metric, gates.latency_floor_seconds))
             else:
                 results.append(_check(name, kind, threshold, rule, metric))
     for result in results:
@@ -380,6 +383,19 @@ def _check_calibration(
     if abs(bias) > threshold + EPSILON:
         return result("failed", f"{name}: judge not calibrated ({shown % '>'})")
     return result("passed", f"{name}: judge calibrated ({shown % '<='})")
+
+
+def _noise(name: str, kind: str, threshold: float, metric: MetricDiff, floor: float) -> RuleResult:
+    return RuleResult(
+        name,
+        kind,
+        metric.baseline,
+        metric.candidate,
+        threshold,
+        f"{name}: {fmt(metric.baseline)} -> {fmt(metric.candidate)}: both below the latency noise floor "
+        f"{floor:g} s (gates.latency_floor_seconds): timer noise, not a change",
+        "passed",
+    )
 
 
 def _bounds(rule: GateRule) -> list[tuple[str, float]]:

@@ -44,7 +44,8 @@ from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError, PromotionConflict, TrackingError
 from ragexp.outputs import check_writable, write_file
-from ragexp.phrases import check_language
+from ragexp.phrases import user_language
+from ragexp.secrets import mask_url
 from ragexp.tracking.store import TAG_PREFIX, RunRecord, Store
 
 Say = Callable[[str], None]
@@ -116,6 +117,24 @@ def read_comparison(store: Store, candidate: str, baseline: str, name: str) -> d
     return found if isinstance(found, dict) else None
 
 
+def _both_known(store: Store, selector: Any, baseline: str, candidate: str) -> RunRecord:
+    """The candidate's record; when it is unknown and the baseline is a run id, both are checked,
+    so one line names every unknown run."""
+    try:
+        return store.get_run(candidate)
+    except TrackingError:
+        if selector.kind != "run":
+            raise
+        try:
+            store.get_run(baseline)
+        except TrackingError:
+            raise TrackingError(
+                f"unknown runs '{baseline}' (baseline) and '{candidate}' (candidate) in tracking store "
+                f"{mask_url(store.uri)}"
+            ) from None
+        raise
+
+
 def compare_runs(
     baseline: str,
     candidate: str,
@@ -139,10 +158,10 @@ def compare_runs(
     ``attribute`` replays the swapped cells (:mod:`ragexp.attribution`), refused before any work
     when either system cannot answer from given contexts."""
     summary_path = check_writable("--summary", summary)
-    check_language(language)
+    language = user_language(language)
     selector = parse_selector(baseline)
     store = Store(tracking_uri, must_exist=True)
-    given = store.get_run(candidate)
+    given = _both_known(store, selector, baseline, candidate)
     chosen = resolve_baseline(store, selector, candidate=given)
     if chosen.asked:
         say(chosen.how)
@@ -283,7 +302,7 @@ def run_gate(
     comparison, write ``junit`` and ``summary``. A failed gate is an outcome, not an error."""
     started = time.perf_counter()
     junit_path, summary_path = check_writable("--junit", junit), check_writable("--summary", summary)
-    check_language(language)
+    language = user_language(language)
     selector = parse_selector(baseline)
     tag = promotion_tag(promote, promote_tag, selector.tag)
     config = compose(list(overrides))

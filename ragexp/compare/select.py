@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 
-from ragexp.errors import ConfigError, TrackingError
+from ragexp.errors import ConfigError, RagexpError, TrackingError
 from ragexp.metrics.judge.identity import served_difference
 from ragexp.tracking.store import FINISHED, RunRecord, Store, tag_filter
 
@@ -169,6 +170,34 @@ def choose_candidate(store: Store, baseline: RunRecord) -> Selection:
     runs = _ragexp_runs(store.iter_runs([baseline.experiment_id], after), exclude=baseline.run_id)
     where = f"created after the baseline in experiment '{experiment}'"
     return _newest_comparable(runs, baseline, role="candidate", asked="", where=where)
+
+
+LOOKED_AT = 50
+"""How many earlier runs :func:`previous_comparable` reads before giving up (a hint, not a search)."""
+
+
+def previous_comparable(store: Store, run: RunRecord) -> RunRecord | None:
+    """The newest finished run created before ``run`` in its experiment, comparable with it and of
+    another config: the baseline a run just made as a candidate is most likely compared with (the
+    ``next:`` lines after ``ragexp run``); None when there is none."""
+    before = f"{FINISHED_FILTER} and attributes.start_time < {run.start_time}"
+    own = run.tag("config_hash")
+    newest = islice(store.iter_runs([run.experiment_id], before, page_size=LOOKED_AT), LOOKED_AT)
+    for record in _ragexp_runs(newest, exclude=run.run_id):
+        if record.tag("config_hash") != own and not identity_differences(record, run):
+            return record
+    return None
+
+
+def previous_run_id(tracking_uri: str, run_id: str) -> str | None:
+    """:func:`previous_comparable` of a run just logged, by id; None also when the store cannot say
+    (a hint is never worth failing a finished run over)."""
+    try:
+        store = Store(tracking_uri, must_exist=True)
+        found = previous_comparable(store, store.get_run(run_id))
+    except RagexpError:
+        return None
+    return found.run_id if found is not None else None
 
 
 def _ragexp_runs(records: Iterable[RunRecord], *, exclude: str | None) -> Iterator[RunRecord]:

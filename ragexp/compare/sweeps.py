@@ -26,6 +26,7 @@ from ragexp.compare.diff import MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult
 from ragexp.compare.multiple import holm, simultaneous_level
+from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.errors import ConfigError, IncomparableRunsError, TrackingError
 from ragexp.metrics.offline import nearest_rank
 from ragexp.metrics.registry import MetricSpec, case_values_metric, cost_metric
@@ -178,10 +179,17 @@ class Recommendation:
         }
 
 
+def _noise(latency: float | None) -> bool:
+    """A latency below the noise floor: no point is faster than another by it."""
+    return latency is not None and latency < LATENCY_FLOOR_SECONDS
+
+
 def _cheaper(point: Point, winner: Point) -> str:
     said = []
     for name, word in ((COST, "cheaper"), (LATENCY, "faster")):
         a, b = point.metrics.get(name), winner.metrics.get(name)
+        if name == LATENCY and a is not None and b is not None and _noise(a) and _noise(b):
+            continue
         if a is not None and b is not None and a < b - TOLERANCE:
             said.append(f"{word} ({name} {a:.3g} vs {b:.3g})")
     return " and ".join(said)
@@ -451,6 +459,10 @@ def _objectives(axis: str, points: Sequence[Point]) -> tuple[list[str], dict[str
         if missing:
             why = "no cost.prices" if name == COST else "not in its metrics"
             left_out[name] = f"{missing[0].label} did not log it ({why})"
+        elif name == LATENCY and all(_noise(point.metrics[name]) for point in points):
+            left_out[name] = (
+                f"every point's {name} is below the latency noise floor {LATENCY_FLOOR_SECONDS:g} s (timer noise)"
+            )
         else:
             objectives.append(name)
     return objectives, left_out

@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator,
 RUNTIME_ONLY: dict[str, Any] = {"runtime_only": True}
 
 
+LATENCY_FLOOR_SECONDS = 0.001
+"""The default latency noise floor (``gates.latency_floor_seconds``): a millisecond, above the
+microseconds an in-process call takes and below any served system's latency."""
+
+
 def runtime(default: Any, **kwargs: Any) -> Any:
     """A field that does not enter the config hash."""
     return Field(default, json_schema_extra=dict(RUNTIME_ONLY), **kwargs)
@@ -483,6 +488,11 @@ class GatesConfig(Model):
     """Rules on the judge's agreement with people on ``judge.canaries`` (``min_kappa``, ``max_kappa_drop``)."""
     judge_bias: JudgeBiasRules = Field(default_factory=lambda: JudgeBiasRules())
     """Rules on the judge's bias on ``judge.canaries`` (``max_abs``, ``max_change``)."""
+    latency_floor_seconds: float = runtime(LATENCY_FLOOR_SECONDS, ge=0)
+    """The latency noise floor, in seconds: a latency figure (``p95_seconds``, a stage's timing)
+    below it in both runs is timer and scheduler noise (an in-process system answers in
+    microseconds), reported as below the floor, never as better or worse: a rule on it passes,
+    ``diff`` says ``below noise floor``, and a sweep leaves it out of the front. 0: no floor."""
     on_underpowered: Literal["warn", "fail"] = runtime("warn")
     """What a rule that cannot tell does: an underpowered ``max_drop`` / ``max_increase_ratio``
     rule, or a rule a sequential run (``run --until-decided``) left inconclusive. ``warn``: a

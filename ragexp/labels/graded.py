@@ -3,8 +3,8 @@
 A ``human`` entry of a dataset grades one answer: the one its ``graded`` field names (the sha256
 of the answer and contexts, :func:`ragexp.records.graded_hash`, or that output itself), else the
 case's recorded output. A run uses a case's scores only when the case's output in this run is that
-one; the others are counted, by reason, and said once on stderr. Calibration and prediction-powered
-means are computed from the kept scores alone.
+one; the others are counted, by reason, and said once, beside the figures human scores feed.
+Calibration and prediction-powered means are computed from the kept scores alone.
 """
 
 from __future__ import annotations
@@ -37,16 +37,18 @@ class DatasetLabels:
     unmatched: dict[str, int] = field(default_factory=lambda: dict.fromkeys(UNMATCHED, 0))
     """Reason -> labelled cases left out."""
 
-    def unmatched_line(self) -> str | None:
-        """One line for stderr counting the labelled cases left out (None when none was)."""
+    def unmatched_line(self, run_id: str) -> str | None:
+        """What a reader of the run's human-score figures needs about the labelled cases left out,
+        and what to do about them (None when none was)."""
         left = sum(self.unmatched.values())
         if not left:
             return None
         parts = [f"{count} {UNMATCHED[why]}" for why, count in self.unmatched.items() if count]
         total = left + self.matched
         return (
-            f"dataset human labels not used for {left} of {total} labelled cases: {'; '.join(parts)}; "
-            "no calibration or prediction-powered mean is computed from them"
+            f"human scores in the dataset: {left} of {total} labelled cases left out of calibration and "
+            f"prediction-powered means: {'; '.join(parts)}. To weigh this run's answers against people's, "
+            f"label them: ragexp label {run_id}"
         )
 
 

@@ -9,7 +9,7 @@ neither figure: it is an error, counted apart, never a failed conversation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,34 @@ class ConversationRow:
 
 
 @dataclass(frozen=True)
+class TurnPosition:
+    """The turns at one position of their conversations (every first turn, every second...)."""
+
+    turn: int
+    """1-based position in the conversation."""
+    cases: int
+    correct: int
+    """Turns at this position with no error and every per-case metric at full marks."""
+    errored: int
+    means: dict[str, float | None]
+    """Per-case metric -> its mean over this position's scored turns (answerable ones for a metric
+    averaged over those); None: none scored."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "cases": self.cases,
+            "correct": self.correct,
+            "errored": self.errored,
+            "means": self.means,
+        }
+
+
+@dataclass(frozen=True)
 class ConversationFigures:
     rows: list[ConversationRow]
+    positions: list[TurnPosition] = field(default_factory=list)
+    """Results by turn position, first turns first."""
 
     @property
     def count(self) -> int:
@@ -80,6 +106,8 @@ class ConversationFigures:
             "turns": self.turns,
             "errored": self.errored,
             "all_correct": self.all_correct,
+            "by_turn": [position.to_json() for position in self.positions],
+            "by_conversation": [row.to_json() for row in self.rows],
         }
 
     def line(self) -> str:
@@ -110,4 +138,28 @@ def score_conversations(
             rows.append(ConversationRow(chat.id, len(turns), None, None, errored_turn))
         else:
             rows.append(ConversationRow(chat.id, len(turns), failed is None, failed, None))
-    return ConversationFigures(rows)
+    return ConversationFigures(rows, _by_turn(specs, scores, cases, errored, missed))
+
+
+def _by_turn(
+    specs: Sequence[MetricSpec],
+    scores: Mapping[str, np.ndarray],
+    cases: Sequence[Case],
+    errored: np.ndarray,
+    missed: np.ndarray,
+) -> list[TurnPosition]:
+    turn = np.fromiter((case.turn if case.conversation is not None else 0 for case in cases), dtype=int)
+    unanswerable = np.fromiter((case.unanswerable for case in cases), dtype=bool, count=len(cases))
+    averaged = [spec for spec in specs if spec.per_case and spec.mean_of_cases and spec.name in scores]
+    positions = []
+    for at in sorted(set(turn[turn > 0].tolist())):
+        here = turn == at
+        means: dict[str, float | None] = {}
+        for spec in averaged:
+            within = here & ~unanswerable if spec.population == "answerable" else here
+            values = scores[spec.name][within]
+            values = values[np.isfinite(values)]
+            means[spec.name] = float(values.mean()) if values.size else None
+        count, wrong = int(here.sum()), int((here & (errored | missed)).sum())
+        positions.append(TurnPosition(at, count, count - wrong, int((here & errored).sum()), means))
+    return positions

@@ -268,3 +268,59 @@ def textless(cases: Sequence[Case], results: Sequence[CaseResult]) -> list[int]:
         if case.relevant and result.ok and result.output is not None
         if result.output.ranked_ids and not result.output.contexts
     ]
+
+
+CHUNK_SEPARATORS = ("#", ":", "/", "::")
+"""How a chunk id commonly names its document (``doc#3``, ``doc:3``, ``doc/3``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unmatchable:
+    """Chunk-id gold a run's rankings cannot match: chunks of the gold documents came back under
+    other ids, so every retrieval metric would be 0 whatever was retrieved."""
+
+    cases: int
+    """Answerable cases with gold ids and a reply."""
+    hits: int
+    """Of those, the cases whose ranking holds a gold id."""
+    named: int
+    """Of those, the cases whose ranking holds no gold id but a chunk of a gold document."""
+    example: str
+    """One returned chunk id of a gold document (for the message)."""
+
+    def message(self, dataset: str) -> str:
+        return (
+            f"the gold of {dataset} names chunk ids; the system's rankings hold a gold id in {self.hits} of "
+            f"{self.cases} cases, and in {self.named} they return chunks of the gold documents under other ids "
+            f"(e.g. {self.example!r}): every retrieval metric would score about 0 whatever was retrieved, so "
+            "nothing was scored. Use evidence gold (text spans of documents, which survive re-chunking): "
+            "`ragexp validate --corpus CHUNKS --anchor --out FILE` turns chunk-id gold into evidence "
+            "(docs/datasets.md), or return the gold's chunk ids"
+        )
+
+
+def unmatchable_gold(cases: Sequence[Case], results: Sequence[CaseResult], k: int) -> Unmatchable | None:
+    """Chunk-id gold no ranking can match, or None when the gold is matched often enough (a gold id
+    in more than one case in twenty) or the rankings do not name the gold documents (in fewer than
+    half the cases): then a low score is the system's, not the ids'."""
+    total = hits = named = 0
+    example = ""
+    for case, result in zip(cases, results, strict=True):
+        if case.unanswerable or not case.relevant_ids or not result.ok or result.output is None:
+            continue
+        total += 1
+        gold = set(case.relevant_ids)
+        ranked = result.output.ranked_ids[:k]
+        if not gold.isdisjoint(ranked):
+            hits += 1
+            continue
+        docs = set(result.output.doc_ids[:k]) if result.output.doc_ids else set()
+        for chunk in ranked:
+            owners = {chunk.split(sep, 1)[0] for sep in CHUNK_SEPARATORS if sep in chunk} | (docs & gold)
+            if owners & gold:
+                named += 1
+                example = example or chunk
+                break
+    if not total or hits * 20 > total or named * 2 < total:
+        return None
+    return Unmatchable(total, hits, named, example)

@@ -1,5 +1,5 @@
 """The cases a run missed: scored below full marks on a per-case metric, with what the case
-expected and what came back (``ragexp run`` lists the first few).
+expected and what came back (``ragexp run`` lists the worst few).
 
 A case that errored is not among them: it has no score (it is an error, counted apart). Which
 labels and outputs are shown for a metric follows from the fields the registry says it reads.
@@ -60,7 +60,7 @@ class Missed:
     count: int = 0
     """Cases scored below full marks on at least one metric."""
     first: list[MissedCase] = field(default_factory=list)
-    """The first of them, in dataset order."""
+    """The worst of them, worst first (:func:`missed_cases`)."""
 
 
 def below_full_marks(
@@ -84,6 +84,15 @@ def below_full_marks(
     return masks
 
 
+def _shortfall(spec: MetricSpec, values: np.ndarray) -> np.ndarray:
+    """How far each score is from full marks, as a share of the metric's range where it has one."""
+    best = spec.high if spec.direction == "higher" else spec.low
+    gap = np.abs(float(best) - values) if best is not None else np.zeros(values.shape)
+    if spec.high is not None and spec.low is not None and spec.high > spec.low:
+        gap = gap / (float(spec.high) - float(spec.low))
+    return np.asarray(gap, dtype=float)
+
+
 def missed_cases(
     specs: Sequence[MetricSpec],
     scores: Mapping[str, np.ndarray],
@@ -93,15 +102,21 @@ def missed_cases(
     *,
     first: int = MISSED_SHOWN,
 ) -> Missed:
-    """The cases scored below full marks, counted; the first ``first`` of them described."""
+    """The cases scored below full marks, counted; the ``first`` worst of them described."""
     masks = below_full_marks(specs, scores, cases)
     if not masks:
         return Missed()
     any_missed = np.logical_or.reduce(list(masks.values()))
     indices = np.flatnonzero(any_missed)
     by_name = {spec.name: spec for spec in specs}
+    shortfall = np.zeros(len(cases))
+    for name, mask in masks.items():
+        shortfall[mask] += _shortfall(by_name[name], scores[name][mask])
+    # Worst first: the most marks missed over the metrics (each as a share of its range); the file's
+    # order among equals.
+    worst = indices[np.argsort(-shortfall[indices], kind="stable")]
     described = []
-    for index in indices[:first].tolist():
+    for index in worst[:first].tolist():
         case, output = cases[index], results[index].output
         names = [name for name, mask in masks.items() if mask[index]]
         labels = {label for name in names for label in by_name[name].needs_labels}

@@ -22,6 +22,17 @@ from ragexp.records import Case, CaseResult, HopRetrieval, SystemOutput
 from ragexp.sample import DocsError, SampleSystem, Settings, load_docs
 
 
+def unmatchable_gold(path: str) -> str:
+    """Why window chunks cannot be scored on chunk-id gold, and the two ways out."""
+    return (
+        f"provider.system.sample.chunking=window returns windows ('<doc>#<n>'), which can never equal a "
+        f"relevant id of {path} (gold as chunk ids): every retrieval metric would score 0 whatever was "
+        "retrieved. Score windows on evidence gold (text spans of documents, which survive re-chunking): "
+        "dataset=kb_zh_spans, or turn this dataset's gold into evidence with "
+        "`ragexp validate --corpus CHUNKS --anchor --out FILE` (docs/datasets.md)"
+    )
+
+
 class SampleProvider(Provider):
     config: SampleSystemConfig
 
@@ -65,6 +76,9 @@ class SampleProvider(Provider):
                 f"document of {path}: point it at that dataset's documents, or evaluate another system "
                 "(provider=http, provider=replay)"
             )
+
+        if knobs.chunking == "window" and not dataset.has_evidence and labelled:
+            raise ProviderError(unmatchable_gold(str(dataset.path)))
 
     def identity(self) -> str | None:
         return f"sample-docs:{self._docs_sha256}" if self._docs_sha256 else None

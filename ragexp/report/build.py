@@ -29,6 +29,7 @@ from ragexp.compare.gate import GateResult, gate_runs
 from ragexp.compare.release import read_comparison
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import metric_table, rule_table
+from ragexp.compare.turns import by_turn, turn_table
 from ragexp.compare.versions import on_versions
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
@@ -112,6 +113,8 @@ def build_report(
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = Doc()
     doc.heading(f"{t('title', language)} · {run.record.name}", 1)
+    if gate is not None:
+        _verdict(doc, gate, language)
     if ledger is not None:
         doc.para(ledger_line(ledger, language))
     if base is not None:
@@ -527,6 +530,11 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
             ),
             f"{t('delta', language)} ({t('ci', language, level=diff.confidence)})",
         )
+    turns = by_turn(base, run, headline_metrics())
+    if turns:
+        doc.heading(t("by_turn", language), 3)
+        headers, rows = turn_table(turns, headline_metrics(), (t("turn", language), t("pairs", language)))
+        doc.table(headers, rows)
     shared = [name for name in headline_metrics() if name in base.scores and name in run.scores][:3]
     candidate = run.select(base.case_ids) if set(base.case_ids) == set(run.case_ids) else None
     for name in shared:
@@ -581,6 +589,19 @@ def _hops(doc: Doc, run: RunData, diff: DiffResult | None, language: str) -> Non
                 for b in range(moves.hops + 1)
             ],
         )
+
+
+def _verdict(doc: Doc, gate: Gate, language: str) -> None:
+    """What a reader decides on, before anything else: the gate's verdict and the rules that failed
+    (every rule is in the gate section)."""
+    result = gate.result
+    doc.heading(t("verdict", language), 2)
+    word = t("verdict_passed", language) if result.passed else t("verdict_failed", language)
+    doc.para(t("gate_verdict", language, gates=result.gates, word=word, failed=len(result.failures), n=result.checked))
+    if result.failures:
+        doc.render(rule_table(result, language, everything=False))
+    if not gate.ran:
+        doc.para(t("gate_not_ran", language, path=gate.path, gates=result.gates, n=result.checked))
 
 
 def _gate(doc: Doc, gate: Gate, language: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragexp.errors import ConfigError, TrackingError
-from ragexp.phrases import check_language
+from ragexp.phrases import user_language
 from ragexp.report.build import build_report, write_report
 from ragexp.tracking.store import Store
 
@@ -35,7 +35,7 @@ def publish_report(
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``;
     ``attribute`` adds the pair's attribution by replay (the one ``diff --attribute`` recorded, else
     measured now)."""
-    check_language(language)
+    language = user_language(language)
     found = None
     if attribute:
         if baseline is None:
@@ -71,7 +71,7 @@ def publish_sweep_report(
     logged to the parent run under ``report/``."""
     from ragexp.report.sweep import sweep_analysis, sweep_language, sweep_report
 
-    check_language(language)
+    language = user_language(language)
     analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)
     store = Store(tracking_uri, must_exist=True)
     built = sweep_report(analysis, sweep_language(store, analysis, language))

@@ -123,6 +123,16 @@ def _init_lock(db: Path | None) -> Path | None:
     return db.parent / ".ragexp-init.lock"
 
 
+def run_artifact_path(uri: str, run_id: str, name: str) -> Path | None:
+    """A run's artifact as a local file, where a SQLite store keeps it (``artifacts/`` beside the
+    database, as :meth:`Store.experiment_id` creates experiments); None when it is not there."""
+    db = _sqlite_path(uri)
+    if db is None or str(db) == ":memory:":
+        return None
+    path = db.resolve().parent / "artifacts" / run_id / "artifacts" / name
+    return path if path.is_file() else None
+
+
 def _sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None

@@ -75,6 +75,8 @@ def diff(
             attribute=attribute,
         )
     if as_json:
-        emit_json(compared.result.to_json())
+        from ragexp.cli.views import diff_json
+
+        emit_json(diff_json(compared.result))
     else:
         show_diff(compared.result)

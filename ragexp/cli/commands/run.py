@@ -79,7 +79,7 @@ def run(
     show_run(evaluation)
     if decided:
         show_sequential(decided.sequential)
-    show_next(evaluation)
+    show_next(evaluation, overrides or [], tracking_uri)
 
 
 def _sweep(overrides: list[str], resume: str | None, as_json: bool, tracking_uri: str | None) -> None:
