@@ -121,10 +121,13 @@ class RunData:
         if case_ids == self.case_ids:
             return self
         position = {case_id: i for i, case_id in enumerate(self.case_ids)}
-        order = np.array([position[case_id] for case_id in case_ids], dtype=np.int64)
+        return self.take(np.array([position[case_id] for case_id in case_ids], dtype=np.int64))
+
+    def take(self, order: np.ndarray) -> RunData:
+        """The same run restricted to the cases at positions ``order``, in that order."""
         return RunData(
             self.record,
-            list(case_ids),
+            [self.case_ids[i] for i in order.tolist()],
             self.unanswerable[order],
             self.errored[order],
             {name: values[order] for name, values in self.scores.items()},

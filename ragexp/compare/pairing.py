@@ -99,6 +99,9 @@ class SharedCases:
 
 def shared_cases(baseline: RunData, candidate: RunData) -> SharedCases:
     """The runs over the cases both hold, and each over its own remainder (computed once per comparison)."""
+    if baseline.case_ids == candidate.case_ids:  # the usual pair: nothing to narrow or leave out
+        none = np.empty(0, dtype=np.int64)
+        return SharedCases(baseline, candidate, baseline.take(none), candidate.take(none))
     b_ids, c_ids = set(baseline.case_ids), set(candidate.case_ids)
     shared = [case_id for case_id in baseline.case_ids if case_id in c_ids]
     return SharedCases(
