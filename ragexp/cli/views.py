@@ -414,6 +414,19 @@ def show_diff(result: DiffResult) -> None:
             print(terminal(f"note: {m.name} is not compared: {m.not_comparable}"))
     legend(metric_legend(result))
     print_diff_power(result)
+    _show_breakdowns(result)
+    if result.diagnosis:
+        print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
+        for hint in result.diagnosis:
+            print(f"  - {terminal(hint.text())}")
+    if result.attribution is not None:
+        show_attribution(result.attribution)
+    if result.cases:
+        _show_regressed_cases(result)
+
+
+def _show_breakdowns(result: DiffResult) -> None:
+    """``diff``'s figures beside the metric table: prediction-powered deltas, hops, turn positions."""
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
         print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
@@ -431,39 +444,36 @@ def show_diff(result: DiffResult) -> None:
         print("\nby turn position (means over the turns both runs scored at that position):")
         headers, rows = turn_table(turns, headline_metrics(), ("turn", "pairs"))
         print(table(headers, rows, "r" + "l" * (len(headers) - 2) + "r"))
-    if result.diagnosis:
-        print("\nlikely stage (a heuristic, from the decision table; --attribute measures it):")
-        for hint in result.diagnosis:
-            print(f"  - {terminal(hint.text())}")
-    if result.attribution is not None:
-        show_attribution(result.attribution)
+
+
+def _show_regressed_cases(result: DiffResult) -> None:
+    """``diff``'s most regressed cases: what each run retrieved and answered, and why it scored so."""
     written = {run.record.tag("language") for run in (result.baseline, result.candidate)} - {""}
     reasons = written <= {"en"}  # this output is English: reasons in another language are not mixed in
-    if result.cases:
-        print(f"\nmost regressed cases (top {len(result.cases)}):")
-        if not reasons:
-            print(
-                f"  (the runs wrote their reasons in {', '.join(sorted(written))}, report.language: "
-                "`ragexp report --language` shows them; RAGEXP_LANGUAGE=en before a run writes them in English)"
-            )
-        for case in result.cases:
-            changes = ", ".join(
-                f"{name} {fmt(v['baseline'], 2)}->{fmt(v['candidate'], 2)}"
-                for name, v in case["metrics"].items()
-                if v["baseline"] != v["candidate"]
-            )
-            print(f"  {terminal(case['id'])}: {terminal(changes) or 'errored'}")
-            for side in ("baseline", "candidate"):
-                did = case[side]
-                answer = (did["answer"] or "").replace("\n", " ")[:80]
-                error = f"  error: {did['error']}" if did["error"] else ""
-                print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
-                for name, v in case["metrics"].items():
-                    said = did["rationale"].get(name)
-                    if reasons and said and v["baseline"] != v["candidate"]:
-                        print(terminal(f"      {name}: {said}"))
-        for line in case_legend(result.cases):
-            print(f"  {line}")
+    print(f"\nmost regressed cases (top {len(result.cases)}):")
+    if not reasons:
+        print(
+            f"  (the runs wrote their reasons in {', '.join(sorted(written))}, report.language: "
+            "`ragexp report --language` shows them; RAGEXP_LANGUAGE=en before a run writes them in English)"
+        )
+    for case in result.cases:
+        changes = ", ".join(
+            f"{name} {fmt(v['baseline'], 2)}->{fmt(v['candidate'], 2)}"
+            for name, v in case["metrics"].items()
+            if v["baseline"] != v["candidate"]
+        )
+        print(f"  {terminal(case['id'])}: {terminal(changes) or 'errored'}")
+        for side in ("baseline", "candidate"):
+            did = case[side]
+            answer = (did["answer"] or "").replace("\n", " ")[:80]
+            error = f"  error: {did['error']}" if did["error"] else ""
+            print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
+            for name, v in case["metrics"].items():
+                said = did["rationale"].get(name)
+                if reasons and said and v["baseline"] != v["candidate"]:
+                    print(terminal(f"      {name}: {said}"))
+    for line in case_legend(result.cases):
+        print(f"  {line}")
 
 
 def show_attribution(found: dict[str, Any]) -> None:
