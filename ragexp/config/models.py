@@ -484,9 +484,12 @@ class GatesConfig(Model):
     """Sign-flip draws of the randomization test (its p-value and its inverted interval)."""
     seed: int = 0
     """Random seed of the sign-flip draws, so results repeat."""
-    judge_agreement: JudgeAgreementRules = Field(default_factory=lambda: JudgeAgreementRules())
+    # Left out of the hashes while unset, so configs without these rules keep their identity.
+    judge_agreement: JudgeAgreementRules = Field(
+        JudgeAgreementRules(), json_schema_extra={"identity_omit_default": True}
+    )
     """Rules on the judge's agreement with people on ``judge.canaries`` (``min_kappa``, ``max_kappa_drop``)."""
-    judge_bias: JudgeBiasRules = Field(default_factory=lambda: JudgeBiasRules())
+    judge_bias: JudgeBiasRules = Field(JudgeBiasRules(), json_schema_extra={"identity_omit_default": True})
     """Rules on the judge's bias on ``judge.canaries`` (``max_abs``, ``max_change``)."""
     latency_floor_seconds: float = runtime(LATENCY_FLOOR_SECONDS, ge=0)
     """The latency noise floor, in seconds: a latency figure (``p95_seconds``, a stage's timing)
