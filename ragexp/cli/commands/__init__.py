@@ -20,5 +20,6 @@ COMMANDS = (
     "label",
     "calibrate",
     "draft",
+    "shadow",
 )
 """Every command, in the order ``ragexp --help`` lists them."""
