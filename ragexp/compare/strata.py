@@ -91,7 +91,7 @@ def by_stratum(
 ) -> MetricStrata:
     """``baseline`` and ``candidate``: (n,) per-case values aligned on the same cases, NaN where
     a run has no score; ``strata``: each case's stratum; ``units``: each case's conversation
-    (None: every case its own)."""
+    (None: every case its own). A stratum's ``n`` counts units (conversations), its delta cases."""
     labels = np.asarray(strata, dtype=object)
 
     def compare(mask: np.ndarray, stratum: str) -> StratumDelta:
@@ -102,6 +102,10 @@ def by_stratum(
             stats = paired_by_unit(b, c, units[mask], resamples=resamples, confidence=confidence, seed=seed)
         both = np.isfinite(b) & np.isfinite(c)
         means = (float(b[both].mean()), float(c[both].mean())) if both.any() else (None, None)
+        if stats is not None and units is not None:
+            # The delta is the mean over the paired cases, as diff shows it; the test and the
+            # interval count a conversation once (its turns are not independent).
+            stats = PairedStats(stats.n, float((c[both] - b[both]).mean()), stats.ci_low, stats.ci_high, stats.p_value)
         return StratumDelta(stratum, int(mask.sum()), stats, *means)
 
     overall = compare(np.ones(len(labels), dtype=bool), "all")
