@@ -46,6 +46,8 @@ QUESTION_KEYS = ("question", "query", "input", "user_input", "query_str", "str_o
 ANSWER_KEYS = ("answer", "output", "response", "result", "output_text", "text", "content")
 """Keys of a root span's output that hold the answer, tried in this order."""
 MESSAGES = ("messages", "chat_history")
+INPUT_FIELDS = frozenset({"id", "question", "user_input", "unanswerable"})
+"""What every sampled case gives the metrics: its question, and no gold."""
 
 
 @dataclass(frozen=True)
@@ -375,7 +377,7 @@ def _dataset(experiment: str, cases: list[Case]) -> Dataset:
         file_sha256=sha,
         dataset_hash=sha,
         cases_hash=sha,
-        label_fields=frozenset(),
+        label_fields=INPUT_FIELDS,
         output_fields=shared,
     )
 

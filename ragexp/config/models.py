@@ -88,7 +88,8 @@ class DatasetConfig(Model):
     """A trace tag or metadata key whose value is the case's stratum (a route, a topic); a trace
     without it is in stratum ``unknown``. Comparisons are then given per stratum."""
     seed: int = Field(0, json_schema_extra={"identity_omit_default": True})
-    """Seed of the random sample drawn from the traces."""
+    """Seed of the random sample drawn from the traces. Enters the hash (and the params) only when it
+    differs from its default."""
 
 
 def _unit_range() -> list[float | None]:
