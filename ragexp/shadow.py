@@ -30,6 +30,7 @@ from ragexp.errors import ConfigError
 from ragexp.progress import Phase
 from ragexp.runner import RunOutcome, execute, plan_run
 from ragexp.secrets import register_url
+from ragexp.sequential import SequentialOutcome, execute_until_decided
 from ragexp.tracking.store import TAG_PREFIX, Store
 from ragexp.traffic import Traffic, load_traffic
 
@@ -53,6 +54,8 @@ class ShadowOutcome:
     production: RunOutcome
     candidate: RunOutcome
     metrics: list[MetricStrata]
+    sequential: SequentialOutcome | None = None
+    """The candidate's decision with ``--until-decided`` (None: every case asked)."""
 
     @property
     def worst(self) -> str | None:
@@ -67,6 +70,7 @@ class ShadowOutcome:
             "traffic": self.traffic.to_json(),
             "metrics": [metric.to_json() for metric in self.metrics],
             "worst_stratum": self.worst,
+            **({"sequential": self.sequential.to_json()} if self.sequential is not None else {}),
         }
 
 
@@ -87,10 +91,16 @@ def production_config(config: RagexpConfig, experiment: str) -> RagexpConfig:
 
 
 def run_shadow(
-    overrides: Sequence[str], *, tracking_uri: str | None = None, experiment: str | None = None
+    overrides: Sequence[str],
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    until_decided: bool = False,
 ) -> ShadowOutcome:
     """Read the traffic ``dataset.experiment`` names, run production's replay and the candidate
-    on it, and compare them by stratum."""
+    on it, and compare them by stratum. ``until_decided``: the candidate is asked batch by batch
+    (strata interleaved in proportion) until its gate against production is decided; the strata
+    are then compared on the cases it was asked."""
     config = compose(list(overrides))
     if config.dataset.experiment is None:
         raise ConfigError(
@@ -109,9 +119,15 @@ def run_shadow(
     cand_plan = plan_run(candidate_config, store.state_dir(), traffic=traffic)
     shadow = {SHADOW_TAG: config.dataset.experiment}
     production = execute(base_plan, store, tags={**shadow, ROLE_TAG: "production"})
-    candidate = execute(cand_plan, store, tags={**shadow, ROLE_TAG: "candidate", PAIR_TAG: production.run_id})
+    candidate_tags = {**shadow, ROLE_TAG: "candidate", PAIR_TAG: production.run_id}
+    sequential = None
+    if until_decided:
+        decided = execute_until_decided(cand_plan, store, production.run_id, tags=candidate_tags)
+        candidate, sequential = decided.evaluation.outcome, decided.sequential
+    else:
+        candidate = execute(cand_plan, store, tags=candidate_tags)
     metrics = compare_strata(store, production.run_id, candidate.run_id, traffic, config)
-    outcome = ShadowOutcome(target, traffic, production, candidate, metrics)
+    outcome = ShadowOutcome(target, traffic, production, candidate, metrics, sequential)
     files = {SHADOW_ARTIFACT: json.dumps(outcome.to_json(), ensure_ascii=False, indent=1).encode()}
     store.log_files(candidate.run_id, files)
     if outcome.worst is not None:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME
@@ -272,6 +273,22 @@ def draw(units: dict[str, list[str]], n: int | None, seed: int) -> set[str]:
     for name in sorted(units):
         chosen.update(rng.sample(sorted(units[name]), quota[name]))
     return chosen
+
+
+def stratified_order(traffic: Traffic, seed: int) -> list[int]:
+    """The dataset positions in an order that interleaves the strata in proportion (each stratum
+    shuffled, its k-th case placed near k/size of the way through), so that any prefix of it is
+    close to a proportional stratified sample (``run --until-decided`` evaluates prefixes)."""
+    rng = np.random.default_rng(seed)
+    positions: dict[str, list[int]] = {}
+    for index, case in enumerate(traffic.dataset.cases):
+        positions.setdefault(traffic.strata.get(case.id, UNKNOWN), []).append(index)
+    keyed: list[tuple[float, int]] = []
+    for name in sorted(positions):
+        members = [positions[name][i] for i in rng.permutation(len(positions[name]))]
+        offset = float(rng.random())
+        keyed.extend(((rank + offset) / len(members), index) for rank, index in enumerate(members))
+    return [index for _, index in sorted(keyed)]
 
 
 def load_traffic(config: DatasetConfig, store: Store) -> Traffic:

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
 from ragexp.tracking.store import Store
-from ragexp.traffic import allocate, answer_of, documents_of, load_traffic, question_of
+from ragexp.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
 from tests.conftest import ROOT, invoke
 from tests.pipelines import traffic as pipeline
 from tests.servers.procs import serve
@@ -162,10 +162,32 @@ def test_shadow_names_the_planted_stratum_and_writes_nothing_to_production(
     (row,) = [m for m in diff.json()["metrics"] if m["name"] == "grounded"]
     assert row["delta"] == pytest.approx(metric["overall"]["delta"], abs=1e-12)
 
+    # --- shadow --until-decided: the candidate asked in batches against production's replay of
+    # the same sample, until the gate on the planted stratum is decided
+    decided = invoke(
+        "shadow",
+        "dataset=traces",
+        "dataset.experiment=prod",
+        "dataset.stratify_by=route",
+        'dataset.filter="tags.route = ' + f"'{pipeline.PLANTED}'" + '"',  # hydra: a value with spaces is quoted
+        *CANDIDATE,
+        GROUNDED,
+        "gates.rules={grounded: {max_drop: 0.02}}",
+        "sequential.batch=4",
+        "--until-decided",
+        "--json",
+    )
+    assert decided.code == 0, decided.stderr
+    sequential = decided.json()["sequential"]
+    # 24 cases are few for an anytime-valid bound: decided, on the last batch
+    assert sequential["decision"] == "failed" and sequential["total"] == PER_TOPIC
+    assert decided.json()["candidate"]["case_count"] == sequential["evaluated"]
+
     # --- the shadow experiment holds only ragexp's traces: read as traffic, every one is left out
     again = invoke("run", "dataset=traces", "dataset.experiment=prod-shadow", *CANDIDATE, GROUNDED)
     assert again.code == 1
-    assert f"{2 * cases} written by ragexp" in again.stderr
+    written = len(_traces(production, "prod-shadow"))
+    assert written > 2 * cases and f"({written} read, 0 unreadable, {written} written by ragexp)" in again.stderr
 
 
 def test_the_sample_is_its_identity(production: str) -> None:
@@ -187,6 +209,12 @@ def test_the_sample_is_its_identity(production: str) -> None:
     empty = config.model_copy(update={"end": "2000-01-01T00:00:00Z"})
     with pytest.raises(Exception, match="no readable trace"):
         load_traffic(empty, store)
+    # --until-decided asks traffic in an order whose every prefix is close to proportional:
+    # the first ten cases are one of each of the ten strata
+    whole = load_traffic(config.model_copy(update={"sample": None}), store)
+    order = stratified_order(whole, 0)
+    assert sorted(order) == list(range(len(whole.dataset.cases)))
+    assert {whole.strata[whole.dataset.cases[i].id] for i in order[:10]} == set(pipeline.TOPICS)
     unknown = load_traffic(config.model_copy(update={"stratify_by": "tenant", "sample": None}), store)
     assert set(unknown.sampled()) == {"unknown"}
 
