@@ -245,6 +245,10 @@ def test_shadow_refuses_to_write_to_production_and_needs_traffic(production: str
     monkeypatch.setenv("MLFLOW_TRACKING_URI", production)
     same = invoke("shadow", "dataset=traces", "dataset.experiment=prod", "--experiment", "prod", *CANDIDATE, GROUNDED)
     assert same.code == 1 and "is the production experiment" in same.stderr
+    window = ["dataset.start=2026-05-08T00:00:00Z", "dataset.end=2026-05-01T00:00:00Z", "dataset.seed=1"]
+    backwards = invoke("shadow", "dataset=traces", "dataset.experiment=prod", "dataset.sample=5", *window, *CANDIDATE)
+    assert backwards.code == 1
+    assert "dataset.start (2026-05-08T00:00:00Z) is not before dataset.end (2026-05-01T00:00:00Z)" in backwards.stderr
     no_traffic = invoke("shadow", *CANDIDATE, GROUNDED)
     assert no_traffic.code == 1 and "dataset=traces dataset.experiment=NAME" in no_traffic.stderr
 
@@ -271,3 +275,39 @@ def test_shadow_judged_by_a_no_gold_judge_metric(production: str, monkeypatch: A
     client = MlflowClient(production)
     tags = [client.get_run(out[role]["run_id"]).data.tags["ragexp.judge"] for role in ("production", "candidate")]
     assert tags[0] == tags[1]
+
+
+@pytest.mark.system
+def test_shadow_on_2000_questions_in_10_strata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's size: 2,000 autologged production questions in 10 strata, the regression
+    planted in one; every stratum's delta equals a direct computation."""
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    (tmp_path / "mlruns").mkdir()
+    pipeline.write_production(uri, "prod", 200)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(ROOT)
+    before = len(_traces(uri, "prod"))
+    result = invoke(
+        "shadow",
+        "dataset=traces",
+        "dataset.experiment=prod",
+        "dataset.stratify_by=route",
+        *CANDIDATE,
+        GROUNDED,
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    out = result.json()
+    assert len(_traces(uri, "prod")) == before == 2000
+    assert out["worst_stratum"] == pipeline.PLANTED
+    (metric,) = out["metrics"]
+    assert [row["stratum"] for row in metric["strata"] if row["regressed"]] == [pipeline.PLANTED]
+    base = _rows(uri, out["production"]["run_id"], tmp_path)
+    cand = _rows(uri, out["candidate"]["run_id"], tmp_path)
+    route = {trace.info.trace_id: trace.info.tags["route"] for trace in _traces(uri, "prod")}
+    diffs: dict[str, list[float]] = defaultdict(list)
+    for case_id, row in base.items():
+        diffs[route[case_id]].append(cand[case_id]["metrics"]["grounded"] - row["metrics"]["grounded"])
+    for row in metric["strata"]:
+        assert row["n"] == len(diffs[row["stratum"]]) == 200
+        assert row["delta"] == pytest.approx(float(np.mean(diffs[row["stratum"]])), abs=1e-12)

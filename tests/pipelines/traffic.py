@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from ragexp.records import Case, SystemOutput
 
@@ -92,14 +92,15 @@ def _context(documents: list[Document]) -> str:
     return " ".join(document.page_content for document in documents)
 
 
+def _retrieve(question: str, config: RunnableConfig) -> dict[str, str]:
+    # One branch after the other: MLflow's autologging session is shared by the threads of a
+    # RunnableParallel's branches, and a branch ending can clear it under another (AttributeError
+    # in autologging's safe_patch, seen about once in two thousand calls).
+    return {"context": _context(TopicRetriever().invoke(question, config)), "question": question}
+
+
 PROMPT = ChatPromptTemplate.from_messages([("system", "Context: {context}"), ("human", "{question}")])
-chain = (
-    RunnableLambda(_route)
-    | {"context": TopicRetriever() | RunnableLambda(_context), "question": RunnablePassthrough()}
-    | PROMPT
-    | DeterministicModel()
-    | StrOutputParser()
-)
+chain = RunnableLambda(_route) | RunnableLambda(_retrieve) | PROMPT | DeterministicModel() | StrOutputParser()
 
 
 def question(index: int, topic: str) -> str:
