@@ -10,8 +10,11 @@ the planted topic it answers off the documents for about one question in two mor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -107,8 +110,31 @@ def question(index: int, topic: str) -> str:
     return f"Question {index}: how long do requests about {topic} take?"
 
 
+@contextlib.contextmanager
+def _synchronous() -> Iterator[None]:
+    # MLflow exports traces on a background queue that drops traces when it is full (about a
+    # quarter of 2,000 quick calls): written one by one, every call is a trace.
+    previous = os.environ.get(ASYNC)
+    os.environ[ASYNC] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ASYNC, None)
+        else:
+            os.environ[ASYNC] = previous
+
+
+ASYNC = "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"
+
+
 def write_production(uri: str, experiment: str, per_topic: int, topics: list[str] | None = None) -> None:
     """``per_topic`` questions for each topic through the autologged chain into ``experiment``."""
+    with _synchronous():
+        _write_production(uri, experiment, per_topic, topics)
+
+
+def _write_production(uri: str, experiment: str, per_topic: int, topics: list[str] | None) -> None:
     import mlflow
 
     mlflow.set_tracking_uri(uri)
@@ -125,6 +151,11 @@ def write_production(uri: str, experiment: str, per_topic: int, topics: list[str
 
 def write_sessions(uri: str, experiment: str, sessions: dict[str, list[str]]) -> None:
     """Conversations: each session's questions asked in order, traced with its session id."""
+    with _synchronous():
+        _write_sessions(uri, experiment, sessions)
+
+
+def _write_sessions(uri: str, experiment: str, sessions: dict[str, list[str]]) -> None:
     import mlflow
 
     mlflow.set_tracking_uri(uri)
