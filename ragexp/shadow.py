@@ -14,13 +14,13 @@ candidate as ``shadow.json``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ragexp import strict_json
 from ragexp.compare.data import load_run
 from ragexp.compare.strata import MetricStrata, aligned, by_stratum
 from ragexp.config.compose import compose
@@ -128,7 +128,7 @@ def run_shadow(
         candidate = execute(cand_plan, store, tags=candidate_tags)
     metrics = compare_strata(store, production.run_id, candidate.run_id, traffic, config)
     outcome = ShadowOutcome(target, traffic, production, candidate, metrics, sequential)
-    files = {SHADOW_ARTIFACT: json.dumps(outcome.to_json(), ensure_ascii=False, indent=1).encode()}
+    files = {SHADOW_ARTIFACT: strict_json.dumps(outcome.to_json(), indent=1).encode()}
     store.log_files(candidate.run_id, files)
     if outcome.worst is not None:
         store.set_tags(candidate.run_id, {WORST_TAG: outcome.worst})

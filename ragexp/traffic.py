@@ -16,7 +16,6 @@ case traces), which are always left out.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ragexp import strict_json
 from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME
 from ragexp.config.models import DatasetConfig
 from ragexp.datasets.loader import TURN_SEPARATOR, Dataset
@@ -401,4 +401,4 @@ def _dataset(experiment: str, cases: list[Case]) -> Dataset:
 
 def traffic_json(traffic: Traffic) -> bytes:
     """The ``traffic.json`` artifact of a run on traffic: what was read, left out and sampled."""
-    return json.dumps(traffic.to_json(), ensure_ascii=False, indent=1).encode()
+    return strict_json.dumps(traffic.to_json(), indent=1).encode()

@@ -110,6 +110,11 @@ def test_shadow_names_the_planted_stratum_and_writes_nothing_to_production(
     cases = PER_TOPIC * 10 + 3
     assert len(shadow_traces) == 2 * cases
 
+    # --- the comparison is logged on the candidate as strict JSON, the same as --json prints
+    logged = client.download_artifacts(out["candidate"]["run_id"], "shadow.json", str(tmp_path / "logged"))
+    strict = json.loads(Path(logged).read_text(), parse_constant=lambda word: pytest.fail(f"non-strict JSON: {word}"))
+    assert strict["metrics"] == out["metrics"] and strict["worst_stratum"] == out["worst_stratum"]
+
     # --- unreadable traces counted and listed with their reason, never cases
     traffic = out["traffic"]
     assert traffic["read"] == cases + 2 and traffic["unreadable_count"] == 2
