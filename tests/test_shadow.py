@@ -317,3 +317,29 @@ def test_shadow_on_2000_questions_in_10_strata(tmp_path: Path, monkeypatch: pyte
     for row in metric["strata"]:
         assert row["n"] == len(diffs[row["stratum"]]) == 200
         assert row["delta"] == pytest.approx(float(np.mean(diffs[row["stratum"]])), abs=1e-12)
+
+
+def test_strata_holm_and_order_worst_first() -> None:
+    from ragexp.compare.multiple import holm
+    from ragexp.compare.strata import by_stratum
+
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.4, 0.6, 60)
+    change = np.concatenate([np.full(20, -0.3), np.zeros(20), np.full(20, 0.3)]) + rng.normal(0, 0.01, 60)
+    strata = ["a"] * 20 + ["b"] * 20 + ["c"] * 20
+    higher = by_stratum("m", "higher", base, base + change, strata, resamples=2000)
+    assert [row.stratum for row in higher.strata] == ["a", "b", "c"] and higher.worst == "a"
+    assert [row.regressed for row in higher.strata] == [True, False, False]
+    raw = {row.stratum: row.stats.p_value for row in higher.strata if row.stats}
+    adjusted = dict(zip(sorted(raw), holm([raw[name] for name in sorted(raw)]), strict=True))
+    assert {row.stratum: row.p_holm for row in higher.strata} == pytest.approx(adjusted)
+    assert higher.overall.stats is not None
+    assert higher.overall.stats.delta == pytest.approx(float(change.mean()))
+    # for a metric where lower is better the same change makes "c" the regression
+    lower = by_stratum("m", "lower", base, base + change, strata, resamples=2000)
+    assert lower.worst == "c" and [row.regressed for row in lower.strata] == [True, False, False]
+    # a stratum no case of which both runs scored has no delta, and is never a regression
+    missing = np.where(np.array(strata) == "b", np.nan, base + change)
+    holes = by_stratum("m", "higher", base, missing, strata, resamples=2000)
+    (b,) = [row for row in holes.strata if row.stratum == "b"]
+    assert b.stats is None and not b.regressed and b.cases == 20
