@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons bench-judge-drift bench-hops test-mlflow-next lock
+.PHONY: setup setup-ray browser run demo test test-fast lint bench bench-compare bench-runs bench-http bench-python-systems bench-judge bench-k-memory bench-sweep bench-demo bench-traces bench-tracking bench-systems bench-draft bench-loader bench-custom-metrics bench-evidence bench-sequential bench-conversations bench-attribution bench-reasons bench-judge-drift bench-hops test-mlflow-next lock bench-shadow
 
 # The first set-up takes a few minutes: each step says what it does, and uv shows its progress.
 $(STAMP): requirements.lock pyproject.toml
@@ -123,6 +123,10 @@ bench-custom-metrics: setup
 # run --until-decided in simulation: 500 pairs, false-fail rate, cases evaluated and judge calls saved vs fixed-n.
 bench-sequential: setup
 	$(BIN)/python tests/benchmarks/bench_sequential.py
+
+# A shadow replay in simulation: the planted stratum found by an anytime-valid stop, then PPI on labels.
+bench-shadow: setup
+	$(BIN)/python tests/benchmarks/bench_shadow.py
 
 # Scoring 100,000 cases at K=10 on evidence anchored to documents, beside the id path, in one run.
 bench-evidence: setup

@@ -61,6 +61,7 @@ from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
 from ragexp.secrets import holds, register_url, scrub
+from ragexp.traffic import Traffic, load_traffic, traffic_json
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -97,6 +98,8 @@ class Plan:
     """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
     canaries: Canaries | None = None
     """``judge.canaries``, read and checked (None: none configured, or no judge metric)."""
+    traffic: Traffic | None = None
+    """What reading production traces found (``dataset=traces``); None for a dataset file."""
 
     def run_name(self) -> str:
         """The configured name, else the short config hash, then provider, dataset and k (the end
@@ -112,6 +115,9 @@ class Plan:
     def tags(self) -> dict[str, str]:
         cfg = self.config
         audit = {} if self.findings is None else {TAG_PREFIX + "audit.findings": str(len(self.findings))}
+        if self.traffic is not None:
+            audit[TAG_PREFIX + "traffic.experiment"] = self.traffic.experiment
+            audit[TAG_PREFIX + "traffic.unreadable"] = str(len(self.traffic.unreadable))
         return {
             **audit,
             TAG_PREFIX + "cases_hash": self.dataset.cases_hash,
@@ -173,16 +179,26 @@ class RunOutcome:
         }
 
 
-def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
+def plan_run(
+    config: RagexpConfig, state_dir: Path | None = None, *, store: Store | None = None, traffic: Traffic | None = None
+) -> Plan:
     """Load and check everything a run needs; raises a RagexpError on any bad input.
 
     ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
+    With ``dataset.experiment`` the cases are that experiment's traces, read from ``store`` (else
+    the configured one), unless ``traffic`` gives them already read (a shadow's two runs share one
+    sample).
     """
     custom = load_custom(config.metrics.custom)
     specs = with_cost(parse_metric_names(config.metrics.names, custom.specs), config.cost)
     check_store_fields(config)
-    path = resolve_path(config.dataset.path, data_roots())
-    dataset = load_dataset(path, config.dataset.format)
+    if config.dataset.experiment is not None and traffic is None:
+        traffic = load_traffic(config.dataset, store or Store(config.tracking.uri, timeout_s=config.tracking.timeout_s))
+        info(traffic.describe())
+    if traffic is not None:
+        dataset = traffic.dataset
+    else:
+        dataset = load_dataset(resolve_path(config.dataset.path, data_roots()), config.dataset.format)
     if config.dataset.case_ids is not None:
         dataset = only_cases(dataset, config.dataset.case_ids)
     corpus = None
@@ -222,7 +238,7 @@ def plan_run(config: RagexpConfig, state_dir: Path | None = None) -> Plan:
         canaries = load_canaries(config.provider.judge.canaries)
     check_no_secret_names(config)  # and the judge's
     digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom, canaries)
+    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom, canaries, traffic)
 
 
 def check_config(
@@ -489,7 +505,7 @@ def run_config(
             f"run {resume} is a run of --until-decided: continue it with --until-decided --resume {resume}"
         )
     with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
-        plan = plan_run(config, store.state_dir())
+        plan = plan_run(config, store.state_dir(), store=store)
     if not allow_draft:
         refuse_unscreened(plan.dataset)
     draft_tags = {DRAFT_TAG: "true"} if unscreened(plan.dataset) else None
@@ -596,6 +612,11 @@ def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
             "format": dataset.format,
         },
     )
+    if plan.traffic is not None:
+        store.log_files(run_id, {TRAFFIC_ARTIFACT: traffic_json(plan.traffic)})
+
+
+TRAFFIC_ARTIFACT = "traffic.json"
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> bool:

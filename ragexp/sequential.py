@@ -50,6 +50,7 @@ from ragexp.records import Case, CaseResult
 from ragexp.runner import Evaluation, Plan, evaluate_cases, execute, info, plan_run, score_results
 from ragexp.secrets import register_url
 from ragexp.tracking.store import TAG_PREFIX, Store
+from ragexp.traffic import stratified_order
 
 PREFIX = TAG_PREFIX + "sequential."
 
@@ -341,7 +342,7 @@ def run_until_decided(
     store = Store(uri, timeout_s=config.tracking.timeout_s)
     register_url(store.uri)
     with Phase("loading and checking the dataset, the system and the judge", enabled=config.progress):
-        plan = plan_run(config, store.state_dir())
+        plan = plan_run(config, store.state_dir(), store=store)
     if not allow_draft:
         refuse_unscreened(plan.dataset)
     check_decidable(plan)
@@ -376,8 +377,41 @@ def run_until_decided(
     }
     if unscreened(plan.dataset):
         tags[DRAFT_TAG] = "true"
-    batches = Batches(base, evaluation_order(plan.dataset.cases, seed), batch, store)
+    # Traffic is asked stratum by stratum in proportion, so every batch is a small sample of each.
+    order = (
+        stratified_order(plan.traffic, seed) if plan.traffic is not None else evaluation_order(plan.dataset.cases, seed)
+    )
+    batches = Batches(base, order, batch, store)
     outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=tags, evaluate=batches)
+    if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
+        raise RuntimeError("the sequential evaluation did not run")
+    return SequentialEvaluation(Evaluation(plan, outcome), batches.outcome)
+
+
+def execute_until_decided(
+    plan: Plan, store: Store, baseline_id: str, *, tags: dict[str, str] | None = None
+) -> SequentialEvaluation:
+    """A planned run evaluated batch by batch against ``baseline_id`` until its gate is decided
+    (``ragexp shadow --until-decided``: the candidate against production's replay, on one sample)."""
+    check_decidable(plan)
+    base = load_run(store, baseline_id)
+    check_baseline(plan, base)
+    total = len(plan.dataset.cases)
+    config = plan.config
+    batch, seed = batch_size(config.sequential.batch, total), config.sequential.seed
+    own = {
+        PREFIX + "total": str(total),
+        PREFIX + "batch": str(batch),
+        PREFIX + "seed": str(seed),
+        PREFIX + "baseline": baseline_id,
+        PREFIX + "evaluated": "0",
+        PREFIX + "gates": limits.fit(limits.TAG_VALUE, config.gates.name),
+    }
+    order = (
+        stratified_order(plan.traffic, seed) if plan.traffic is not None else evaluation_order(plan.dataset.cases, seed)
+    )
+    batches = Batches(base, order, batch, store)
+    outcome = execute(plan, store, tags={**(tags or {}), **own}, evaluate=batches)
     if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
         raise RuntimeError("the sequential evaluation did not run")
     return SequentialEvaluation(Evaluation(plan, outcome), batches.outcome)

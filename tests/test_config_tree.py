@@ -35,10 +35,20 @@ OPTIONS = sorted({(group, path.stem) for tree in TREES for group in GROUPS for p
 
 
 @pytest.fixture(scope="module")
-def services() -> Iterator[dict[str, str]]:
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The sample RAG service and the deterministic judge, as real processes on 127.0.0.1."""
     with serve(SAMPLE) as system, serve(JUDGE) as judge:
-        yield {"system": system, "judge": judge}
+        yield {"system": system, "judge": judge, "traffic": _traffic(tmp_path_factory.mktemp("traffic"))}
+
+
+def _traffic(folder: Path) -> str:
+    """A store whose experiment ``prod`` holds two autologged production traces (dataset=traces)."""
+    from tests.pipelines.traffic import write_production
+
+    (folder / "mlruns").mkdir()
+    uri = f"sqlite:///{folder}/mlruns/mlflow.db"
+    write_production(uri, "prod", 1, ["topic1", "topic2"])
+    return uri
 
 
 def local(services: dict[str, str]) -> dict[str, list[str]]:
@@ -61,6 +71,13 @@ def context(group: str, option: str, services: dict[str, str]) -> list[str]:
         ],
         ("dataset", "kb_zh_chat"): [],
         ("dataset", "scifacts_zh"): ["provider=replay"],
+        ("dataset", "traces"): [
+            f"tracking.uri={services['traffic']}",
+            "dataset.experiment=prod",
+            "system=python",
+            "provider.system.target=tests.pipelines.traffic:candidate",
+            "metrics.names=[p95_seconds]",
+        ],
         ("dataset", "scifacts_columns"): ["provider=replay_judge", "metrics=core", *urls["judge"]],
         ("metrics", "offline"): [],
         ("metrics", "retrieval"): [],

@@ -56,6 +56,16 @@ def test_the_json_writer_writes_non_finite_numbers_as_null() -> None:
         strict_json.dumps({"path": Path("x")})  # anything else is a bug, not silently a string
 
 
+SHADOW = [
+    "dataset=traces",
+    "dataset.experiment=prod",
+    "system=python",
+    "provider.system.target=tests.pipelines.traffic:candidate",
+    "metrics.names=[p95_seconds]",
+]
+"""``ragexp shadow`` on the production traffic of tests/pipelines/traffic.py."""
+
+
 def json_commands() -> set[str]:
     """Every command with a --json option."""
     found = set()
@@ -89,7 +99,11 @@ def test_every_commands_json_is_strict_on_data_with_non_finite_values(
         "power": [["power", "--baseline", base, "--effect", "0.1", "--json"]],
         "calibrate": [["calibrate", cand, "--json"]],
         "label": [["label", cand, "--json"], ["label", "export", cand, "--out", str(tmp_path / "l.jsonl"), "--json"]],
+        "shadow": [["shadow", *SHADOW, "--json"]],
     }
+    from tests.pipelines.traffic import write_production
+
+    write_production(store_uri, "prod", 1, ["topic1", "topic2"])
     outputs: dict[str, list[Any]] = {}
     for command, invocations in calls.items():
         for args in invocations:

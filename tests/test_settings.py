@@ -163,6 +163,11 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
     both("calibrate", cand, "--json", check=lambda r: None)
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    from tests.pipelines.traffic import write_production
+    from tests.test_json_output import SHADOW
+
+    write_production(uri, "prod", 1, ["topic1"])
+    both("shadow", *SHADOW, "--json", check=lambda r: r.json()["experiment"] == "prod-shadow" or pytest.fail())
     # The two runs as the points of a sweep (a Hydra multirun does not run under this test's
     # plain-dict environment): the tags `run -m` writes.
     from mlflow.tracking import MlflowClient

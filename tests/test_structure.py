@@ -154,6 +154,7 @@ ENTRY_POINTS = {
         "ragexp.draft.workflow.review_draft",
         "ragexp.draft.workflow.accept_draft",
     },
+    "shadow": {"ragexp.shadow.run_shadow"},
 }
 """The library functions each command calls: one per mode of the command (``run`` and ``run -m``,
 ``label`` and ``label export``...). Everything else a command module calls is parsing or

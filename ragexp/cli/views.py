@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ragexp.report.publish import Published
     from ragexp.runner import Evaluation, RunOutcome
     from ragexp.sequential import SequentialOutcome
+    from ragexp.shadow import ShadowOutcome
     from ragexp.sweep import SweepOutcome
 
 """Cases a run lists among those it missed; the rest are counted."""
@@ -792,3 +793,44 @@ def show_ledger(found: VersionDiff, *, listed: int = 20) -> None:
         print(f"  {'changed':<9} {terminal(case_id)}: {', '.join(parts)}")
     if len(changed) > listed:
         print(f"  {'changed':<9} ... {len(changed) - listed} more (--json lists every id)")
+
+
+UNREADABLE_SHOWN = 10
+"""Unreadable traces ``ragexp shadow`` lists on the terminal; ``traffic.json`` lists every one."""
+
+
+def show_shadow(outcome: ShadowOutcome) -> None:
+    """``ragexp shadow``: the two runs, then each metric overall and per stratum, worst first."""
+    traffic = outcome.traffic
+    print(traffic.describe())
+    for item in traffic.unreadable[:UNREADABLE_SHOWN]:
+        print(f"  unreadable: {terminal(item.trace_id)}: {terminal(item.reason)}")
+    if len(traffic.unreadable) > UNREADABLE_SHOWN:
+        print(f"  ... {len(traffic.unreadable) - UNREADABLE_SHOWN} more in traffic.json")
+    print(f"production run {outcome.production.run_id}, candidate run {outcome.candidate.run_id}")
+    print(f"  experiment {terminal(outcome.experiment)}")
+    for metric in outcome.metrics:
+        rows = []
+        for row in [metric.overall, *metric.strata]:
+            stats = row.stats
+            rows.append(
+                [
+                    row.stratum,
+                    str(stats.n if stats else 0),
+                    fmt(row.baseline),
+                    fmt(row.candidate),
+                    signed(stats.delta) if stats else "—",
+                    f"[{signed(stats.ci_low)}, {signed(stats.ci_high)}]" if stats else "—",
+                    fmt(row.p_holm) if row.p_holm is not None else "",
+                    "regressed" if row.regressed else "",
+                ]
+            )
+        print()
+        print(f"{terminal(metric.name)} (higher is better)" if metric.direction == "higher" else terminal(metric.name))
+        headers = ["stratum", "paired", "production", "candidate", "delta", "interval", "p (Holm)", ""]
+        print(table(headers, rows, "lrrrrrrl"))
+    worst = outcome.worst
+    print()
+    print(f"largest credible regression: stratum {terminal(worst)}" if worst else "no stratum credibly regressed")
+    base, cand = outcome.production.run_id, outcome.candidate.run_id
+    print(f"next: ragexp diff {base} {cand}; ragexp gate --baseline {base} --candidate {cand}")

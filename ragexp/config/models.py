@@ -75,6 +75,27 @@ class DatasetConfig(Model):
     """Evaluate only these cases of the file, by id (null: every case); a conversation's id
     chooses all its turns, and a turn chosen without the turns before it is refused (naming
     them). ``ragexp sweep --confirm`` sets it for its confirm run (the held-out cases)."""
+    experiment: str | None = Field(None, min_length=1, json_schema_extra={"identity_omit_null": True})
+    """Read the cases from this MLflow experiment's traces (production traffic, ``dataset=traces``)
+    instead of ``path``: each trace's root span input is the question, its output the answer
+    production gave, its RETRIEVER spans what production retrieved; a session is a conversation."""
+    filter: str | None = Field(None, min_length=1, json_schema_extra={"identity_omit_null": True})
+    """MLflow's trace filter string (``tags.route = 'refund'``) applied when reading
+    ``dataset.experiment``; traces ragexp wrote are always left out."""
+    start: str | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Earliest trace time read (ISO 8601, UTC when it names no zone; or epoch milliseconds), inclusive."""
+    end: str | None = Field(None, json_schema_extra={"identity_omit_null": True})
+    """Latest trace time read (as ``start``), exclusive: a window closed at both ends reads the
+    same traces again, so a rerun draws the same sample."""
+    sample: int | None = Field(None, ge=1, json_schema_extra={"identity_omit_null": True})
+    """Draw this many traces (conversations for sessions) at random (null: every one read),
+    spread over the strata of ``stratify_by`` in proportion to their size, at least one each."""
+    stratify_by: str | None = Field(None, min_length=1, json_schema_extra={"identity_omit_null": True})
+    """A trace tag or metadata key whose value is the case's stratum (a route, a topic); a trace
+    without it is in stratum ``unknown``. Comparisons are then given per stratum."""
+    seed: int = Field(0, json_schema_extra={"identity_omit_default": True})
+    """Seed of the random sample drawn from the traces. Enters the hash (and the params) only when it
+    differs from its default."""
 
 
 def _unit_range() -> list[float | None]:

@@ -21,5 +21,6 @@ COMMANDS = (
     "calibrate",
     "draft",
     "datasets",
+    "shadow",
 )
 """Every command, in the order ``ragexp --help`` lists them."""
