@@ -51,6 +51,10 @@ class TrackingError(RagexpError):
     """The tracking store is unreachable or a run id is unknown."""
 
 
+class UnknownRunError(TrackingError):
+    """A run id the store does not hold (the store itself answered)."""
+
+
 class StoreUnreachable(TrackingError):
     """The tracking store stopped answering (connection refused, timed out): any further call
     would wait for its own timeout."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import write_jsonl
+from tests.conftest import invoke, write_jsonl
 from tests.servers.procs import FAULTY, serve
 from tests.test_http import labelled
 
@@ -55,8 +55,9 @@ def test_a_secret_reached_through_oc_env_is_masked_in_params_tags_name_and_artif
 
 
 def test_an_experiment_named_with_a_secret_is_refused_in_one_line(
-    ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    no_store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    ragexp = invoke
     monkeypatch.setenv("RAGEXP_SYSTEM_AUTH", f"Bearer {SECRET}")
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(["ok-1"]))
     result = ragexp(
@@ -71,4 +72,4 @@ def test_an_experiment_named_with_a_secret_is_refused_in_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ragexp: error: experiment:"), result.stderr
     assert "secret" in lines[0] and SECRET not in result.stderr
-    assert not Path(store_uri.removeprefix("sqlite:///")).exists()  # nothing was created
+    assert not Path(no_store_uri.removeprefix("sqlite:///")).exists()  # nothing was created

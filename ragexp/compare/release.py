@@ -42,7 +42,7 @@ from ragexp.compare.summary import SUMMARY_CASES, Links, diff_summary, gate_summ
 from ragexp.compare.versions import on_versions
 from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
-from ragexp.errors import ConfigError, PromotionConflict, TrackingError
+from ragexp.errors import ConfigError, PromotionConflict, TrackingError, UnknownRunError
 from ragexp.outputs import check_writable, write_file
 from ragexp.phrases import user_language
 from ragexp.secrets import mask_url
@@ -122,12 +122,12 @@ def _both_known(store: Store, selector: Any, baseline: str, candidate: str) -> R
     so one line names every unknown run."""
     try:
         return store.get_run(candidate)
-    except TrackingError:
+    except UnknownRunError:
         if selector.kind != "run":
             raise
         try:
             store.get_run(baseline)
-        except TrackingError:
+        except UnknownRunError:
             raise TrackingError(
                 f"unknown runs '{baseline}' (baseline) and '{candidate}' (candidate) in tracking store "
                 f"{mask_url(store.uri)}"

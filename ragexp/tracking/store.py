@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from ragexp import limits
-from ragexp.errors import StoreUnreachable, TrackingError
+from ragexp.errors import StoreUnreachable, TrackingError, UnknownRunError
 from ragexp.secrets import mask_url, scrub, scrub_mapping
 from ragexp.tracking.records import CONNECTION_LOST, database_error, one_line, store_os_error
 from ragexp.tracking.records import TAG_PREFIX as TAG_PREFIX  # re-exported: where callers have always found them
@@ -505,7 +505,7 @@ class Store:
             except MlflowException as exc:
                 # A store that does not answer is not a run that does not exist.
                 if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                    raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}") from None
+                    raise UnknownRunError(f"unknown run '{run_id}' in tracking store {self.uri}") from None
                 raise
         return _record(run)
 

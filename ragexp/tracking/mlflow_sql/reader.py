@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import unquote, urlsplit
 
-from ragexp.errors import TrackingError
+from ragexp.errors import TrackingError, UnknownRunError
 from ragexp.tracking.mlflow_sql.schema import REVISION_SQL, Declined, check_mlflow, check_revision
 from ragexp.tracking.records import RunRecord, store_os_error
 
@@ -151,14 +151,14 @@ class SqliteReader:
         self.check()
         rows = self._rows(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE run_uuid = ?", [run_id])
         if not rows:
-            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+            raise UnknownRunError(f"unknown run '{run_id}' in tracking store {self.uri}")
         return self._complete(rows)[0]
 
     def read_artifact(self, run_id: str, path: str) -> bytes:
         self.check()
         rows = self._rows("SELECT artifact_uri FROM runs WHERE run_uuid = ?", [run_id])
         if not rows:
-            raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+            raise UnknownRunError(f"unknown run '{run_id}' in tracking store {self.uri}")
         root = local_folder(str(rows[0][0] or ""))
         if root is None:
             raise Declined()

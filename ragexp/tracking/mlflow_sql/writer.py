@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ragexp import limits
-from ragexp.errors import TrackingError
+from ragexp.errors import TrackingError, UnknownRunError
 from ragexp.tracking.mlflow_sql.reader import SqliteReader, local_folder
 from ragexp.tracking.mlflow_sql.schema import Declined
 from ragexp.tracking.records import database_error, store_os_error
@@ -209,7 +209,7 @@ class SqliteWriter(SqliteReader):
         with self._writing(f"tagging run {run_id}") as db:
             stage = db.execute("SELECT lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
             if stage is None:
-                raise TrackingError(f"unknown run '{run_id}' in tracking store {self.uri}")
+                raise UnknownRunError(f"unknown run '{run_id}' in tracking store {self.uri}")
             if stage[0] != ACTIVE:
                 raise Declined()
             db.executemany(
