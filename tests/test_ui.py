@@ -322,7 +322,9 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     lead there, beside the runs of its attribution."""
     from ragexp.demo import BASELINE_NAME, CANDIDATE_NAME
 
-    done = ragexp("demo", "--store", str(tmp_path / "mlruns"))  # the store the test's UI server serves
+    # The store the test's UI server serves, which `ragexp demo` makes itself in an empty folder.
+    Path(store_uri.removeprefix("sqlite:///")).unlink()
+    done = ragexp("demo", "--store", str(tmp_path / "mlruns"))
     assert done.code == 0, done.stderr
     ids = dict(
         line.split(" run: ")
