@@ -13,6 +13,7 @@ import signal
 import socket
 import ssl
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -196,31 +197,52 @@ async def _send(
 
 
 async def read_capped(response: Body, cap: int) -> bytes:
-    """The whole body, refused past ``cap`` bytes without reading further."""
+    """The whole body, refused past ``cap`` bytes without reading further. A gzip or deflate body
+    is decoded here, from the raw bytes, so that one cut in transit is told from a whole one."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if isinstance(response, httpx.Response) and encoding in _WBITS:
+        return await _read_compressed(response, cap, encoding)
     chunks, size = [], 0
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > cap:
             raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
         chunks.append(chunk)
-    cut = _cut_encoding(response)
-    if cut is not None:
-        raise BadReply(cut)
     return b"".join(chunks)
 
 
-def _cut_encoding(response: Body) -> str | None:
-    """Why a compressed body that was read to its end is not whole: its gzip or deflate stream
-    stops before its own end (a body cut in transit decodes to a part, often nothing, which
-    would read as an empty or broken reply). None when whole, or when the decoder does not say."""
-    decoder = getattr(response, "_decoder", None)
-    stream = getattr(decoder, "decompressor", None)
-    if stream is None or getattr(stream, "eof", True):
-        return None
-    encoding = response.headers.get("content-encoding", "compressed")
-    arrived = getattr(response, "num_bytes_downloaded", None)
-    size = f"{arrived:,} bytes arrived" if isinstance(arrived, int) else "the body arrived"
-    return f"response is cut: {size} as Content-Encoding {encoding}, and the compressed stream does not end"
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+"""zlib's window bits per Content-Encoding it decodes (deflate: zlib-wrapped, else raw)."""
+
+
+async def _read_compressed(response: httpx.Response, cap: int, encoding: str) -> bytes:
+    """A gzip or deflate body decoded with the standard library: a stream that stops before its own
+    end is a cut reply (it would decode to a part, often nothing: an empty or broken reply)."""
+    stream = zlib.decompressobj(_WBITS[encoding])
+    chunks, size, arrived = [], 0, 0
+    async for raw in response.aiter_raw():
+        arrived += len(raw)
+        try:
+            chunk = stream.decompress(raw)
+        except zlib.error as exc:
+            if encoding != "deflate" or arrived != len(raw):
+                # As httpx's own decoder says it: the reply could not be decoded, that case's error.
+                raise httpx.DecodingError(str(exc), request=response.request) from None
+            stream = zlib.decompressobj(-zlib.MAX_WBITS)  # raw deflate, as some servers send it
+            try:
+                chunk = stream.decompress(raw)
+            except zlib.error as again:
+                raise httpx.DecodingError(str(again), request=response.request) from None
+        size += len(chunk)
+        if size > cap:
+            raise BadReply(f"response is larger than max_response_bytes ({cap:,} bytes)")
+        chunks.append(chunk)
+    if not stream.eof:
+        raise BadReply(
+            f"response is cut: {arrived:,} bytes arrived as Content-Encoding {encoding}, "
+            "and the compressed stream does not end"
+        )
+    return b"".join(chunks)
 
 
 async def read_start(response: httpx.Response, cap: int) -> bytes:

@@ -265,7 +265,8 @@ def test_a_server_ci_started_is_not_started_twice(tmp_path: Path) -> None:
 
 def test_make_test_runs_the_suite_script_and_test_fast_needs_no_server() -> None:
     def recipe(target: str) -> str:
-        done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True)
+        # --no-print-directory: under a make of its own (CI's `make test`), make names the folder it enters.
+        done = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -279,7 +280,11 @@ def test_make_test_runs_the_suite_script_and_test_fast_needs_no_server() -> None
 
 def test_the_first_set_up_says_each_step(tmp_path: Path) -> None:
     done = subprocess.run(
-        ["make", "-n", "setup", f"VENV={tmp_path}/venv"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "setup", f"VENV={tmp_path}/venv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     steps = [line for line in done.stdout.splitlines() if line.startswith('echo "set-up')]
     assert [line.split(":")[0] for line in steps] == [

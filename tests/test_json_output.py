@@ -100,6 +100,7 @@ def test_every_commands_json_is_strict_on_data_with_non_finite_values(
         "calibrate": [["calibrate", cand, "--json"]],
         "label": [["label", cand, "--json"], ["label", "export", cand, "--out", str(tmp_path / "l.jsonl"), "--json"]],
         "shadow": [["shadow", *SHADOW, "--json"]],
+        "datasets": [["datasets", "diff", base, cand, "--json"]],
     }
     from tests.pipelines.traffic import write_production
 
@@ -123,11 +124,13 @@ def test_every_commands_json_is_strict_on_data_with_non_finite_values(
     # What the non-finite numbers became: null, with the reason where a figure is missing.
     diff = outputs["diff"][0]
     mrr = next(m for m in diff["metrics"] if m["name"] == "mrr")
-    assert mrr["candidate"] == 1.7976931348623157e308  # MLflow's store holds +inf as the largest float
+    # The run's own logged figure; the compared means are over the pairs, from each case's score.
+    assert mrr["candidate_own"] == 1.7976931348623157e308  # MLflow's store holds +inf as the largest float
+    assert mrr["candidate"] == 0.5 and mrr["pairing"]["pairs"] == 3
     assert (mrr["ci_low"], mrr["ci_high"]) == (None, None)
     assert mrr["why_missing"]["ci"] == "too few pairs for the paired test to bound the interval at this confidence"
     recall = next(m for m in diff["metrics"] if m["name"] == "recall_at_k")
-    assert recall["baseline"] is None
+    assert recall["baseline_own"] is None
     listed = {row["run_id"]: row["metrics"] for row in outputs["runs"][0]["runs"]}
     assert listed[base]["recall_at_k"] is None
 

@@ -163,6 +163,14 @@ def test_every_store_command_takes_both_spellings_with_one_precedence(
     both("report", cand, "--out", str(tmp_path / "report"), check=lambda r: None)
     both("calibrate", cand, "--json", check=lambda r: None)
     both("label", "export", cand, "--out", str(tmp_path / "labels.jsonl"), "--json", check=lambda r: None)
+    both(
+        "datasets",
+        "diff",
+        base,
+        cand,
+        "--json",
+        check=lambda r: r.json()["unchanged"] == 8 or pytest.fail(r.stdout),
+    )
     from tests.pipelines.traffic import write_production
     from tests.test_json_output import SHADOW
 

@@ -248,7 +248,7 @@ def test_demo_pair_diff_words_what_changed_and_the_gate_that_ran(ragexp: Any, tm
     assert said.startswith("recall and MRR down: look at parsing, chunking and recall first (")
     assert f"  - {said}" in out.splitlines() and f"likely stage: {said}." in out.splitlines()
 
-    # The report's first section: what changed, case by case, as diff counts it.
+    # The report leads with the gate's verdict, then what changed, case by case, as diff counts it.
     assert (
         ragexp(
             "report", cand, "--baseline", base, "--tracking-uri", uri, "--language", "en", "--out", str(tmp_path / "r")
@@ -257,7 +257,7 @@ def test_demo_pair_diff_words_what_changed_and_the_gate_that_ran(ragexp: Any, tm
     )
     report = (tmp_path / "r/report.md").read_text(encoding="utf-8")
     sections = re.findall(r"^## (.+)$", report, flags=re.M)
-    assert sections[0] == "What changed"
+    assert sections[:2] == ["Verdict", "What changed"]
     changed = report[report.index("## What changed") : report.index("## Identity")]
     counts = {
         cells[0]: (int(cells[1]), int(cells[2]))
