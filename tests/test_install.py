@@ -117,7 +117,7 @@ def test_the_wheel_and_the_checkout_compose_the_same_configs(bin_dir: Path, tmp_
         system = f"provider.system.url={service}"
         combinations = [
             [],
-            ["provider=npu", "metrics=core", "dataset=scifacts_zh", *urls],
+            ["provider=npu", "system=replay", "metrics=core", "dataset=scifacts_zh", *urls],
             ["provider=npu", "system=http", "metrics=core", system, *urls],
             ["provider=replay_judge", "metrics=full", "dataset=scifacts_zh", *urls],
             ["provider=fake", "metrics=retrieval", "gates=release_stat", "k=3"],

@@ -236,6 +236,7 @@ def test_mindie_kind_tei_embeddings_and_chinese_prompts(ragexp: Any, store_uri: 
     with serve(JUDGE, "--tls-cert", str(cert), "--tls-key", str(key)) as url:
         base = [
             "provider=npu",
+            "system=replay",  # the recorded outputs of the dataset (provider=npu alone: the sample system)
             "dataset=scifacts_columns",
             "metrics=core",
             f"provider.judge.base_url={url}",

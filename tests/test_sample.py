@@ -251,15 +251,28 @@ def test_demo_end_to_end(ragexp: Any, tmp_path: Path) -> None:
         line.split()[-1] for line in again.stdout.splitlines() if line.startswith(("baseline run:", "candidate run:"))
     ]
     assert len(ids) == 2 and not set(ids) & {base.info.run_id, cand.info.run_id}
-    listing = subprocess.run(
-        [str(script), "runs", "--experiment", "ragexp-demo", "--tracking-uri", uri, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    listed = json.loads(listing.stdout)["runs"]
-    demo_runs = {run["run_id"] for run in listed if not run["name"].startswith("attribution ")}
-    assert demo_runs == set(ids) and len(listed) == 4  # only the new demo's runs and their attribution cells
+
+    def runs(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), "runs", "--experiment", "ragexp-demo", "--tracking-uri", uri, *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # Only the new demo's runs: its two attribution cells are left out unless --cells, and counted.
+    plain = runs("--json")
+    assert plain.returncode == 0, plain.stderr
+    assert {run["run_id"] for run in json.loads(plain.stdout)["runs"]} == set(ids)
+    assert json.loads(plain.stdout)["cells_left_out"] == 2
+    said = runs()
+    assert said.returncode == 0, said.stderr
+    assert "2 attribution cell run(s) of diff --attribute not listed (--cells lists them)" in said.stderr
+    with_cells = json.loads(runs("--cells", "--json").stdout)
+    listed = with_cells["runs"]
+    cells = [run for run in listed if run["name"].startswith("attribution ")]
+    assert {run["run_id"] for run in listed if run not in cells} == set(ids)
+    assert len(listed) == 4 and len(cells) == 2 and with_cells["cells_left_out"] == 0
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")

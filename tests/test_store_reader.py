@@ -100,12 +100,14 @@ def test_reads_match_mlflow(history: dict[str, Any], store_uri: str) -> None:
     assert ragexp_id is not None
     assert direct.experiment_name(ragexp_id) == "ragexp"
     first = mlflow.get_run(history["fake"])
+    newest = max(r.start_time for r in mlflow.iter_runs(mlflow.experiment_ids()))
     filters = [
         "",
         "attributes.status = 'FINISHED'",
         tag_filter("role", "production"),
         f"{tag_filter('role', 'production')} and attributes.status = 'FINISHED'",
         f"attributes.status = 'FINISHED' and attributes.start_time > {first.start_time}",
+        f"attributes.status = 'FINISHED' and attributes.start_time < {newest}",  # compare/select.py
         f"tags.`{TAG_PREFIX}config_hash` LIKE '{first.tag('config_hash')[:6]}%'",
         f"tags.`{TAG_PREFIX}config_hash` LIKE '{first.tag('config_hash')[:6].upper()}%'",  # case-sensitive
     ]

@@ -50,6 +50,7 @@ _CLAUSES: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(r"attributes\.status\s*=\s*" + _QUOTED), "runs.status = ?"),
     (re.compile(r"attributes\.start_time\s*>\s*(\d+)"), "runs.start_time > ?"),
+    (re.compile(r"attributes\.start_time\s*<\s*(\d+)"), "runs.start_time < ?"),
 ]
 _AND = re.compile(r"\s+and\s+", re.IGNORECASE)
 
