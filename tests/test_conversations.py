@@ -547,8 +547,9 @@ def test_a_long_conversations_traces_grow_with_its_turns_not_their_square(
     assert result.code == 0, result.stderr
     client = MlflowClient(store_uri)
     experiment = client.get_experiment_by_name("ragexp").experiment_id
+    name = f"long@{result.json()['run_id']}"  # the session names the conversation and the run
     session = client.search_traces(
-        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = 'long'", max_results=50
+        locations=[experiment], filter_string=f"metadata.`{TraceMetadataKey.TRACE_SESSION}` = '{name}'", max_results=50
     )
     assert len(session) == turns
     shown = {}

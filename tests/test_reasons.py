@@ -13,7 +13,7 @@ import pytest
 
 from ragexp.phrases import t
 from tests.conftest import write_jsonl
-from tests.test_traces import case_id, feedback, rows_of, traces_of
+from tests.test_traces import RETRIEVAL, case_id, feedback, rows_of, traces_of
 
 OFFLINE = ("recall_at_k", "mrr", "ndcg_at_k", "citation_precision", "answer_accuracy")
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -94,13 +94,25 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     assert refused["citation_precision"] == "no citation, as an unanswerable case should"
     assert refused["answer_accuracy"] == 'refusal phrase found: "没有足够证据"'
 
-    # The trace assessments carry the same words, the rule once.
-    traces = {case_id(trace): feedback(trace) for trace in traces_of(store_uri, run_id)}
+    # The trace assessments carry the same words. An unanswerable case has no assessment of a
+    # metric averaged over the answerable cases (the UI's mean is the run's): its row's scores
+    # and the rule, once, are the trace's ``ragexp.outside_mean`` metadata.
+    found = traces_of(store_uri, run_id)
+    traces = {case_id(trace): feedback(trace) for trace in found}
     assert set(traces) == set(rows)
     for case, row in rows.items():
-        for name in OFFLINE:
+        kept = [name for name in OFFLINE if not (row["unanswerable"] and name in RETRIEVAL)]
+        assert set(traces[case]) >= set(kept), case
+        for name in kept:
             assert traces[case][name].rationale == row["rationale"][name], (case, name)
-    assert traces["refused"]["recall_at_k"].rationale.count(rule) == 1
+    assert not set(traces["refused"]) & RETRIEVAL
+    outside = {case_id(trace): trace.info.trace_metadata.get("ragexp.outside_mean") for trace in found}
+    scores = rows["refused"]["metrics"]
+    assert outside["refused"] == (
+        ", ".join(f"{name} {scores[name]:g}" for name in sorted(RETRIEVAL, key=list(scores).index)) + f": {rule}"
+    )
+    assert outside["refused"].count(rule) == 1
+    assert outside["mixed"] is None and outside["perfect"] is None
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
@@ -165,11 +177,28 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
                     missed_named += 1
     assert missed_named > 0  # the candidate misses some: the check above ran
 
-    # On the trace: the same rationale, read back through MLflow's client.
-    traces = {case_id(trace): feedback(trace) for trace in traces_of(store_uri, cand_id)}
+    # On the trace: the same rationale, read back through MLflow's client. An unanswerable case
+    # has no retrieval assessment (outside the run's mean): its row's scores and the rule, in
+    # Chinese, are the trace's ``ragexp.outside_mean`` metadata.
+    found = traces_of(store_uri, cand_id)
+    traces = {case_id(trace): feedback(trace) for trace in found}
+    outside = {case_id(trace): trace.info.trace_metadata.get("ragexp.outside_mean") for trace in found}
+    assert set(traces) == set(cand_rows)
+    unanswerable = [case for case, row in cand_rows.items() if row["unanswerable"]]
+    assert unanswerable  # the check below runs
     for case, row in cand_rows.items():
-        for name in OFFLINE:
+        kept = [name for name in OFFLINE if not (row["unanswerable"] and name in RETRIEVAL)]
+        for name in kept:
             assert traces[case][name].rationale == row["rationale"][name], (case, name)
+        if row["unanswerable"]:
+            assert not set(traces[case]) & RETRIEVAL, case
+            scores = row["metrics"]
+            assert outside[case] == (
+                ", ".join(f"{name} {scores[name]:g}" for name in sorted(RETRIEVAL, key=list(scores).index))
+                + f": {t('unanswerable_row', 'zh')}"
+            ), case
+        else:
+            assert outside[case] is None, case
 
     # diff --json: each side of a per-case row has its run's rationale.
     diff = ragexp("diff", base_id, cand_id, "--json")
@@ -179,11 +208,13 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
     for entry in cases:
         for side, rows in (("baseline", base_rows), ("candidate", cand_rows)):
             assert entry[side]["rationale"] == rows[entry["id"]]["rationale"], (entry["id"], side)
-    # The terminal rows show the rationale of each metric the case moved on.
+    # The terminal rows are English: they name the language the runs wrote their reasons in and
+    # where to read them, and do not mix the Chinese reasons in.
     shown = ragexp("diff", base_id, cand_id)
     first = cases[0]
     moved = next(n for n, v in first["metrics"].items() if v["baseline"] != v["candidate"])
-    assert f"{moved}: {first['candidate']['rationale'][moved]}" in shown.stdout
+    assert "the runs wrote their reasons in zh" in shown.stdout
+    assert first["candidate"]["rationale"][moved] not in shown.stdout
 
     # The report's "what changed" carries the candidate's words for a case that moved.
     out = tmp_path / "report"
@@ -191,6 +222,6 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
     assert made.code == 0, made.stderr
     md = (out / "report.md").read_text(encoding="utf-8")
     sections = re.split(r"^## ", md, flags=re.M)
-    changed = sections[1]
-    assert changed.startswith(t("what_changed", "zh"))
+    # The verdict comes first; "what changed" is a section of its own after it.
+    (changed,) = [section for section in sections[1:] if section.startswith(t("what_changed", "zh"))]
     assert f"{moved}: {first['candidate']['rationale'][moved]}" in changed

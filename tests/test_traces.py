@@ -68,6 +68,34 @@ def feedback(trace: Any) -> dict[str, Any]:
     return {a.name: a for a in trace.info.assessments if a.feedback is not None}
 
 
+def expected_marks(rows: dict[str, dict[str, Any]]) -> int:
+    """The feedback assessments a run's traces hold: each case's scored metrics, less the
+    retrieval ones of an unanswerable case (averaged over the answerable cases only)."""
+    marks = 0
+    for row in rows.values():
+        scored = {name for name, value in row["metrics"].items() if value is not None and value == value}
+        marks += len(scored - RETRIEVAL if row["unanswerable"] else scored)
+    return marks
+
+
+def assert_outside_mean(traces: list[Any], rows: dict[str, dict[str, Any]]) -> None:
+    """An unanswerable case's trace: no retrieval assessment, its row's scores and the rule in
+    its ``ragexp.outside_mean`` metadata; an answerable case's trace has no such metadata."""
+    assert any(row["unanswerable"] for row in rows.values())  # the check below runs
+    for trace in traces:
+        row = rows[case_id(trace)]
+        said = trace.info.trace_metadata.get("ragexp.outside_mean")
+        if not row["unanswerable"]:
+            assert said is None, case_id(trace)
+            continue
+        assert not set(feedback(trace)) & RETRIEVAL, case_id(trace)
+        scores = row["metrics"]
+        assert said is not None and said.startswith(
+            ", ".join(f"{name} {scores[name]:g}" for name in sorted(RETRIEVAL, key=list(scores).index))
+        ), (case_id(trace), said)
+        assert said.endswith((t("unanswerable_row", "en"), t("unanswerable_row", "zh"))), said
+
+
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_case_is_a_trace_whose_assessments_average_to_the_summary(
     ragexp: Any, store_uri: str, tmp_path: Path
@@ -262,12 +290,16 @@ def test_six_parallel_runs_lose_no_trace(store_uri: str, tmp_path: Path) -> None
     ]
     outputs = [proc.communicate(timeout=600) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), [err for _, err in outputs]
-    for out, _ in outputs:
-        traces = traces_of(store_uri, json.loads(out)["run_id"])
+    for n, (out, _) in enumerate(outputs):
+        run_id = json.loads(out)["run_id"]
+        traces = traces_of(store_uri, run_id)
         assert len({case_id(t) for t in traces}) == len(traces) == 25
-        assert (
-            sum(len(feedback(t)) for t in traces) == 25 * 5
-        )  # an unanswerable case carries its own retrieval scores too
+        (tmp_path / f"rows-{n}").mkdir()
+        rows = rows_of(store_uri, run_id, tmp_path / f"rows-{n}")
+        # Every scored metric of every case, but an unanswerable case's retrieval scores: those
+        # are its trace's ``ragexp.outside_mean`` metadata, not assessments.
+        assert sum(len(feedback(t)) for t in traces) == expected_marks(rows) < 25 * 5
+        assert_outside_mean(traces, rows)
 
 
 @pytest.mark.system
@@ -292,10 +324,14 @@ def test_traces_on_the_tracking_server(ragexp: Any, monkeypatch: pytest.MonkeyPa
     experiment = f"ragexp-test-traces-{os.getpid()}-{tmp_path.name}"
     result = ragexp("run", "provider=replay", "dataset=scifacts_zh", f"experiment={experiment}", "--json")
     assert result.code == 0, result.stderr
-    traces = traces_of(server, result.json()["run_id"])
+    run_id = result.json()["run_id"]
+    traces = traces_of(server, run_id)
     assert len({case_id(t) for t in traces}) == len(traces) == 25
     marks = [a for t in traces for a in t.info.assessments if a.feedback is not None]
-    assert len(marks) == 25 * 5  # every case its 5 metrics, an unanswerable one its own row's retrieval scores
+    # Every case its scored metrics; an unanswerable one's retrieval scores are its metadata instead.
+    rows = rows_of(server, run_id, tmp_path)
+    assert len(marks) == expected_marks(rows) < 25 * 5
+    assert_outside_mean(traces, rows)
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
