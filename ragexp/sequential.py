@@ -367,21 +367,10 @@ def run_until_decided(
         batch, seed = batch_size(config.sequential.batch, total), config.sequential.seed
     base = load_run(store, baseline_id)
     check_baseline(plan, base)
-    tags = {
-        PREFIX + "total": str(total),
-        PREFIX + "batch": str(batch),
-        PREFIX + "seed": str(seed),
-        PREFIX + "baseline": baseline_id,
-        PREFIX + "evaluated": "0",
-        PREFIX + "gates": limits.fit(limits.TAG_VALUE, config.gates.name),
-    }
+    tags = _sequential_tags(plan, total, batch, seed, baseline_id)
     if unscreened(plan.dataset):
         tags[DRAFT_TAG] = "true"
-    # Traffic is asked stratum by stratum in proportion, so every batch is a small sample of each.
-    order = (
-        stratified_order(plan.traffic, seed) if plan.traffic is not None else evaluation_order(plan.dataset.cases, seed)
-    )
-    batches = Batches(base, order, batch, store)
+    batches = Batches(base, _order(plan, seed), batch, store)
     outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=tags, evaluate=batches)
     if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
         raise RuntimeError("the sequential evaluation did not run")
@@ -399,19 +388,29 @@ def execute_until_decided(
     total = len(plan.dataset.cases)
     config = plan.config
     batch, seed = batch_size(config.sequential.batch, total), config.sequential.seed
-    own = {
+    own = _sequential_tags(plan, total, batch, seed, baseline_id)
+    batches = Batches(base, _order(plan, seed), batch, store)
+    outcome = execute(plan, store, tags={**(tags or {}), **own}, evaluate=batches)
+    if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
+        raise RuntimeError("the sequential evaluation did not run")
+    return SequentialEvaluation(Evaluation(plan, outcome), batches.outcome)
+
+
+def _sequential_tags(plan: Plan, total: int, batch: int, seed: int, baseline_id: str) -> dict[str, str]:
+    """The tags a sequential run starts with (``evaluated`` grows as batches are scored)."""
+    return {
         PREFIX + "total": str(total),
         PREFIX + "batch": str(batch),
         PREFIX + "seed": str(seed),
         PREFIX + "baseline": baseline_id,
         PREFIX + "evaluated": "0",
-        PREFIX + "gates": limits.fit(limits.TAG_VALUE, config.gates.name),
+        PREFIX + "gates": limits.fit(limits.TAG_VALUE, plan.config.gates.name),
     }
-    order = (
-        stratified_order(plan.traffic, seed) if plan.traffic is not None else evaluation_order(plan.dataset.cases, seed)
-    )
-    batches = Batches(base, order, batch, store)
-    outcome = execute(plan, store, tags={**(tags or {}), **own}, evaluate=batches)
-    if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
-        raise RuntimeError("the sequential evaluation did not run")
-    return SequentialEvaluation(Evaluation(plan, outcome), batches.outcome)
+
+
+def _order(plan: Plan, seed: int) -> list[int]:
+    """The order a sequential run asks its cases in: traffic stratum by stratum in proportion (every
+    batch a small sample of each stratum), a dataset file a conversation at a time."""
+    if plan.traffic is not None:
+        return stratified_order(plan.traffic, seed)
+    return evaluation_order(plan.dataset.cases, seed)
