@@ -61,7 +61,7 @@ from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
 from ragexp.secrets import holds, register_url, scrub
-from ragexp.traffic import Traffic, load_traffic, traffic_json
+from ragexp.traffic import TRAFFIC_ARTIFACT, Traffic, load_traffic, traffic_json
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -614,9 +614,6 @@ def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
     )
     if plan.traffic is not None:
         store.log_files(run_id, {TRAFFIC_ARTIFACT: traffic_json(plan.traffic)})
-
-
-TRAFFIC_ARTIFACT = "traffic.json"
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> bool:

@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ragexp import strict_json
 from ragexp.compare.data import load_run
-from ragexp.compare.strata import MetricStrata, aligned, by_stratum
+from ragexp.compare.shadow_pair import PAIR_TAG, compare_pair
+from ragexp.compare.strata import MetricStrata
 from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig, ReplaySystemConfig
 from ragexp.config.tracking import chosen_uri
@@ -38,8 +37,6 @@ SHADOW_TAG = TAG_PREFIX + "shadow"
 """On both runs of a shadow: the production experiment the traffic was read from."""
 ROLE_TAG = TAG_PREFIX + "shadow.role"
 """``production`` (the replay of what production answered) or ``candidate``."""
-PAIR_TAG = TAG_PREFIX + "shadow.production"
-"""On the candidate: the production run it is compared with."""
 WORST_TAG = TAG_PREFIX + "shadow.worst_stratum"
 """On the candidate: the stratum with the largest credible regression of the first metric."""
 SHADOW_ARTIFACT = "shadow.json"
@@ -139,47 +136,12 @@ def compare_strata(
     store: Store, production: str, candidate: str, traffic: Traffic, config: RagexpConfig
 ) -> list[MetricStrata]:
     """Every metric both runs scored, compared overall and per stratum of the traffic."""
-    base, cand = load_run(store, production), load_run(store, candidate)
-    order = [case.id for case in traffic.dataset.cases]
-    strata = [traffic.strata[case_id] for case_id in order]
-    conversations = [case.conversation for case in traffic.dataset.cases]
-    units = None
-    if any(conversation is not None for conversation in conversations):
-        labels: dict[str, int] = {}
-        units = np.array(
-            [labels.setdefault(c if c is not None else f"\0{i}", len(labels)) for i, c in enumerate(conversations)]
-        )
-    base_values = aligned(base.case_ids, base.scores, order)
-    cand_values = aligned(cand.case_ids, cand.scores, order)
-    directions = {spec.name: spec.direction for spec in load_specs(store, candidate)}
     gates = config.gates
-    out = []
-    for name in sorted(set(base_values) & set(cand_values)):
-        if name not in directions:
-            continue
-        out.append(
-            by_stratum(
-                name,
-                directions[name],
-                base_values[name],
-                cand_values[name],
-                strata,
-                units=units,
-                confidence=gates.confidence,
-                resamples=gates.resamples,
-                seed=gates.seed,
-            )
-        )
-    return out
-
-
-def load_specs(store: Store, run_id: str) -> list[Any]:
-    """The specs of the metrics a run scored (built-in and the user's own)."""
-    from ragexp.metrics.registry import METRICS
-
-    record = store.get_run(run_id)
-    names = [name for name in record.tag("metrics").split(",") if name]
-    from ragexp.compare.data import custom_specs
-
-    custom = custom_specs(store, record)
-    return [custom[name] if name in custom else METRICS[name] for name in names if name in custom or name in METRICS]
+    return compare_pair(
+        load_run(store, production),
+        load_run(store, candidate),
+        traffic.strata,
+        confidence=gates.confidence,
+        resamples=gates.resamples,
+        seed=gates.seed,
+    )

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.compare.figures import signed
 from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
 from ragexp.tracking.store import Store
@@ -343,3 +344,189 @@ def test_strata_holm_and_order_worst_first() -> None:
     holes = by_stratum("m", "higher", base, missing, strata, resamples=2000)
     (b,) = [row for row in holes.strata if row.stratum == "b"]
     assert b.stats is None and not b.regressed and b.cases == 20
+
+
+def test_ppi_by_stratum_equals_a_direct_computation() -> None:
+    from ragexp.compare.strata import by_stratum, ppi_by_stratum
+
+    rng = np.random.default_rng(5)
+    n = 90
+    strata = np.array(["a"] * 40 + ["b"] * 35 + ["c"] * 15)
+    judged = rng.normal(-0.05, 0.2, n)
+    judged[3] = np.nan  # a case one run did not score: neither judged nor labelled
+    human = np.where(rng.random(n) < 0.4, judged + rng.normal(-0.03, 0.1, n), np.nan)
+    human[3] = 0.5
+    overall, rows = ppi_by_stratum(judged, human, strata, confidence=0.9, width=1.0, min_labelled=5)
+    z = 1.6448536269514722
+
+    def direct(mask: np.ndarray) -> tuple[int, float, float, float]:
+        j = judged[mask & np.isfinite(judged)]
+        both = mask & np.isfinite(judged) & np.isfinite(human)
+        r = human[both] - judged[both]
+        mean = float(j.mean() + r.mean())
+        half = z * float(np.sqrt(j.var() / j.size + r.var() / r.size))
+        return int(both.sum()), mean, mean - half, mean + half
+
+    for name, (count, estimate) in [("all", overall), *rows.items()]:
+        mask = np.ones(n, dtype=bool) if name == "all" else strata == name
+        labelled, mean, low, high = direct(mask)
+        assert count == labelled
+        if labelled < 5:
+            assert estimate is None
+            continue
+        assert estimate is not None
+        assert (estimate.mean, estimate.ci_low, estimate.ci_high) == pytest.approx((mean, low, high), abs=1e-12)
+        assert estimate.judge_mean == pytest.approx(float(np.nanmean(judged[mask])), abs=1e-12)
+    assert rows["c"][1] is None or rows["c"][0] >= 5
+    # by_stratum carries them on its rows, beside the judged delta
+    base = rng.uniform(0.3, 0.7, n)
+    found = by_stratum(
+        "m",
+        "higher",
+        base,
+        base + judged,
+        strata,
+        resamples=500,
+        confidence=0.9,
+        human=(base, base + human),
+        width=1.0,
+        min_labelled=5,
+    )
+    for row in [found.overall, *found.strata]:
+        count, estimate = overall if row.stratum == "all" else rows[row.stratum]
+        assert row.labelled == count
+        if estimate is None:
+            assert row.ppi is None and row.to_json()["ppi"] is None
+        else:
+            assert row.ppi is not None and row.ppi.mean == pytest.approx(estimate.mean, abs=1e-12)
+            assert row.to_json()["ppi"]["ci_low"] == pytest.approx(estimate.ci_low, abs=1e-12)
+
+
+def test_ppi_by_stratum_covers_the_true_delta_where_the_raw_judge_does_not() -> None:
+    """A small coverage simulation: a judge biased by +0.05 for the candidate; 100 labelled pairs
+    of 400 in each of two strata; the PPI interval covers each stratum's true delta about as often
+    as its confidence says, the judged interval far less often."""
+    from ragexp.compare.strata import ppi_by_stratum
+
+    rng = np.random.default_rng(11)
+    strata = np.array(["a"] * 400 + ["b"] * 400)
+    truth = np.where(strata == "a", -0.05, 0.0)
+    covered = raw_covered = total = 0
+    for _ in range(200):
+        human = truth + rng.normal(0, 0.15, strata.size)
+        judged = human + 0.05 + rng.normal(0, 0.1, strata.size)
+        shown = np.full(strata.size, np.nan)
+        for name in ("a", "b"):
+            pick = rng.choice(np.flatnonzero(strata == name), 100, replace=False)
+            shown[pick] = human[pick]
+        _, rows = ppi_by_stratum(judged, shown, strata, confidence=0.95, width=1.0)
+        for name, (_, estimate) in rows.items():
+            assert estimate is not None
+            target = -0.05 if name == "a" else 0.0
+            covered += estimate.ci_low <= target <= estimate.ci_high
+            j = judged[strata == name]
+            half = 1.96 * j.std() / np.sqrt(j.size)
+            raw_covered += j.mean() - half <= target <= j.mean() + half
+            total += 1
+    assert covered / total >= 0.92
+    assert raw_covered / total < 0.5
+
+
+def test_label_queues_a_stratified_paired_subset_and_diff_corrects_each_stratum(
+    production: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow
+    from mlflow.entities import AssessmentSource
+    from mlflow.genai import review_queues
+
+    from ragexp.traffic import draw
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", production)
+    monkeypatch.chdir(ROOT)
+    args = ["dataset=traces", "dataset.experiment=prod", "dataset.stratify_by=route", "dataset.sample=150"]
+    shadow = invoke("shadow", *args, *CANDIDATE, GROUNDED, "--experiment", "prod-labelled", "--json")
+    assert shadow.code == 0, shadow.stderr
+    prod_run, cand_run = shadow.json()["production"]["run_id"], shadow.json()["candidate"]["run_id"]
+
+    # --- the candidate's traffic.json keeps each case's stratum
+    client = MlflowClient(production)
+    kept = json.loads(Path(client.download_artifacts(cand_run, "traffic.json", str(tmp_path / "t"))).read_text())
+    strata: dict[str, str] = kept["strata"]
+    assert len(strata) == 150
+    route = {trace.info.trace_id: trace.info.tags.get("route") for trace in _traces(production, "prod")}
+    assert all(strata[case] == route[case] for case in strata if "#" not in case)
+
+    # --- ragexp label on the shadow's candidate: a stratified sample of pairs, both answers queued
+    labelled = invoke("label", cand_run, "--metrics", "grounded", "--sample", "110", "--json")
+    assert labelled.code == 0, labelled.stderr
+    queued = labelled.json()
+    members: dict[str, list[str]] = defaultdict(list)
+    for case, stratum in strata.items():
+        members[stratum].append(case)
+    expected = draw(dict(members), 110, 0)
+    counts: dict[str, int] = defaultdict(int)
+    for case in expected:
+        counts[strata[case]] += 1
+    assert queued["pairs_by_stratum"] == dict(sorted(counts.items()))
+    assert queued["traces"] == queued["production"]["traces"] == 110
+    assert queued["production"]["queue_id"] == queued["queue_id"]
+    mlflow.set_tracking_uri(production)
+    items, token = [], None
+    while True:
+        page = review_queues.list_review_queue_items(queued["queue_id"], max_results=100, page_token=token)
+        items += [item.item_id for item in page]
+        token = page.token
+        if not token or not page:
+            break
+    case_of = {tid: client.get_trace(tid).info.trace_metadata["ragexp.case_id"] for tid in items}
+    run_of = {tid: client.get_trace(tid).info.request_metadata.get("mlflow.sourceRun") for tid in items}
+    assert sorted(case_of.values()) == sorted([*expected, *expected])
+    assert {run_of[tid] for tid in items} == {prod_run, cand_run}
+
+    # --- people label both answers of each queued pair (as the Review page writes them)
+    rng = np.random.default_rng(2)
+    human: dict[tuple[str, str], float] = {}
+    for tid in items:
+        value = float(np.round(rng.uniform(0, 1), 3))
+        human[(run_of[tid], case_of[tid])] = value
+        mlflow.log_feedback(
+            trace_id=tid, name="grounded", value=value, source=AssessmentSource(source_type="HUMAN", source_id="ann")
+        )
+
+    # --- diff of the pair: each stratum's judged delta and, beside it, the PPI-corrected one
+    diff = invoke("diff", prod_run, cand_run, "--json")
+    assert diff.code == 0, diff.stderr
+    (metric,) = [m for m in diff.json()["strata"] if m["name"] == "grounded"]
+    base, cand = _rows(production, prod_run, tmp_path), _rows(production, cand_run, tmp_path)
+    z = 1.959963984540054
+    checked = 0
+    for row in [metric["overall"], *metric["strata"]]:
+        cases = [c for c in base if row["stratum"] == "all" or strata[c] == row["stratum"]]
+        judged = np.array([cand[c]["metrics"]["grounded"] - base[c]["metrics"]["grounded"] for c in cases])
+        pairs = [i for i, c in enumerate(cases) if c in expected]
+        rectifier = np.array([human[(cand_run, cases[i])] - human[(prod_run, cases[i])] - judged[i] for i in pairs])
+        assert row["labelled_pairs"] == len(pairs)
+        assert row["delta"] == pytest.approx(float(judged.mean()), abs=1e-12)
+        if len(pairs) < 10:
+            assert row["ppi"] is None
+            continue
+        mean = float(judged.mean() + rectifier.mean())
+        half = z * float(np.sqrt(judged.var() / judged.size + rectifier.var() / rectifier.size))
+        assert (row["ppi"]["delta"], row["ppi"]["ci_low"], row["ppi"]["ci_high"]) == pytest.approx(
+            (mean, mean - half, mean + half), abs=1e-9
+        )
+        checked += 1
+    assert checked >= 5
+    terminal = invoke("diff", prod_run, cand_run)
+    assert terminal.code == 0, terminal.stderr
+    assert "shadow pair by stratum" in terminal.stdout and "PPI delta" in terminal.stdout
+    assert signed(metric["overall"]["ppi"]["delta"]) in terminal.stdout
+
+    # --- the report of the pair has the same table
+    out = tmp_path / "report"
+    report = invoke("report", cand_run, "--baseline", prod_run, "--out", str(out), "--language", "en")
+    assert report.code == 0, report.stderr
+    text = (out / "report.md").read_text()
+    assert "By stratum" in text and "PPI delta" in text
+    assert signed(metric["overall"]["ppi"]["delta"]) in text
+    assert signed(metric["strata"][0]["ppi"]["delta"]) in text or metric["strata"][0]["ppi"] is None

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
     from ragexp.compare.release import BaselinePower, GateOutcome
+    from ragexp.compare.strata import MetricStrata
     from ragexp.compare.sweeps import SweepAnalysis
     from ragexp.draft.review import Accepted
     from ragexp.draft.workflow import DraftedSet, InReview
@@ -422,6 +423,9 @@ def show_diff(result: DiffResult) -> None:
             print(f"  - {terminal(hint.text())}")
     if result.attribution is not None:
         show_attribution(result.attribution)
+    if result.strata is not None:
+        print("\nshadow pair by stratum:")
+        show_strata(result.strata, ("baseline", "candidate"))
     if result.cases:
         _show_regressed_cases(result)
 
@@ -637,9 +641,16 @@ def show_label_queue(queued: Queued) -> None:
         f"review queue '{made.queue}' ({made.queue_id}): {len(made.traces)} of {made.cases} traces of run "
         f"{made.run_id}, {made.kept} already labelled"
     )
+    pair = queued.production
+    if pair is not None:
+        print(f"  and production's answers to the same cases: {len(pair.traces)} traces of run {pair.run_id}")
+        print("  pairs by stratum: " + ", ".join(f"{terminal(k)} {v}" for k, v in queued.strata.items()))
     print(f"questions: {', '.join(made.schemas)}" + (f" (created: {', '.join(made.created)})" if made.created else ""))
     print_queue_link(made.url, queued.base, queued.store_uri)
-    print(f"then: ragexp calibrate {made.run_id}")
+    if pair is not None:
+        print(f"then: ragexp diff {pair.run_id} {made.run_id} (each stratum's delta corrected by the labels)")
+    else:
+        print(f"then: ragexp calibrate {made.run_id}")
 
 
 def show_calibration(calibrated: Calibrated) -> None:
@@ -799,6 +810,45 @@ UNREADABLE_SHOWN = 10
 """Unreadable traces ``ragexp shadow`` lists on the terminal; ``traffic.json`` lists every one."""
 
 
+def show_strata(metrics: list[MetricStrata], roles: tuple[str, str] = ("production", "candidate")) -> None:
+    """Each metric overall and per stratum, worst first; with people's labels, the
+    prediction-powered delta and its interval beside the judged one."""
+    for metric in metrics:
+        every = [metric.overall, *metric.strata]
+        labelled = any(row.labelled for row in every)
+        rows = []
+        for row in every:
+            stats = row.stats
+            cells = [
+                row.stratum,
+                str(stats.n if stats else 0),
+                fmt(row.baseline),
+                fmt(row.candidate),
+                signed(stats.delta) if stats else "—",
+                f"[{signed(stats.ci_low)}, {signed(stats.ci_high)}]" if stats else "—",
+                fmt(row.p_holm) if row.p_holm is not None else "",
+                "regressed" if row.regressed else "",
+            ]
+            if labelled:
+                ppi = row.ppi
+                cells[-1:-1] = [
+                    str(row.labelled),
+                    signed(ppi.mean) if ppi else "—",
+                    f"[{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]" if ppi else "—",
+                ]
+            rows.append(cells)
+        print()
+        print(f"{terminal(metric.name)} (higher is better)" if metric.direction == "higher" else terminal(metric.name))
+        headers = ["stratum", "paired", *roles, "judged delta", "interval", "p (Holm)", ""]
+        align = "lrrrrrrl"
+        if labelled:
+            headers[-1:-1] = ["labelled", "PPI delta", "PPI interval"]
+            align = "lrrrrrrrrrl"
+        print(table(headers, rows, align))
+        if labelled:
+            print("PPI: the judged delta corrected by the labelled pairs (people's difference - the judge's)")
+
+
 def show_shadow(outcome: ShadowOutcome) -> None:
     """``ragexp shadow``: the two runs, then each metric overall and per stratum, worst first."""
     traffic = outcome.traffic
@@ -809,26 +859,7 @@ def show_shadow(outcome: ShadowOutcome) -> None:
         print(f"  ... {len(traffic.unreadable) - UNREADABLE_SHOWN} more in traffic.json")
     print(f"production run {outcome.production.run_id}, candidate run {outcome.candidate.run_id}")
     print(f"  experiment {terminal(outcome.experiment)}")
-    for metric in outcome.metrics:
-        rows = []
-        for row in [metric.overall, *metric.strata]:
-            stats = row.stats
-            rows.append(
-                [
-                    row.stratum,
-                    str(stats.n if stats else 0),
-                    fmt(row.baseline),
-                    fmt(row.candidate),
-                    signed(stats.delta) if stats else "—",
-                    f"[{signed(stats.ci_low)}, {signed(stats.ci_high)}]" if stats else "—",
-                    fmt(row.p_holm) if row.p_holm is not None else "",
-                    "regressed" if row.regressed else "",
-                ]
-            )
-        print()
-        print(f"{terminal(metric.name)} (higher is better)" if metric.direction == "higher" else terminal(metric.name))
-        headers = ["stratum", "paired", "production", "candidate", "delta", "interval", "p (Holm)", ""]
-        print(table(headers, rows, "lrrrrrrl"))
+    show_strata(outcome.metrics)
     worst = outcome.worst
     print()
     print(f"largest credible regression: stratum {terminal(worst)}" if worst else "no stratum credibly regressed")

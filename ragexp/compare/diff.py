@@ -16,6 +16,7 @@ from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cas
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
 from ragexp.compare.stats import paired, paired_by_unit, unit_means
+from ragexp.compare.strata import MetricStrata
 from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
@@ -196,6 +197,9 @@ class DiffResult:
     bridge: dict[str, Any] | None = None
     """``--bridge-judge``: what bridged the runs' judges (:class:`ragexp.compare.bridge.Bridge`'s
     JSON); None without it."""
+    strata: list[MetricStrata] | None = None
+    """A shadow pair (``ragexp shadow``'s production and candidate): each metric by stratum, with
+    the delta corrected by people's labels beside the judged one; None for any other pair."""
 
     def metric(self, name: str) -> MetricDiff | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -213,6 +217,7 @@ class DiffResult:
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
             **({"bridge": self.bridge} if self.bridge is not None else {}),
+            **({"strata": [m.to_json() for m in self.strata]} if self.strata is not None else {}),
             **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
         }
 

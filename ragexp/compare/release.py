@@ -194,6 +194,9 @@ def compare_runs(
     )
     if bridge is not None:
         result.bridge = bridge.to_json()
+    from ragexp.compare.shadow_pair import pair_strata
+
+    result.strata = pair_strata(store, base, cand, confidence=confidence, resamples=resamples, seed=seed)
     for row in agreement_changes(base, cand):
         say(agreement_line(row))
     if summary_path:

@@ -10,7 +10,7 @@ labelled cases a random subset of the run, as prediction-powered inference requi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -196,8 +196,10 @@ def create_label_queue(
     sample: int | None = None,
     seed: int = 0,
     queue: str | None = None,
+    cases: Collection[str] | None = None,
 ) -> LabelQueue:
-    """Label schemas and a review queue holding (a sample of) the run's traces."""
+    """Label schemas and a review queue holding (a sample of) the run's traces; ``cases``: the
+    traces of these case ids instead of a sample (both runs of a shadow pair, the same cases)."""
     if sample is not None and sample < 1:
         raise ConfigError(f"--sample: expected at least 1 case, got {sample}")
     name = check_queue_name(queue if queue is not None else f"ragexp {run_id}")
@@ -213,7 +215,8 @@ def create_label_queue(
         raise TrackingError(f"run {run_id} has no case traces in {store.uri}: nothing to put in a review queue")
     order = {case: i for i, case in enumerate(_case_order(store, record))}
     infos.sort(key=lambda info: order.get(reviewed.case_id(info) or "", len(order)))
-    chosen, kept = sample_traces(infos, [s.name for s in specs], sample, seed)
+    pool = infos if cases is None else [info for info in infos if reviewed.case_id(info) in cases]
+    chosen, kept = sample_traces(pool, [s.name for s in specs], None if cases is not None else sample, seed)
     experiment_id = record.experiment_id
     with review.calls(store, f"creating the review queue of run {run_id}"):
         schemas, created = ensure_schemas(experiment_id, specs, language)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ragexp.compare.data import load_run
+from ragexp.compare.shadow_pair import PAIR_TAG, traffic_strata
 from ragexp.compare.summary import Links
 from ragexp.errors import ConfigError
 from ragexp.labels.agreement import Coverage, Disagreement, coverage, disagreements
@@ -25,6 +26,7 @@ from ragexp.labels.queue import LabelQueue, create_label_queue
 from ragexp.metrics.calibration import Trust
 from ragexp.outputs import check_writable, write_file
 from ragexp.tracking.store import Store
+from ragexp.traffic import draw
 
 Say = Callable[[str], None]
 
@@ -41,9 +43,19 @@ class Queued:
     base: str | None
     """The MLflow UI's address (None: none known, e.g. a SQLite store)."""
     store_uri: str
+    production: LabelQueue | None = None
+    """A shadow's candidate: production's traces of the same cases, in the same queue."""
+    strata: dict[str, int] = field(default_factory=dict)
+    """A shadow's candidate: stratum -> pairs queued."""
 
     def to_json(self) -> dict[str, Any]:
-        return self.made.to_json(self.base)
+        if self.production is None:
+            return self.made.to_json(self.base)
+        return {
+            **self.made.to_json(self.base),
+            "production": self.production.to_json(self.base),
+            "pairs_by_stratum": self.strata,
+        }
 
 
 def label_run(
@@ -56,10 +68,31 @@ def label_run(
     ui_url: str | None = None,
     tracking_uri: str | None = None,
 ) -> Queued:
-    """Put (a sample of) the run's traces in a review queue, with a question per metric."""
+    """Put (a sample of) the run's traces in a review queue, with a question per metric. The
+    candidate of a shadow: a stratified sample of the cases both runs answered (in proportion to
+    the strata, at least one each), each queued with both answers, production's and the
+    candidate's, so that people's labels give paired differences (PPI by stratum in ``diff``)."""
     store = Store(tracking_uri)
-    made = create_label_queue(store, run_id, metrics=metrics, sample=sample, seed=seed, queue=queue)
-    return Queued(made, Links.for_store(store.uri, ui_url).base, store.uri)
+    base = Links.for_store(store.uri, ui_url).base
+    production = store.get_run(run_id).tags.get(PAIR_TAG)
+    if production is None:
+        made = create_label_queue(store, run_id, metrics=metrics, sample=sample, seed=seed, queue=queue)
+        return Queued(made, base, store.uri)
+    if sample is not None and sample < 1:
+        raise ConfigError(f"--sample: expected at least 1 pair, got {sample}")
+    shared = set(load_run(store, run_id).case_ids) & set(load_run(store, production).case_ids)
+    strata = traffic_strata(store, run_id)
+    members: dict[str, list[str]] = {}
+    for case_id in shared:
+        members.setdefault(strata.get(case_id, "unknown"), []).append(case_id)
+    cases = draw(members, sample, seed)
+    name = queue if queue is not None else f"ragexp {run_id}"
+    made = create_label_queue(store, run_id, metrics=metrics, queue=name, cases=cases)
+    paired = create_label_queue(store, production, metrics=list(made.schemas), queue=name, cases=cases)
+    counts: dict[str, int] = {}
+    for case_id in cases:
+        counts[strata.get(case_id, "unknown")] = counts.get(strata.get(case_id, "unknown"), 0) + 1
+    return Queued(made, base, store.uri, paired, dict(sorted(counts.items())))
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ def build_report(
     _hops(doc, run, diff, language)
     if diff is not None and gate is not None and base is not None:
         _comparison(doc, diff, base, compared, language)
+        _strata(doc, store, base, compared, diff.confidence, language)
         _gate(doc, gate, language)
         _stage(doc, diff, language)
         if attribution is not None:
@@ -545,6 +546,42 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
             plots.scatter(*_covered_pair(base, candidate, name), name),
             f"{t('scatter', language)}: {name}",
         )
+
+
+def _strata(doc: Doc, store: Store, base: RunData, run: RunData, confidence: float, language: str) -> None:
+    """A shadow pair: each metric by stratum, the judged delta beside its PPI correction."""
+    from ragexp.compare.shadow_pair import pair_strata
+
+    found = pair_strata(store, base, run, confidence=confidence, resamples=10_000, seed=0)
+    if not found:
+        return
+    doc.heading(t("by_stratum", language), 3)
+    headers = [
+        t("stratum", language),
+        t("pairs", language),
+        t("judged_delta", language),
+        t("ci", language, level=confidence),
+        t("labelled_pairs", language),
+        t("ppi_delta", language),
+        t("ppi_interval", language),
+    ]
+    for metric in found:
+        rows = []
+        for row in [metric.overall, *metric.strata]:
+            stats, ppi = row.stats, row.ppi
+            rows.append(
+                [
+                    row.stratum,
+                    str(stats.n if stats else 0),
+                    signed(stats.delta) if stats else "—",
+                    f"[{signed(stats.ci_low)}, {signed(stats.ci_high)}]" if stats else "—",
+                    str(row.labelled),
+                    signed(ppi.mean) if ppi else "—",
+                    f"[{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]" if ppi else "—",
+                ]
+            )
+        doc.heading(metric.name, 4)
+        doc.table(headers, rows)
 
 
 def _hops(doc: Doc, run: RunData, diff: DiffResult | None, language: str) -> None:

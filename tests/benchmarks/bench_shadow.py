@@ -9,19 +9,31 @@ planted -5 points) in one. The judge sees each answer's true score plus its own 
 and a bias: it rates the candidate's answers 0.02 higher than their truth, so the raw judged
 delta is off by +0.02.
 
-The sequential shadow asks the cases in the stratified order of ``ragexp.traffic.stratified_order``
-(each batch 2% of the traffic, strata in proportion) and after each batch looks at each stratum's
-anytime-valid betting sequence (``ragexp.compare.sequential``) of the judged paired difference, at
-the Bonferroni level over the 10 strata; it stops when a stratum's sequence lies wholly below 0
-(that stratum regressed) or, for all strata, above -0.05 (none did). A fixed run judges every
-question; judge calls are two per question asked (production's answer and the candidate's).
+The sequential shadow looks after each batch at each stratum's anytime-valid betting sequence
+(``ragexp.compare.sequential``) of the judged paired difference, at the Bonferroni level over the
+10 strata; it stops when a stratum's sequence lies wholly below 0 (that stratum regressed) or, for
+all strata, above -0.05 (none did). Two ways to choose what is asked next:
+
+- ``--allocation focused`` (the default): every stratum's first ``--start`` share (10%) in random
+  order, then batches of ``--batch`` of a stratum's size (2%) each to the open stratum whose
+  sequence reaches lowest (the most suspicious one). Each stratum's sequence runs over its own
+  cases in random order and holds at every look, whatever chose the looks, so its level and the
+  Bonferroni bound over the strata are those of the proportional order.
+- ``--allocation proportional``: the stratified order of ``ragexp.traffic.stratified_order``
+  (``shadow --until-decided``'s), each batch ``--batch`` of the traffic, strata in proportion.
+
+A fixed run judges every question; judge calls are two per question asked (production's answer
+and the candidate's), so the share of a fixed run's calls is the share of questions asked.
 
 Then ``--labels`` pairs of the stratum named are labelled (both answers scored by people) and
 the stratum's delta is estimated by prediction-powered inference on the paired difference
-(``ragexp.metrics.calibration.ppi_mean``: the judged differences of every case asked in the
-stratum, corrected by the labelled pairs). Targets (issue 47): the planted stratum detected with
-at most 40% of a fixed run's judge calls, with at most 100 labels; the PPI interval covers the
-true delta in at least 93% of samples. The raw judged interval's coverage is printed beside it.
+(``ragexp.compare.strata.ppi_by_stratum``, as ``diff`` of a shadow pair: the judged differences
+of every case asked in the stratum, corrected by the labelled pairs).
+
+Targets (issue 47): the planted stratum detected with at most 40% of a fixed run's judge calls,
+with at most 100 labels; the PPI interval covers the stratum's true delta (its mean over the
+stratum's traffic) in at least 93% of samples. The raw judged interval's coverage is printed
+beside it.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ragexp.compare.sequential import difference_sequence
-from ragexp.metrics.calibration import ppi_mean
+from ragexp.compare.strata import ppi_by_stratum
 
 ALPHA = 0.05
 STRATA = 10
@@ -69,12 +81,20 @@ def stratified(strata: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.array([index for _, index in sorted(keyed)])
 
 
-def one(rng: np.random.Generator, args: argparse.Namespace) -> dict[str, float]:
-    strata, production, candidate, judged = sample(rng, args.questions, args.bias)
+def verdict(low: float, high: float) -> str:
+    """A stratum's state from its sequence: regressed below 0, clear of the drop, or open."""
+    return "regressed" if high < 0 else "clear" if low > DROP else "open"
+
+
+def proportional(
+    strata: np.ndarray, judged: np.ndarray, rng: np.random.Generator, args: argparse.Namespace
+) -> tuple[np.ndarray, int | None]:
+    """Ask in the stratified order, a batch at a time; look at every stratum after each batch."""
+    questions = strata.size
     order = stratified(strata, rng)
-    batch = max(1, round(args.batch * args.questions))
+    batch = max(1, round(args.batch * questions))
     level = ALPHA / STRATA
-    ends = np.unique(np.append(np.arange(batch, args.questions, batch), args.questions))
+    ends = np.unique(np.append(np.arange(batch, questions, batch), questions))
     in_order = strata[order]
     # each stratum's sequence over its own cases in the order asked, looked at after every batch
     bounds = []
@@ -85,19 +105,57 @@ def one(rng: np.random.Generator, args: argparse.Namespace) -> dict[str, float]:
         sequence = difference_sequence(judged[order[mine]], 1.0, level, np.unique(looks))
         at = {int(look): j for j, look in enumerate(sequence.looks)}
         bounds.append([(float(sequence.low[at[int(c)]]), float(sequence.high[at[int(c)]])) for c in looks])
-    asked = args.questions
-    named: int | None = None
     for step, end in enumerate(ends):
-        verdicts = [
-            "regressed" if bounds[name][step][1] < 0 else "clear" if bounds[name][step][0] > DROP else "open"
-            for name in range(STRATA)
-        ]
+        verdicts = [verdict(*bounds[name][step]) for name in range(STRATA)]
         if "regressed" in verdicts:
-            named, asked = verdicts.index("regressed"), int(end)
-            break
-        if all(verdict == "clear" for verdict in verdicts):
-            asked = int(end)
-            break
+            return order[: int(end)], verdicts.index("regressed")
+        if all(v == "clear" for v in verdicts):
+            return order[: int(end)], None
+    return order, None
+
+
+def focused(
+    strata: np.ndarray, judged: np.ndarray, rng: np.random.Generator, args: argparse.Namespace
+) -> tuple[np.ndarray, int | None]:
+    """A proportional start (``--start`` of every stratum), then each batch to the open stratum
+    whose sequence reaches lowest: the most suspicious one is asked next. Each stratum's sequence
+    is over its own cases in random order and holds at every look whatever chose when to look
+    (anytime-valid), so the Bonferroni level over the strata holds as in the proportional order."""
+    level = ALPHA / STRATA
+    members = [np.flatnonzero(strata == name) for name in range(STRATA)]
+    members = [m[rng.permutation(m.size)] for m in members]
+    step = max(1, round(args.batch * strata.size / STRATA))
+    first = max(step, round(args.start * strata.size / STRATA) // step * step)
+    sequences = []
+    for mine in members:
+        looks = np.unique(np.append(np.arange(step, mine.size, step), mine.size))
+        sequences.append(difference_sequence(judged[mine], 1.0, level, looks))
+
+    def bound(name: int, count: int) -> tuple[float, float]:
+        sequence = sequences[name]
+        j = int(np.searchsorted(sequence.looks, count))
+        return float(sequence.low[j]), float(sequence.high[j])
+
+    asked = [min(first, m.size) for m in members]
+    while True:
+        states = [bound(name, asked[name]) for name in range(STRATA)]
+        verdicts = [verdict(*state) for state in states]
+        taken = np.concatenate([members[name][: asked[name]] for name in range(STRATA)])
+        if "regressed" in verdicts:
+            return taken, verdicts.index("regressed")
+        open_ = [name for name in range(STRATA) if verdicts[name] == "open" and asked[name] < members[name].size]
+        if not open_:
+            return taken, None
+        name = min(open_, key=lambda n: states[n][1])
+        asked[name] = min(asked[name] + step, members[name].size)
+
+
+def one(rng: np.random.Generator, args: argparse.Namespace) -> dict[str, float]:
+    strata, production, candidate, judged = sample(rng, args.questions, args.bias)
+    policy = focused if args.allocation == "focused" else proportional
+    taken, named = policy(strata, judged, rng, args)
+    asked = taken.size
+    order = taken
     # the labels: pairs of the named stratum (the planted one when nothing was named) among those asked
     stratum = PLANTED if named is None else named
     in_stratum = order[:asked][strata[order[:asked]] == stratum]
@@ -106,8 +164,12 @@ def one(rng: np.random.Generator, args: argparse.Namespace) -> dict[str, float]:
     where = {int(index): position for position, index in enumerate(in_stratum)}
     for index in labelled:
         human[where[int(index)]] = candidate[index] - production[index]
-    truth = DROP if stratum == PLANTED else 0.0
-    estimate = ppi_mean(judged[in_stratum], human, confidence=1 - ALPHA, min_labelled=10)
+    # the stratum's true delta over its traffic (clipping to [0, 1] moves it off the planted shift)
+    truth = float((candidate - production)[strata == stratum].mean())
+    _, corrected = ppi_by_stratum(
+        judged[in_stratum], human, np.full(in_stratum.size, str(stratum)), confidence=1 - ALPHA, width=1.0
+    )
+    estimate = corrected[str(stratum)][1]
     raw = judged[in_stratum]
     half = 1.96 * float(raw.std()) / np.sqrt(raw.size)
     return {
@@ -129,12 +191,16 @@ def main() -> None:
     parser.add_argument("--batch", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bias", type=float, default=BIAS, help="the judge's bias for the candidate's answers")
+    parser.add_argument("--allocation", choices=["focused", "proportional"], default="focused")
+    parser.add_argument("--start", type=float, default=0.1, help="focused: the share of each stratum asked first")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     runs = [one(rng, args) for _ in range(args.samples)]
     mean = {key: float(np.nanmean([run[key] for run in runs])) for key in runs[0]}
     median_share = float(np.median([run["share"] for run in runs]))
+    found = [run["share"] for run in runs if run["detected"]]
+    median_found = float(np.median(found)) if found else float("nan")
     print(
         f"{args.samples} samples of {args.questions} questions in {STRATA} strata, stratum {PLANTED} "
         f"planted {DROP:+.2f}, judge bias {args.bias:+.2f}, batches of {args.batch:.0%}, "
@@ -142,12 +208,14 @@ def main() -> None:
     )
     print(f"planted stratum named first: {mean['detected']:.3f}; another stratum named: {mean['false']:.3f}")
     print(f"judge calls against a fixed run: median {median_share:.0%}, mean {mean['share']:.0%}")
+    print(f"judge calls where the planted stratum was named: median {median_found:.0%}")
     print(f"labels per sample: {mean['labels']:.0f}")
     print(f"PPI interval covers the true delta: {mean['ppi_covers']:.3f} (mean width {mean['ppi_width']:.3f})")
     print(f"raw judged interval covers it: {mean['raw_covers']:.3f}")
     print()
     ok_calls = median_share <= 0.4
     print(f"target: detected with at most 40% of the judge calls: {median_share:.0%}", "ok" if ok_calls else "MISSED")
+    print(f"  (detected in {mean['detected']:.3f} of the samples; the issue names no rate)")
     print(f"target: at most 100 labels: {mean['labels']:.0f}", "ok" if mean["labels"] <= 100 else "MISSED")
     print(f"target: PPI coverage >= 0.93: {mean['ppi_covers']:.3f}", "ok" if mean["ppi_covers"] >= 0.93 else "MISSED")
     print(f"({time.perf_counter() - started:.0f} s in all)")

@@ -19,7 +19,11 @@ Metrics = Annotated[
 ]
 Sample = Annotated[
     int | None,
-    typer.Option("--sample", help="Queue this many cases, drawn uniformly at random (already labelled ones kept)."),
+    typer.Option(
+        "--sample",
+        help="Queue this many cases, drawn uniformly at random (already labelled ones kept); on a shadow's "
+        "candidate: this many pairs, stratified, each with production's answer and the candidate's.",
+    ),
 ]
 UiUrl = Annotated[
     str | None,

@@ -1,0 +1,129 @@
+"""A shadow pair (``ragexp shadow``'s production and candidate runs) compared by stratum, read
+back from the store: each case's stratum from the runs' ``traffic.json``, people's labels of both
+runs' answers from their traces (``ragexp label`` on the candidate queues a stratified paired
+subset), so that ``diff`` and ``report`` show each stratum's judged delta beside its
+prediction-powered correction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import numpy as np
+
+from ragexp.compare.data import RunData
+from ragexp.compare.strata import MetricStrata, aligned, by_stratum
+from ragexp.metrics.calibration import MIN_LABELLED
+from ragexp.tracking.review_queues import LABEL_TAG
+from ragexp.tracking.store import TAG_PREFIX, Store
+from ragexp.traffic import TRAFFIC_ARTIFACT
+
+PAIR_TAG = TAG_PREFIX + "shadow.production"
+"""On a shadow's candidate: the production run it is compared with."""
+
+
+def is_pair(baseline: RunData, candidate: RunData) -> bool:
+    """Whether ``candidate`` is the candidate of a shadow whose production run is ``baseline``."""
+    return candidate.record.tags.get(PAIR_TAG) == baseline.run_id
+
+
+def traffic_strata(store: Store, run_id: str) -> dict[str, str]:
+    """Case id -> stratum, as the run's ``traffic.json`` recorded them (empty: none recorded)."""
+    if TRAFFIC_ARTIFACT not in store.list_artifacts(run_id):
+        return {}
+    found = json.loads(store.read_artifact(run_id, TRAFFIC_ARTIFACT)).get("strata")
+    return {str(case): str(stratum) for case, stratum in found.items()} if isinstance(found, dict) else {}
+
+
+def people_labels(store: Store, run: RunData) -> dict[str, np.ndarray]:
+    """Metric -> (n,) people's scores of the run's cases, NaN where unlabelled; read only from a
+    run ``ragexp label`` queued (reading every trace of an unlabelled run finds nothing)."""
+    if not run.record.tag(LABEL_TAG):
+        return {}
+    from ragexp.labels.collect import collect_labels
+
+    return collect_labels(store, run).human
+
+
+def compare_pair(
+    baseline: RunData,
+    candidate: RunData,
+    strata: Mapping[str, str],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+    seed: int = 0,
+    human: tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray]] | None = None,
+    min_labelled: int = MIN_LABELLED,
+) -> list[MetricStrata]:
+    """Every metric both runs scored, compared overall and per stratum on the baseline's cases
+    (production's: the whole sample; a case with no stratum recorded is in ``unknown``; a
+    stratum the candidate was not asked has no delta); ``human``: people's scores of the
+    baseline's and of the candidate's cases (each aligned with its run's case ids)."""
+    order = list(baseline.case_ids)
+    order += sorted(set(candidate.case_ids) - set(order))
+    labels = [strata.get(case_id, "unknown") for case_id in order]
+    base_values = aligned(baseline.case_ids, baseline.scores, order)
+    cand_values = aligned(candidate.case_ids, candidate.scores, order)
+    base_human = aligned(baseline.case_ids, dict(human[0]), order) if human is not None else {}
+    cand_human = aligned(candidate.case_ids, dict(human[1]), order) if human is not None else {}
+    out = []
+    for name in sorted(set(base_values) & set(cand_values)):
+        spec = candidate.spec(name)
+        if spec is None:
+            continue
+        labelled = (base_human[name], cand_human[name]) if name in base_human and name in cand_human else None
+        width = spec.high - spec.low if spec.high is not None else None
+        out.append(
+            by_stratum(
+                name,
+                spec.direction,
+                base_values[name],
+                cand_values[name],
+                labels,
+                units=_units(baseline, candidate, order),
+                confidence=confidence,
+                resamples=resamples,
+                seed=seed,
+                human=labelled,
+                width=width,
+                min_labelled=min_labelled,
+            )
+        )
+    return out
+
+
+def _units(baseline: RunData, candidate: RunData, order: list[str]) -> np.ndarray | None:
+    """Each case's conversation as an integer (a single question its own), None without any."""
+    if baseline.conversations is None and candidate.conversations is None:
+        return None
+    known: dict[str, str | None] = {}
+    for run in (candidate, baseline):
+        known.update(zip(run.case_ids, run.conversations or [None] * len(run.case_ids), strict=True))
+    keys: dict[str, int] = {}
+    units = []
+    for position, case in enumerate(order):
+        conversation = known.get(case)
+        units.append(keys.setdefault(conversation if conversation is not None else f"\0{position}", len(keys)))
+    return np.array(units, dtype=np.int64)
+
+
+def pair_strata(
+    store: Store, baseline: RunData, candidate: RunData, *, confidence: float, resamples: int, seed: int
+) -> list[MetricStrata] | None:
+    """The shadow pair compared by stratum with people's labels (None: not a shadow pair)."""
+    if not is_pair(baseline, candidate):
+        return None
+    from ragexp.labels.collect import calibration_settings
+
+    return compare_pair(
+        baseline,
+        candidate,
+        traffic_strata(store, candidate.run_id),
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        human=(people_labels(store, baseline), people_labels(store, candidate)),
+        min_labelled=calibration_settings(candidate).min_labelled,
+    )
