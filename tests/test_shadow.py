@@ -530,3 +530,39 @@ def test_label_queues_a_stratified_paired_subset_and_diff_corrects_each_stratum(
     assert "By stratum" in text and "PPI delta" in text
     assert signed(metric["overall"]["ppi"]["delta"]) in text
     assert signed(metric["strata"][0]["ppi"]["delta"]) in text or metric["strata"][0]["ppi"] is None
+
+
+def test_llama_index_traces_read_as_traffic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces written by real ``mlflow.llama_index.autolog()`` around a LlamaIndex query engine
+    (tests/pipelines/llama_traffic.py): question, answer and documents read from them, and a
+    shadow on them; LlamaIndex traces one retrieval as two nested RETRIEVER spans, read once."""
+    from tests.pipelines import llama_traffic
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    topics = ["topic1", "topic3", "topic7"]
+    asked = [pipeline.question(index, topic) for index in range(3) for topic in topics]
+    llama_traffic.write_production(uri, "llama", asked)
+    config = DatasetConfig.model_validate(
+        {"name": "traces", "path": "mlflow-traces", "experiment": "llama", "stratify_by": "route"}
+    )
+    traffic = load_traffic(config, Store(uri, must_exist=True))
+    assert traffic.read == len(asked) and not traffic.unreadable and traffic.own == 0
+    assert sorted(case.question for case in traffic.dataset.cases) == sorted(asked)
+    for case in traffic.dataset.cases:
+        topic = pipeline.topic_of(case.question)
+        assert traffic.strata[case.id] == topic
+        recorded = case.recorded
+        assert recorded is not None
+        assert recorded.answer == pipeline.production_answer(case.question, pipeline.doc(topic))
+        assert recorded.ranked_ids == [f"doc-{topic}"] and recorded.contexts == [pipeline.doc(topic)]
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(ROOT)
+    before = {trace.info.trace_id for trace in _traces(uri, "llama")}
+    args = ["dataset=traces", "dataset.experiment=llama", "dataset.stratify_by=route", *CANDIDATE, GROUNDED]
+    result = invoke("shadow", *args, "--json")
+    assert result.code == 0, result.stderr
+    out = result.json()
+    assert out["production"]["case_count"] == out["candidate"]["case_count"] == len(asked)
+    assert {row["stratum"] for row in out["metrics"][0]["strata"]} == set(topics)
+    assert {trace.info.trace_id for trace in _traces(uri, "llama")} == before

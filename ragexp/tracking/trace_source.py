@@ -32,7 +32,8 @@ class TraceRecord:
     root_outputs: Any = None
     duration_ms: int | None = None
     retrieved: list[Any] = field(default_factory=list)
-    """The outputs of each RETRIEVER span, in the order the spans started."""
+    """The outputs of each retrieval (a RETRIEVER span not inside another), in the order the
+    spans started."""
     has_root: bool = True
     """The trace has a root span (a trace whose spans were not all written has none)."""
 
@@ -80,7 +81,21 @@ def _record(trace: Any) -> TraceRecord:
     info = trace.info
     spans = sorted(trace.data.spans if trace.data is not None else [], key=lambda span: span.start_time_ns or 0)
     root = next((span for span in spans if span.parent_id is None), None)
-    retrieved = [span.outputs for span in spans if span.span_type == "RETRIEVER"]
+    # A retrieval is its outermost RETRIEVER span: LlamaIndex's autolog traces a retriever's
+    # public retrieve() and its _retrieve() inside it, one retrieval as two nested spans.
+    parent = {span.span_id: span.parent_id for span in spans}
+    kinds = {span.span_id: span.span_type for span in spans}
+
+    def inside_a_retriever(span: Any) -> bool:
+        above, seen = parent.get(span.span_id), set()
+        while above is not None and above not in seen:
+            if kinds.get(above) == "RETRIEVER":
+                return True
+            seen.add(above)
+            above = parent.get(above)
+        return False
+
+    retrieved = [span.outputs for span in spans if span.span_type == "RETRIEVER" and not inside_a_retriever(span)]
     return TraceRecord(
         trace_id=str(info.trace_id),
         timestamp_ms=int(info.request_time),
