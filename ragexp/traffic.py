@@ -276,19 +276,29 @@ def draw(units: dict[str, list[str]], n: int | None, seed: int) -> set[str]:
 
 
 def stratified_order(traffic: Traffic, seed: int) -> list[int]:
-    """The dataset positions in an order that interleaves the strata in proportion (each stratum
-    shuffled, its k-th case placed near k/size of the way through), so that any prefix of it is
-    close to a proportional stratified sample (``run --until-decided`` evaluates prefixes)."""
+    """The dataset positions in an order that interleaves the strata in proportion (each
+    stratum's units shuffled, its k-th unit placed near k/size of the way through), so that any
+    prefix of it is close to a proportional stratified sample (``run --until-decided`` evaluates
+    prefixes). A unit is a single question or a whole conversation, its turns together and in
+    order: a later turn is asked after the turns before it, and a batch ends between units."""
     rng = np.random.default_rng(seed)
-    positions: dict[str, list[int]] = {}
+    units: dict[str, list[list[int]]] = {}
+    chats: dict[str, list[int]] = {}
     for index, case in enumerate(traffic.dataset.cases):
-        positions.setdefault(traffic.strata.get(case.id, UNKNOWN), []).append(index)
-    keyed: list[tuple[float, int]] = []
-    for name in sorted(positions):
-        members = [positions[name][i] for i in rng.permutation(len(positions[name]))]
+        stratum = traffic.strata.get(case.id, UNKNOWN)
+        if case.conversation is None:
+            units.setdefault(stratum, []).append([index])
+        elif case.conversation in chats:
+            chats[case.conversation].append(index)
+        else:
+            chats[case.conversation] = [index]
+            units.setdefault(stratum, []).append(chats[case.conversation])
+    keyed: list[tuple[float, int, list[int]]] = []
+    for name in sorted(units):
+        members = [units[name][i] for i in rng.permutation(len(units[name]))]
         offset = float(rng.random())
-        keyed.extend(((rank + offset) / len(members), index) for rank, index in enumerate(members))
-    return [index for _, index in sorted(keyed)]
+        keyed.extend(((rank + offset) / len(members), unit[0], unit) for rank, unit in enumerate(members))
+    return [index for _, _, unit in sorted(keyed, key=lambda item: item[:2]) for index in unit]
 
 
 def load_traffic(config: DatasetConfig, store: Store) -> Traffic:

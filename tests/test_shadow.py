@@ -216,11 +216,12 @@ def test_the_sample_is_its_identity(production: str) -> None:
     with pytest.raises(Exception, match="no readable trace"):
         load_traffic(empty, store)
     # --until-decided asks traffic in an order whose every prefix is close to proportional:
-    # the first ten cases are one of each of the ten strata
+    # the first ten units (questions, or conversations whole) are one of each of the ten strata
     whole = load_traffic(config.model_copy(update={"sample": None}), store)
     order = stratified_order(whole, 0)
     assert sorted(order) == list(range(len(whole.dataset.cases)))
-    assert {whole.strata[whole.dataset.cases[i].id] for i in order[:10]} == set(pipeline.TOPICS)
+    firsts = [i for i in order if whole.dataset.cases[i].turn <= 1][:10]
+    assert {whole.strata[whole.dataset.cases[i].id] for i in firsts} == set(pipeline.TOPICS)
     unknown = load_traffic(config.model_copy(update={"stratify_by": "tenant", "sample": None}), store)
     assert set(unknown.sampled()) == {"unknown"}
 
@@ -566,3 +567,55 @@ def test_llama_index_traces_read_as_traffic(tmp_path: Path, monkeypatch: pytest.
     assert out["production"]["case_count"] == out["candidate"]["case_count"] == len(asked)
     assert {row["stratum"] for row in out["metrics"][0]["strata"]} == set(topics)
     assert {trace.info.trace_id for trace in _traces(uri, "llama")} == before
+
+
+def test_until_decided_on_traffic_keeps_a_conversations_turns_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation is one unit of the stratified order: its turns asked together and in order,
+    whatever the seed, and a batch of ``shadow --until-decided`` ends between conversations, so
+    each later turn is answered after the candidate's own earlier answers."""
+    from ragexp.compare.gate import looks_of
+    from ragexp.sequential import unit_labels
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    sessions = {
+        f"chat-{name}": [f"turn {n} about {topic}?" for n in range(1, 4)]
+        for name, topic in [("a", "topic1"), ("b", "topic2"), ("c", "topic1"), ("d", "topic2")]
+    }
+    pipeline.write_production(uri, "talk", 3, ["topic1", "topic2"])
+    pipeline.write_sessions(uri, "talk", sessions)
+    config = DatasetConfig.model_validate(
+        {"name": "traces", "path": "mlflow-traces", "experiment": "talk", "stratify_by": "route"}
+    )
+    traffic = load_traffic(config, Store(uri, must_exist=True))
+    cases = traffic.dataset.cases
+    for seed in range(20):
+        order = stratified_order(traffic, seed)
+        assert sorted(order) == list(range(len(cases)))
+        asked = [cases[i] for i in order]
+        for chat in sessions:
+            where = [p for p, case in enumerate(asked) if case.conversation == chat]
+            assert where == list(range(where[0], where[0] + 3))  # together
+            assert [asked[p].turn for p in where] == [1, 2, 3]  # in order
+        units = unit_labels(asked)
+        for batch in (1, 2, 4, 5):
+            for end in looks_of(len(asked), batch, units)[:-1]:
+                assert asked[end].conversation is None or asked[end].turn == 1  # never inside one
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(ROOT)
+    pipeline.ASKED.clear()
+    args = ["dataset=traces", "dataset.experiment=talk", "dataset.stratify_by=route", *CANDIDATE, GROUNDED]
+    result = invoke(
+        "shadow", *args, "gates.rules={grounded: {max_drop: 0.5}}", "sequential.batch=2", "--until-decided", "--json"
+    )
+    assert result.code == 0, result.stderr
+    evaluated = result.json()["sequential"]["evaluated"]
+    assert evaluated >= 1
+    for chat, turns in sessions.items():
+        for n, text in enumerate(turns):
+            if text in pipeline.ASKED:
+                # a turn asked after its own history: every earlier turn, with the candidate's answer
+                history = pipeline.ASKED[text]
+                assert [m["content"] for m in history if m["role"] == "user"] == turns[:n], chat
