@@ -51,6 +51,9 @@ CUSTOM_METRICS = "custom_metrics.json"
 read the run know its direction, range and definition without the user's config."""
 
 CONVERSATIONS = "conversations.jsonl"
+TRAFFIC = "traffic.json"
+"""A run on production traffic (``dataset=traces``): what was read, left out and sampled, and
+each case's stratum (``strata``)."""
 CANARIES = "canaries.json"
 """With ``judge.canaries``: each canary's grade by the run's judge, the human scores, the agreement
 and what served the judge (``--bridge-judge canaries`` reads it)."""

@@ -17,7 +17,7 @@ from ragexp.compare.figures import signed
 from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
 from ragexp.tracking.store import Store
-from ragexp.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
+from ragexp.workflows.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
 from tests.conftest import ROOT, invoke
 from tests.pipelines import traffic as pipeline
 from tests.servers.procs import serve
@@ -440,7 +440,7 @@ def test_label_queues_a_stratified_paired_subset_and_diff_corrects_each_stratum(
     from mlflow.entities import AssessmentSource
     from mlflow.genai import review_queues
 
-    from ragexp.traffic import draw
+    from ragexp.workflows.traffic import draw
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", production)
     monkeypatch.chdir(ROOT)
@@ -576,7 +576,7 @@ def test_until_decided_on_traffic_keeps_a_conversations_turns_together(
     whatever the seed, and a batch of ``shadow --until-decided`` ends between conversations, so
     each later turn is answered after the candidate's own earlier answers."""
     from ragexp.compare.gate import looks_of
-    from ragexp.sequential import unit_labels
+    from ragexp.workflows.sequential import unit_labels
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     sessions = {

@@ -1,8 +1,8 @@
 """A shadow pair (``ragexp shadow``'s production and candidate runs) compared by stratum, read
-back from the store: each case's stratum from the runs' ``traffic.json``, people's labels of both
-runs' answers from their traces (``ragexp label`` on the candidate queues a stratified paired
-subset), so that ``diff`` and ``report`` show each stratum's judged delta beside its
-prediction-powered correction.
+back from the store: each case's stratum from the runs' ``traffic.json``; with people's scores of
+both runs' answers (``ragexp label`` on the candidate queues a stratified paired subset), each
+stratum's judged delta beside its prediction-powered correction, as ``diff`` and ``report`` show
+it (:func:`ragexp.workflows.shadow.pair_strata` reads the labels).
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ragexp import artifacts
 from ragexp.compare.data import RunData
 from ragexp.compare.strata import MetricStrata, aligned, by_stratum
 from ragexp.metrics.calibration import MIN_LABELLED
-from ragexp.tracking.review_queues import LABEL_TAG
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.traffic import TRAFFIC_ARTIFACT
 
 PAIR_TAG = TAG_PREFIX + "shadow.production"
 """On a shadow's candidate: the production run it is compared with."""
@@ -30,20 +29,10 @@ def is_pair(baseline: RunData, candidate: RunData) -> bool:
 
 def traffic_strata(store: Store, run_id: str) -> dict[str, str]:
     """Case id -> stratum, as the run's ``traffic.json`` recorded them (empty: none recorded)."""
-    if TRAFFIC_ARTIFACT not in store.list_artifacts(run_id):
+    if artifacts.TRAFFIC not in store.list_artifacts(run_id):
         return {}
-    found = json.loads(store.read_artifact(run_id, TRAFFIC_ARTIFACT)).get("strata")
+    found = json.loads(store.read_artifact(run_id, artifacts.TRAFFIC)).get("strata")
     return {str(case): str(stratum) for case, stratum in found.items()} if isinstance(found, dict) else {}
-
-
-def people_labels(store: Store, run: RunData) -> dict[str, np.ndarray]:
-    """Metric -> (n,) people's scores of the run's cases, NaN where unlabelled; read only from a
-    run ``ragexp label`` queued (reading every trace of an unlabelled run finds nothing)."""
-    if not run.record.tag(LABEL_TAG):
-        return {}
-    from ragexp.labels.collect import collect_labels
-
-    return collect_labels(store, run).human
 
 
 def compare_pair(
@@ -107,23 +96,3 @@ def _units(baseline: RunData, candidate: RunData, order: list[str]) -> np.ndarra
         conversation = known.get(case)
         units.append(keys.setdefault(conversation if conversation is not None else f"\0{position}", len(keys)))
     return np.array(units, dtype=np.int64)
-
-
-def pair_strata(
-    store: Store, baseline: RunData, candidate: RunData, *, confidence: float, resamples: int, seed: int
-) -> list[MetricStrata] | None:
-    """The shadow pair compared by stratum with people's labels (None: not a shadow pair)."""
-    if not is_pair(baseline, candidate):
-        return None
-    from ragexp.labels.collect import calibration_settings
-
-    return compare_pair(
-        baseline,
-        candidate,
-        traffic_strata(store, candidate.run_id),
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-        human=(people_labels(store, baseline), people_labels(store, candidate)),
-        min_labelled=calibration_settings(candidate).min_labelled,
-    )

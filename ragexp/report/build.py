@@ -22,11 +22,12 @@ import yaml
 
 from ragexp import __version__, artifacts
 from ragexp.compare.changes import CaseChange, Changes, case_changes
+from ragexp.compare.comparisons import read_comparison
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
-from ragexp.compare.release import read_comparison
+from ragexp.compare.strata import MetricStrata
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import metric_table, rule_table
 from ragexp.compare.turns import by_turn, turn_table
@@ -90,9 +91,11 @@ def build_report(
     allow_incomparable: bool = False,
     attribution: dict[str, Any] | None = None,
     common_cases: bool = False,
+    strata: list[MetricStrata] | None = None,
 ) -> tuple[Report, str]:
     """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language.
-    ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section."""
+    ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section;
+    ``strata``: a shadow pair's comparison by stratum (:func:`ragexp.workflows.shadow.pair_strata`)."""
     run = load_run(store, run_id)
     config = yaml.safe_load(store.read_artifact(run_id, artifacts.CONFIG)) or {}
     language = language or config.get("report", {}).get("language") or "zh"
@@ -127,7 +130,8 @@ def build_report(
     _hops(doc, run, diff, language)
     if diff is not None and gate is not None and base is not None:
         _comparison(doc, diff, base, compared, language)
-        _strata(doc, store, base, compared, diff.confidence, language)
+        if strata:
+            _strata(doc, strata, PAIR_CONFIDENCE, language)
         _gate(doc, gate, language)
         _stage(doc, diff, language)
         if attribution is not None:
@@ -548,13 +552,12 @@ def _comparison(doc: Doc, diff: DiffResult, base: RunData, run: RunData, languag
         )
 
 
-def _strata(doc: Doc, store: Store, base: RunData, run: RunData, confidence: float, language: str) -> None:
-    """A shadow pair: each metric by stratum, the judged delta beside its PPI correction."""
-    from ragexp.compare.shadow_pair import pair_strata
+PAIR_CONFIDENCE = 0.95
+"""The confidence of a shadow pair's table by stratum in the report (``diff``'s default)."""
 
-    found = pair_strata(store, base, run, confidence=confidence, resamples=10_000, seed=0)
-    if not found:
-        return
+
+def _strata(doc: Doc, found: list[MetricStrata], confidence: float, language: str) -> None:
+    """A shadow pair: each metric by stratum, the judged delta beside its PPI correction."""
     doc.heading(t("by_stratum", language), 3)
     headers = [
         t("stratum", language),

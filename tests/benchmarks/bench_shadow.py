@@ -19,7 +19,7 @@ all strata, above -0.05 (none did). Two ways to choose what is asked next:
   sequence reaches lowest (the most suspicious one). Each stratum's sequence runs over its own
   cases in random order and holds at every look, whatever chose the looks, so its level and the
   Bonferroni bound over the strata are those of the proportional order.
-- ``--allocation proportional``: the stratified order of ``ragexp.traffic.stratified_order``
+- ``--allocation proportional``: the stratified order of ``ragexp.workflows.traffic.stratified_order``
   (``shadow --until-decided``'s), each batch ``--batch`` of the traffic, strata in proportion.
 
 A fixed run judges every question; judge calls are two per question asked (production's answer
@@ -71,7 +71,7 @@ def sample(
 
 
 def stratified(strata: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The order of ragexp.traffic.stratified_order: strata interleaved in proportion."""
+    """The order of ragexp.workflows.traffic.stratified_order: strata interleaved in proportion."""
     keyed: list[tuple[float, int]] = []
     for name in range(STRATA):
         members = np.flatnonzero(strata == name)

@@ -6,9 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragexp.compare.data import load_run
+from ragexp.compare.shadow_pair import PAIR_TAG
 from ragexp.errors import ConfigError, TrackingError
 from ragexp.phrases import user_language
-from ragexp.report.build import build_report, write_report
+from ragexp.report.build import PAIR_CONFIDENCE, build_report, write_report
 from ragexp.tracking.store import Store
 
 
@@ -40,13 +42,21 @@ def publish_report(
     if attribute:
         if baseline is None:
             raise ConfigError("--attribute splits a comparison: add --baseline RUN_ID")
-        from ragexp.compare.release import attribution_of
+        from ragexp.workflows.diff import attribution_of
 
         found = attribution_of(
             Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
         )
     store = Store(tracking_uri, must_exist=True)
-    built, used = build_report(store, run_id, baseline, language, allow_incomparable, found, common_cases)
+    strata = None
+    if baseline is not None and store.get_run(run_id).tags.get(PAIR_TAG) == baseline:
+        from ragexp.workflows.shadow import pair_strata
+
+        base, run = load_run(store, baseline), load_run(store, run_id)
+        strata = pair_strata(store, base, run, confidence=PAIR_CONFIDENCE, resamples=10_000, seed=0)
+    built, used = build_report(
+        store, run_id, baseline, language, allow_incomparable, found, common_cases, strata=strata
+    )
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
@@ -66,10 +76,10 @@ def publish_sweep_report(
     tracking_uri: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> Published:
-    """``report --sweep PARENT``: the sweep's analysis (:func:`ragexp.report.sweep.sweep_analysis`,
+    """``report --sweep PARENT``: the sweep's analysis (:func:`ragexp.workflows.sweep.sweep_analysis`,
     logged under ``sweep/``) as a report, written to ``out`` (default ``reports/PARENT``) and
     logged to the parent run under ``report/``."""
-    from ragexp.report.sweep import sweep_analysis, sweep_language, sweep_report
+    from ragexp.workflows.sweep import sweep_analysis, sweep_language, sweep_report
 
     language = user_language(language)
     analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)

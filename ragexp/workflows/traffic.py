@@ -409,10 +409,6 @@ def _dataset(experiment: str, cases: list[Case]) -> Dataset:
     )
 
 
-TRAFFIC_ARTIFACT = "traffic.json"
-"""A run on traffic's artifact: what was read, left out and sampled, and each case's stratum."""
-
-
 def traffic_json(traffic: Traffic) -> bytes:
     """The ``traffic.json`` artifact of a run on traffic: what was read, left out and sampled."""
     return strict_json.dumps({**traffic.to_json(), "strata": traffic.strata}, indent=1).encode()

@@ -1,7 +1,7 @@
 """``ragexp shadow``: a candidate answers the questions production traffic asked, and the two are
 compared by stratum.
 
-The sample is read once (:mod:`ragexp.traffic`) and serves two runs: the **production** run
+The sample is read once (:mod:`ragexp.workflows.traffic`) and serves two runs: the **production** run
 replays what production answered and retrieved (``system=replay`` over the traces' outputs),
 the **candidate** run asks the configured system the same questions (conversations turn by turn,
 each after its own history). Both are judged with the configured metrics (those that need no
@@ -18,20 +18,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ragexp import strict_json
-from ragexp.compare.data import load_run
-from ragexp.compare.shadow_pair import PAIR_TAG, compare_pair
+from ragexp.compare.data import RunData, load_run
+from ragexp.compare.shadow_pair import PAIR_TAG, compare_pair, is_pair, traffic_strata
 from ragexp.compare.strata import MetricStrata
 from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig, ReplaySystemConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError
+from ragexp.labels.collect import calibration_settings, collect_labels
 from ragexp.progress import Phase
-from ragexp.runner import RunOutcome, execute, plan_run
 from ragexp.secrets import register_url
-from ragexp.sequential import SequentialOutcome, execute_until_decided
+from ragexp.tracking.review_queues import LABEL_TAG
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.traffic import Traffic, load_traffic
+from ragexp.workflows.run import RunOutcome, execute, plan_run
+from ragexp.workflows.sequential import SequentialOutcome, execute_until_decided
+from ragexp.workflows.traffic import Traffic, load_traffic
 
 SHADOW_TAG = TAG_PREFIX + "shadow"
 """On both runs of a shadow: the production experiment the traffic was read from."""
@@ -144,4 +148,31 @@ def compare_strata(
         confidence=gates.confidence,
         resamples=gates.resamples,
         seed=gates.seed,
+    )
+
+
+def people_labels(store: Store, run: RunData) -> dict[str, np.ndarray]:
+    """Metric -> (n,) people's scores of the run's cases, NaN where unlabelled; read only from a
+    run ``ragexp label`` queued (reading every trace of an unlabelled run finds nothing)."""
+    if not run.record.tag(LABEL_TAG):
+        return {}
+    return collect_labels(store, run).human
+
+
+def pair_strata(
+    store: Store, baseline: RunData, candidate: RunData, *, confidence: float, resamples: int, seed: int
+) -> list[MetricStrata] | None:
+    """A shadow pair compared by stratum with people's labels (None: not a shadow pair), for
+    ``diff`` and ``report``."""
+    if not is_pair(baseline, candidate):
+        return None
+    return compare_pair(
+        baseline,
+        candidate,
+        traffic_strata(store, candidate.run_id),
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        human=(people_labels(store, baseline), people_labels(store, candidate)),
+        min_labelled=calibration_settings(candidate).min_labelled,
     )
