@@ -20,8 +20,9 @@ from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
+from ragexp.metrics.custom_spec import definition_change
 from ragexp.metrics.population import Population, population
-from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
+from ragexp.metrics.registry import METRICS, MetricSpec, Stage
 from ragexp.phrases import t
 
 TOLERANCE = 1e-9

@@ -32,6 +32,7 @@ from ragexp.conversations import Turns
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider, Retrieval
+from ragexp.providers.expressions import to_plain
 from ragexp.providers.mapping import (
     CompiledMapping,
     ReplyError,
@@ -40,7 +41,6 @@ from ragexp.providers.mapping import (
     mark_missing,
     over_contract,
     render,
-    to_plain,
 )
 from ragexp.providers.user_output import guard_stdout
 from ragexp.records import Case, CaseResult, SystemOutput

@@ -68,7 +68,7 @@ DEFINITION = (
 TOLERANCE = 1e-9
 
 if TYPE_CHECKING:
-    from ragexp.workflows.run import Plan
+    from ragexp.workflows.run_plan import Plan
 
 Say = Callable[[str], None]
 
@@ -138,7 +138,7 @@ def check_can_generate(store: Store, baseline: RunData, candidate: RunData) -> t
 
 
 def _plan(store: Store, data: RunData, config: RagexpConfig, role: str) -> System:
-    from ragexp.workflows.run import plan_run
+    from ragexp.workflows.run_plan import plan_run
 
     plan = plan_run(config, store.state_dir())
     recorded = data.record.tag("config_hash")

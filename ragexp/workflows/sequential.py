@@ -50,7 +50,9 @@ from ragexp.progress import Phase
 from ragexp.records import Case, CaseResult
 from ragexp.secrets import register_url
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.workflows.run import Evaluation, Plan, evaluate_cases, execute, plan_run, score_results
+from ragexp.workflows.run import Evaluation, evaluate_cases, execute
+from ragexp.workflows.run_plan import Plan, plan_run
+from ragexp.workflows.run_score import score_results
 from ragexp.workflows.traffic import stratified_order
 
 PREFIX = TAG_PREFIX + "sequential."

@@ -30,7 +30,8 @@ from ragexp.errors import ConfigError
 from ragexp.progress import Phase
 from ragexp.secrets import register_url
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.workflows.run import RunOutcome, execute, plan_run
+from ragexp.workflows.run import RunOutcome, execute
+from ragexp.workflows.run_plan import plan_run
 from ragexp.workflows.sequential import SequentialOutcome, execute_until_decided
 from ragexp.workflows.traffic import Traffic, load_traffic
 
