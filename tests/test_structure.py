@@ -652,3 +652,10 @@ def test_no_module_is_oversized() -> None:
     }
     assert sorted(over) == []
     assert sizes["ragexp/workflows/run.py"] > 100 and sizes["ragexp/cli/commands/run.py"] > 50  # sizes are read
+
+
+def test_the_statistics_are_pure() -> None:
+    graph = import_graph()
+    stats = sorted(name for name in graph if name.startswith("ragexp.stats"))
+    assert "ragexp.stats.paired" in stats and "ragexp.stats.sequential" in stats
+    assert sorted(f"{name} -> {target}" for name in stats for target in graph[name] if _unit(target) != "stats") == []

@@ -15,7 +15,6 @@ from ragexp.compare.missing import metric_why
 from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cases
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
-from ragexp.compare.stats import paired, paired_by_unit, unit_means
 from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
@@ -24,6 +23,7 @@ from ragexp.metrics.custom_spec import definition_change
 from ragexp.metrics.population import Population, population
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage
 from ragexp.phrases import t
+from ragexp.stats.paired import paired, paired_by_unit, unit_means
 
 TOLERANCE = 1e-9
 """Per-case changes smaller than this are rounding, not change."""
