@@ -394,9 +394,6 @@ def with_stream_metrics(specs: Sequence[MetricSpec], outputs: frozenset[str]) ->
     return [*specs, *(spec for spec in stream_metrics() if spec.name not in named)]
 
 
-# --- the user's own metrics (metrics.custom) ------------------------------------------------------
-
-
 def _judge(
     name: str,
     direction: Direction,

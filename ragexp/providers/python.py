@@ -773,9 +773,6 @@ class _Loop(_Driver):
             loop.call_soon_threadsafe(loop.stop)  # with calls left behind, the loop runs on as a daemon
 
 
-# --- many cheap calls: a team's own metric functions ------------------------------------------
-
-
 class _GenerateCalls(_Calls):
     """One case and its given retrieval -> one call of the answer stage -> one CaseResult."""
 
