@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.compare.figures import signed
-from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
+from ragexp.stats.paired import paired
 from ragexp.tracking.store import Store
 from ragexp.workflows.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
 from tests.conftest import ROOT, invoke
@@ -322,8 +322,8 @@ def test_shadow_on_2000_questions_in_10_strata(tmp_path: Path, monkeypatch: pyte
 
 
 def test_strata_holm_and_order_worst_first() -> None:
-    from ragexp.compare.multiple import holm
-    from ragexp.compare.strata import by_stratum
+    from ragexp.stats.multiple import holm
+    from ragexp.stats.strata import by_stratum
 
     rng = np.random.default_rng(3)
     base = rng.uniform(0.4, 0.6, 60)
@@ -348,7 +348,8 @@ def test_strata_holm_and_order_worst_first() -> None:
 
 
 def test_ppi_by_stratum_equals_a_direct_computation() -> None:
-    from ragexp.compare.strata import by_stratum, ppi_by_stratum
+    from ragexp.compare.shadow_pair import ppi_by_stratum, with_ppi
+    from ragexp.stats.strata import by_stratum
 
     rng = np.random.default_rng(5)
     n = 90
@@ -379,20 +380,11 @@ def test_ppi_by_stratum_equals_a_direct_computation() -> None:
         assert (estimate.mean, estimate.ci_low, estimate.ci_high) == pytest.approx((mean, low, high), abs=1e-12)
         assert estimate.judge_mean == pytest.approx(float(np.nanmean(judged[mask])), abs=1e-12)
     assert rows["c"][1] is None or rows["c"][0] >= 5
-    # by_stratum carries them on its rows, beside the judged delta
+    # with_ppi carries them on by_stratum's rows, beside the judged delta
     base = rng.uniform(0.3, 0.7, n)
-    found = by_stratum(
-        "m",
-        "higher",
-        base,
-        base + judged,
-        strata,
-        resamples=500,
-        confidence=0.9,
-        human=(base, base + human),
-        width=1.0,
-        min_labelled=5,
-    )
+    judged_rows = by_stratum("m", "higher", base, base + judged, strata, resamples=500, confidence=0.9)
+    found = with_ppi(judged_rows, judged, human, strata, confidence=0.9, width=1.0, min_labelled=5)
+    assert [row.stats for row in found.strata] == [row.stats for row in judged_rows.strata]
     for row in [found.overall, *found.strata]:
         count, estimate = overall if row.stratum == "all" else rows[row.stratum]
         assert row.labelled == count
@@ -407,7 +399,7 @@ def test_ppi_by_stratum_covers_the_true_delta_where_the_raw_judge_does_not() -> 
     """A small coverage simulation: a judge biased by +0.05 for the candidate; 100 labelled pairs
     of 400 in each of two strata; the PPI interval covers each stratum's true delta about as often
     as its confidence says, the judged interval far less often."""
-    from ragexp.compare.strata import ppi_by_stratum
+    from ragexp.compare.shadow_pair import ppi_by_stratum
 
     rng = np.random.default_rng(11)
     strata = np.array(["a"] * 400 + ["b"] * 400)

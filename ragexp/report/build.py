@@ -27,7 +27,6 @@ from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
-from ragexp.compare.strata import MetricStrata
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import metric_table, rule_table
 from ragexp.compare.turns import by_turn, turn_table
@@ -38,6 +37,7 @@ from ragexp.metrics.population import covered, population
 from ragexp.metrics.registry import FIRST_FAILING_HOP, MetricSpec, case_values_metric, headline_metrics, hop_of
 from ragexp.phrases import t
 from ragexp.report import plots
+from ragexp.stats.strata import MetricStrata
 from ragexp.tables import Table, to_html, to_markdown
 from ragexp.tracking.store import Store
 

@@ -10,7 +10,7 @@ and a bias: it rates the candidate's answers 0.02 higher than their truth, so th
 delta is off by +0.02.
 
 The sequential shadow looks after each batch at each stratum's anytime-valid betting sequence
-(``ragexp.compare.sequential``) of the judged paired difference, at the Bonferroni level over the
+(``ragexp.stats.sequential``) of the judged paired difference, at the Bonferroni level over the
 10 strata; it stops when a stratum's sequence lies wholly below 0 (that stratum regressed) or, for
 all strata, above -0.05 (none did). Two ways to choose what is asked next:
 
@@ -27,7 +27,7 @@ and the candidate's), so the share of a fixed run's calls is the share of questi
 
 Then ``--labels`` pairs of the stratum named are labelled (both answers scored by people) and
 the stratum's delta is estimated by prediction-powered inference on the paired difference
-(``ragexp.compare.strata.ppi_by_stratum``, as ``diff`` of a shadow pair: the judged differences
+(``ragexp.compare.shadow_pair.ppi_by_stratum``, as ``diff`` of a shadow pair: the judged differences
 of every case asked in the stratum, corrected by the labelled pairs).
 
 Targets (issue 47): the planted stratum detected with at most 40% of a fixed run's judge calls,
@@ -47,8 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ragexp.compare.sequential import difference_sequence
-from ragexp.compare.strata import ppi_by_stratum
+from ragexp.compare.shadow_pair import ppi_by_stratum
+from ragexp.stats.sequential import difference_sequence
 
 ALPHA = 0.05
 STRATA = 10

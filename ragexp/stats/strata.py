@@ -3,28 +3,37 @@ stratum and one over all of them, with Holm's adjustment over the strata, and th
 so that the largest credible regression comes first.
 
 Each comparison pairs the cases both runs scored for the metric (a conversation's turns count
-once together, as in :func:`ragexp.compare.stats.paired_by_unit`); a stratum none of whose cases
+once together, as in :func:`ragexp.stats.paired.paired_by_unit`); a stratum none of whose cases
 both runs scored has no delta and says so.
 
-With people's labels of both runs' answers to some of the cases, each stratum's judged delta is
-also corrected by prediction-powered inference on the paired difference
-(:func:`ragexp.metrics.calibration.ppi_mean`): the judged difference of every paired case of the
-stratum, plus the mean over the labelled pairs of (human difference - judged difference), its
-interval from both variances. Each stratum's PPI interval is at the comparison's confidence, not
-adjusted over the strata.
+A row can also carry a corrected estimate of its delta from people's labels of both runs'
+answers (prediction-powered inference, computed outside this package by
+:func:`ragexp.compare.shadow_pair.ppi_by_stratum`); this module only carries and shows it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
-from ragexp.compare.multiple import holm
-from ragexp.compare.stats import PairedStats, paired, paired_by_unit
-from ragexp.metrics.calibration import MIN_LABELLED, PpiEstimate, ppi_mean
+from ragexp.stats.multiple import holm
+from ragexp.stats.paired import PairedStats, paired, paired_by_unit
+
+
+class Estimate(Protocol):
+    """A corrected estimate of a mean paired difference and its interval."""
+
+    @property
+    def mean(self) -> float: ...
+
+    @property
+    def ci_low(self) -> float: ...
+
+    @property
+    def ci_high(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,8 @@ class StratumDelta:
     """Worse in the metric's direction, with the Holm-adjusted p below 1 - confidence."""
     labelled: int = 0
     """Paired cases of the stratum whose two answers people labelled."""
-    ppi: PpiEstimate | None = None
-    """The delta corrected by the labelled pairs (None: fewer labelled pairs than needed)."""
+    ppi: Estimate | None = None
+    """The delta corrected by the labelled pairs (None: none, or fewer labelled pairs than needed)."""
 
     def to_json(self) -> dict[str, Any]:
         stats = self.stats
@@ -103,31 +112,13 @@ def by_stratum(
     confidence: float = 0.95,
     resamples: int = 10_000,
     seed: int = 0,
-    human: tuple[np.ndarray, np.ndarray] | None = None,
-    width: float | None = None,
-    min_labelled: int = MIN_LABELLED,
 ) -> MetricStrata:
     """``baseline`` and ``candidate``: (n,) per-case values aligned on the same cases, NaN where
     a run has no score; ``strata``: each case's stratum; ``units``: each case's conversation
-    (None: every case its own). A stratum's ``n`` counts units (conversations), its delta cases.
-    ``human``: people's (baseline, candidate) scores of the same cases, NaN where unlabelled, for
-    the PPI-corrected delta (:func:`ppi_by_stratum`); ``width``: the metric's ``high - low`` (None:
-    unbounded)."""
+    (None: every case its own). A stratum's ``n`` counts units (conversations), its delta cases."""
     labels = np.asarray(strata, dtype=object)
-    every, corrected = (
-        ppi_by_stratum(
-            candidate - baseline,
-            human[1] - human[0],
-            labels,
-            confidence=confidence,
-            width=width,
-            min_labelled=min_labelled,
-        )
-        if human is not None
-        else ((0, None), {})
-    )
 
-    def compare(mask: np.ndarray, stratum: str, fixed: Corrected | None = None) -> StratumDelta:
+    def compare(mask: np.ndarray, stratum: str) -> StratumDelta:
         b, c = baseline[mask], candidate[mask]
         if units is None:
             stats = paired(b, c, resamples=resamples, confidence=confidence, seed=seed)
@@ -139,10 +130,9 @@ def by_stratum(
             # The delta is the mean over the paired cases, as diff shows it; the test and the
             # interval count a conversation once (its turns are not independent).
             stats = PairedStats(stats.n, float((c[both] - b[both]).mean()), stats.ci_low, stats.ci_high, stats.p_value)
-        count, ppi = fixed if fixed is not None else corrected.get(stratum, (0, None))
-        return StratumDelta(stratum, int(mask.sum()), stats, means[0], means[1], labelled=count, ppi=ppi)
+        return StratumDelta(stratum, int(mask.sum()), stats, *means)
 
-    overall = compare(np.ones(len(labels), dtype=bool), "all", every)
+    overall = compare(np.ones(len(labels), dtype=bool), "all")
     rows = [compare(labels == stratum, str(stratum)) for stratum in sorted(set(labels.tolist()))]
     tested = [index for index, row in enumerate(rows) if row.stats is not None]
     adjusted = holm([rows[index].stats.p_value for index in tested])  # type: ignore[union-attr]
@@ -151,7 +141,9 @@ def by_stratum(
     for index, p_holm in zip(tested, adjusted, strict=True):
         row = rows[index]
         worse = sign * row.stats.delta < 0  # type: ignore[union-attr]
-        rows[index] = replace(row, p_holm=p_holm, regressed=worse and p_holm < alpha)
+        rows[index] = StratumDelta(
+            row.stratum, row.cases, row.stats, row.baseline, row.candidate, p_holm, worse and p_holm < alpha
+        )
 
     def order(row: StratumDelta) -> tuple[int, float, str]:
         # Credible regressions first, the largest drop first; then the rest, worst delta first.
@@ -159,36 +151,6 @@ def by_stratum(
         return (0 if row.regressed else 1, change, row.stratum)
 
     return MetricStrata(name, direction, overall, sorted(rows, key=order))
-
-
-Corrected = tuple[int, PpiEstimate | None]
-"""(labelled pairs, the PPI estimate of the mean paired difference; None: too few labelled)."""
-
-
-def ppi_by_stratum(
-    judged: np.ndarray,
-    human: np.ndarray,
-    strata: Sequence[str] | np.ndarray,
-    *,
-    confidence: float = 0.95,
-    width: float | None = None,
-    min_labelled: int = MIN_LABELLED,
-) -> tuple[Corrected, dict[str, Corrected]]:
-    """Over all cases, and stratum -> (labelled pairs, the PPI estimate of the mean paired
-    difference). ``judged``: (n,) the judged difference candidate - baseline, NaN where a run has
-    no score; ``human``: (n,) people's difference, NaN where either answer is unlabelled;
-    ``width``: the metric's ``high - low`` (a difference lies in [-width, width]; None: unbounded).
-    The estimate is None under ``min_labelled`` labelled pairs."""
-    labels = np.asarray(strata, dtype=object)
-    bounds = (-width, width) if width is not None else None
-
-    def correct(mask: np.ndarray) -> Corrected:
-        j, h = judged[mask], human[mask]
-        count = int((np.isfinite(j) & np.isfinite(h)).sum())
-        return count, ppi_mean(j, h, confidence=confidence, min_labelled=min_labelled, bounds=bounds)
-
-    every = correct(np.ones(len(labels), dtype=bool))
-    return every, {str(stratum): correct(labels == stratum) for stratum in sorted(set(labels.tolist()))}
 
 
 def aligned(case_ids: Sequence[str], values: Mapping[str, np.ndarray], order: Sequence[str]) -> dict[str, np.ndarray]:
