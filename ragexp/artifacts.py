@@ -26,6 +26,7 @@ from ragexp.datasets.ledger import KEY as CONTENT_HASH
 from ragexp.datasets.ledger import case_hashes
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import MetricSpec, spec_from_json, spec_json
+from ragexp.metrics.wording import KEY as RATIONALE_CODES
 from ragexp.records import Case, CaseResult
 
 FORMAT_VERSION = 1
@@ -112,6 +113,8 @@ def write_cases(
                 row["turn"] = case.turn
             if result.rationale:
                 row["rationale"] = result.rationale
+            if result.rationale_codes:
+                row[RATIONALE_CODES] = result.rationale_codes
             if spread:
                 row["spread"] = dict(zip(spread_names, spread_values, strict=True))
             chunk.append(dumps(row, option=newline))
