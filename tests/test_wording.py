@@ -113,7 +113,7 @@ def test_a_chinese_rationale_renders_as_the_english_run_wrote_it(tmp_path: Path,
         for name, code in zh_result.rationale_codes.items():
             # The code is the same whatever the run's language, and JSON as cases.jsonl keeps it.
             code = json.loads(json.dumps(code))
-            assert code == en_result.rationale_codes[name]  # type: ignore[index]
+            assert code == json.loads(json.dumps(en_result.rationale_codes[name]))  # type: ignore[index]
             assert render(code, "zh") == zh_result.rationale[name], (zh_result.case_id, name)
             assert render(code, "en") == en_result.rationale[name], (zh_result.case_id, name)
             compared += 1

@@ -195,11 +195,11 @@ def recall_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> Sa
         if found:
             listed = sep.join(found) if len(found) <= LISTED else run.listed(found)
             text = f"{text}{join}{found_before}{listed}{found_after}"
-            code = [*code, ["reason_found", _items(found)]]
+            code = (*code, ("reason_found", _items(found)))
         if missed:
             listed = sep.join(missed) if len(missed) <= LISTED else run.listed(missed)
             text = f"{text}{join}{missed_before}{listed}{missed_after}"
-            code = [*code, ["reason_missed", _items(missed_code)]]
+            code = (*code, ("reason_missed", _items(missed_code)))
         said.append(text)
         coded.append(code)
     return said, coded
@@ -218,7 +218,7 @@ def _spans_reason(run: Run, case: Case, output: SystemOutput) -> tuple[str, Code
     missed = [(item.doc, _cut(item.span)) for item, rank in zip(case.relevant, first, strict=True) if not rank]
     found, n, k = sum(1 for r in first if r), len(first), run.inputs.k
     parts = [words["reason_spans"].format(found=found, n=n, k=k)]
-    code: Code = [["reason_spans", found, n, k]]
+    code: list[Sequence[Any]] = [["reason_spans", found, n, k]]
     if covered_docs:
         texts = [words["reason_doc_spans"].format(doc=doc, covered=c, n=m) for _, doc, c, m in covered_docs]
         parts.append(words["reason_covered"].format(items=run.listed(texts)))
@@ -255,7 +255,7 @@ def mrr_reasons(run: Run, rows: Sequence[int], values: Sequence[float]) -> Said:
             key = ("reason_first", rank)
             before, after = cuts.get(key) or run.cut(key, "item", rank=rank)
             item = output.ranked_ids[rank - 1]
-            text, code = f"{before}{item}{after}", [["reason_first", item, rank]]
+            text, code = f"{before}{item}{after}", (("reason_first", item, rank),)
         else:
             key = ("reason_no_relevant", len(output.ranked_ids))
             text = memo.get(key) or run.once(key, n=len(output.ranked_ids))

@@ -22,13 +22,14 @@ An item is a string, ``{"q": text}``, ``{"p": part}`` (a phrase), ``{"t": text, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from string import Formatter
 from typing import Any
 
 from ragexp.phrases import PHRASES
 
-Code = list[list[Any]]
-"""One rationale: its parts (module docstring)."""
+Code = Sequence[Sequence[Any]]
+"""One rationale: its parts (module docstring); lists or tuples, JSON arrays either way."""
 
 KEY = "rationale_codes"
 """The ``cases.jsonl`` key of a case's codes: ``{metric: code}`` (the text is under ``rationale``)."""
@@ -54,7 +55,7 @@ def render(code: Code, language: str) -> str:
     return JOIN[language].join(_part(part, language) for part in code)
 
 
-def _part(part: list[Any], language: str) -> str:
+def _part(part: Sequence[Any], language: str) -> str:
     key, *args = part
     text = PHRASES[key][language]
     if not args:
