@@ -27,6 +27,7 @@ from ragexp.datasets.ledger import case_hashes
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import MetricSpec, spec_from_json, spec_json
 from ragexp.metrics.wording import KEY as RATIONALE_CODES
+from ragexp.metrics.wording import CaseCodes
 from ragexp.records import Case, CaseResult
 
 FORMAT_VERSION = 1
@@ -113,8 +114,11 @@ def write_cases(
                 row["turn"] = case.turn
             if result.rationale:
                 row["rationale"] = result.rationale
-            if result.rationale_codes:
-                row[RATIONALE_CODES] = result.rationale_codes
+            codes = result.rationale_codes
+            if codes is not None:
+                said = codes.to_json() if isinstance(codes, CaseCodes) else dict(codes)
+                if said:
+                    row[RATIONALE_CODES] = said
             if spread:
                 row["spread"] = dict(zip(spread_names, spread_values, strict=True))
             chunk.append(dumps(row, option=newline))

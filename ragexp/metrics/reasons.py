@@ -32,7 +32,7 @@ from ragexp.metrics.evidence import Matcher, Rule
 from ragexp.metrics.offline import OfflineInputs
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import REASON_KINDS, MetricSpec
-from ragexp.metrics.wording import FIELDS, JOIN, SEP, Code
+from ragexp.metrics.wording import FIELDS, JOIN, SEP, CaseCodes, Code
 from ragexp.phrases import PHRASES
 from ragexp.records import Case, CaseResult, SystemOutput
 
@@ -134,10 +134,10 @@ Column = Callable[[Run, Sequence[int], Sequence[float]], Said]
 ``values``, indexed by case), in that order."""
 
 
-def _items(items: list[Any]) -> dict[str, Any]:
-    """A code's list argument: the first :data:`LISTED` items, then how many more."""
+def _items(items: list[Any]) -> list[Any] | dict[str, Any]:
+    """A code's list argument: the items, or the first :data:`LISTED` and how many more."""
     if len(items) <= LISTED:
-        return {"items": items}
+        return items
     return {"items": items[:LISTED], "more": len(items) - LISTED}
 
 
@@ -462,11 +462,7 @@ def fill_rationales(
         join,
     )
     rationales = [result.rationale for result in results]
-    codes: list[dict[str, Code]] = []
-    for result in results:
-        if result.rationale_codes is None:
-            result.rationale_codes = {}
-        codes.append(result.rationale_codes)
+    columns: dict[str, list[Code | None]] = {}
     answered = np.fromiter((output is not None for output in run.outputs), dtype=bool, count=len(results))
     flagged = {i: result.metric_errors for i, result in enumerate(results) if result.metric_errors}
     rule = words["unanswerable_row"]
@@ -478,9 +474,11 @@ def fill_rationales(
             rows = [i for i in rows if name not in flagged.get(i, ())]
         values = column.tolist()
         texts, coded = build(run, rows, values)
+        codes: list[Code | None] = [None] * len(results)
+        columns[name] = codes
         for i, said, code in zip(rows, texts, coded, strict=True):
             rationales[i][name] = said
-            codes[i][name] = code
+            codes[i] = code
         with_rule: dict[str, str] = {}
         for i in np.flatnonzero(~covered(spec, inputs.unanswerable)).tolist():
             own = rationales[i].get(name)
@@ -488,7 +486,11 @@ def fill_rationales(
                 if own not in with_rule:
                     with_rule[own] = f"{own}{join}{rule}"
                 rationales[i][name] = with_rule[own]
-                codes[i][name] = [*codes[i][name], ["unanswerable_row"]]
+                kept = codes[i]
+                if kept is not None:
+                    codes[i] = (*kept, ("unanswerable_row",))
+    for i, result in enumerate(results):
+        result.rationale_codes = CaseCodes(columns, i)
 
 
 def _packed_rows(hits: np.ndarray) -> list[bytes]:

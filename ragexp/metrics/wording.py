@@ -13,8 +13,8 @@ in the order the English phrase names them (:data:`FIELDS`). An argument is a nu
 
 - ``{"q": text}``: ``text`` quoted (``"text"``, ``「text」`` in Chinese), already cut to length;
 - ``{"ranks": [1, 3]}``: the ranks, ``1, 3`` (the phrase ``none`` when there are none);
-- ``{"items": [item, ...], "more": n}``: the items joined by ``, `` (``、`` in Chinese), then
-  ``and n more`` when ``more`` is given.
+- ``[item, ...]``: the items joined by ``, `` (``、`` in Chinese); ``{"items": [item, ...],
+  "more": n}``: the same, then ``and n more``.
 
 An item is a string, ``{"q": text}``, ``{"p": part}`` (a phrase), ``{"t": text, "p": part}``
 (``text (phrase)``) or ``{"t": text, "q": span}`` (``text "span"``).
@@ -22,7 +22,7 @@ An item is a string, ``{"q": text}``, ``{"p": part}`` (a phrase), ``{"t": text, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from string import Formatter
 from typing import Any
 
@@ -46,6 +46,34 @@ FIELDS: dict[str, tuple[str, ...]] = {
 """Phrase -> its placeholders in the order the English phrase names them: a part's arguments."""
 
 
+class CaseCodes(Mapping[str, Code]):
+    """One case's codes, metric -> code, read from the run's columns (a list per metric, over the
+    cases :func:`ragexp.metrics.reasons.fill_rationales` was given) rather than a dict per case:
+    a run of many cases keeps one reference a case."""
+
+    __slots__ = ("columns", "index")
+
+    def __init__(self, columns: dict[str, list[Code | None]], index: int) -> None:
+        self.columns = columns
+        self.index = index
+
+    def __getitem__(self, name: str) -> Code:
+        code = self.columns[name][self.index]
+        if code is None:
+            raise KeyError(name)
+        return code
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, column in self.columns.items() if column[self.index] is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_json(self) -> dict[str, Code]:
+        i = self.index
+        return {name: code for name, column in self.columns.items() if (code := column[i]) is not None}
+
+
 def quote(text: str, language: str) -> str:
     return f"「{text}」" if language == "zh" else f'"{text}"'
 
@@ -64,6 +92,8 @@ def _part(part: Sequence[Any], language: str) -> str:
 
 
 def _arg(arg: Any, language: str) -> object:
+    if isinstance(arg, list | tuple):
+        return SEP[language].join(_item(item, language) for item in arg)
     if not isinstance(arg, dict):
         return arg
     if "q" in arg:
