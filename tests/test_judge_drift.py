@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -384,6 +385,19 @@ def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fa
     [row] = diff.json()["judge_agreement"]
     assert row["bias_change"] == pytest.approx(2 / 12) and row["kappa_change"] == 0.0 and row["same_canaries"]
     assert "judge agreement on the canaries, faithfulness: κ 0.67 -> 0.67 (+0.00), bias +0.083 -> +0.250" in diff.stderr
+    # The same 12 canaries in both runs, paired: four canaries each moved +0.5 (grade and error alike).
+    shifts = np.array([0.5] * 4 + [0.0] * 8)
+    se = shifts.std(ddof=1) / np.sqrt(12)
+    p_value = 2 * (1 - NormalDist().cdf((2 / 12) / se))
+    paired = row["paired"]
+    assert paired["n"] == 12 and paired["change"] == pytest.approx(2 / 12) and paired["confidence"] == 0.95
+    assert paired["ci_low"] == pytest.approx(2 / 12 - 1.959964 * se, abs=1e-6)
+    assert paired["p_value"] == pytest.approx(p_value)
+    assert paired["mae_change"] == pytest.approx(2 / 12) and paired["mae_p_value"] == pytest.approx(p_value)
+    # Every canary's pass/fail is the same for both judges, so κ moved by exactly 0 in every resample.
+    assert paired["kappa_change"] == 0.0 and paired["kappa_ci_low"] == 0.0 and paired["kappa_ci_high"] == 0.0
+    assert f"paired on 12 canaries (95% intervals): bias +0.167 [{paired['ci_low']:+.3f}, " in diff.stderr
+    assert f"p={p_value:.3g}, MAE +0.167" in diff.stderr
     [bridged] = diff.json()["bridge"]["metrics"]
     # The same outputs: raw +1/12 (case c1's Mars sentence now supported); the canaries correct by
     # the judges' gap on them, -4 x 0.5 / 12.
@@ -410,9 +424,31 @@ def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fa
     assert gate.code == 2, gate.stderr
     by_rule = {r["rule"]: r for r in gate.json()["rules"] if r["rule"].startswith("judge_")}
     assert by_rule["judge_bias.max_change"]["outcome"] == "failed"
-    assert (
-        "bias on the canaries +0.083 -> +0.250, moved +0.167 (allowed 0.1): the judge changed"
-        in (by_rule["judge_bias.max_change"]["message"])
+    assert by_rule["judge_bias.max_change"]["message"] == (
+        f"faithfulness: bias on the canaries +0.083 -> +0.250, moved +0.167 [{paired['ci_low']:+.3f}, "
+        f"{paired['ci_high']:+.3f}] paired on 12 canaries, p={p_value:.3g} (allowed 0.1): the judge changed"
     )
     assert by_rule["judge_agreement.min_kappa"]["outcome"] == "passed"
     assert by_rule["judge_bias.max_abs"]["outcome"] == "passed"
+
+    # At 99% the paired test cannot tell this move (p about 0.02) from noise: the rule passes saying
+    # so, and gates.on_underpowered=fail makes that a failure.
+    def judge_gate(*extra: str) -> Any:
+        return ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], *extra, "--json")
+
+    strict = ("gates.judge_bias.max_change=0.1", "gates.confidence=0.99", "--bridge-judge", "canaries")
+    cannot = judge_gate("gates.rules={faithfulness:{max_drop:0.5}}", *strict)
+    [rule] = [r for r in cannot.json()["rules"] if r["rule"] == "judge_bias.max_change"]
+    assert rule["outcome"] == "passed" and rule["underpowered"]
+    assert rule["message"].endswith("(allowed 0.1): beyond the bound, but not told from noise at 99%: it cannot tell")
+    failing = judge_gate("gates.rules={faithfulness:{max_drop:0.5}}", *strict, "gates.on_underpowered=fail")
+    [rule] = [r for r in failing.json()["rules"] if r["rule"] == "judge_bias.max_change"]
+    assert rule["outcome"] == "failed"
+
+    # A gate of judge rules alone (no metric bound) is a gate: it checks the judge.
+    only_judge = judge_gate("~gates.rules", "gates.judge_bias.max_change=0.1", "--bridge-judge", "canaries")
+    assert only_judge.code == 2, only_judge.stderr
+    assert [f["rule"] for f in only_judge.json()["failures"]] == ["judge_bias.max_change"]
+    passing = judge_gate("~gates.rules", "gates.judge_agreement.min_kappa=0.5", "--bridge-judge", "canaries")
+    assert passing.code == 0, passing.stderr
+    assert {r["rule"] for r in passing.json()["rules"]} == {"max_error_rate", "judge_agreement.min_kappa"}
