@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.escape import markdown
 from ragexp.metrics.canaries import agreement, agreement_change, bridged_delta
 from tests.conftest import ROOT, write_jsonl
 from tests.judge_drift_sim import simulate
@@ -305,6 +306,13 @@ def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_th
         again = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
         assert again.code == 0, again.stderr
         calls_again = stats(url_b)["chat"] - before - calls
+        # report --baseline refuses the pair as diff does, and bridges it as diff does.
+        assert ragexp("report", cand["run_id"], "--baseline", base["run_id"], "--out", str(tmp_path / "r0")).code == 3
+        out = tmp_path / "rejudged"
+        args = ("report", cand["run_id"], "--baseline", base["run_id"], "--language", "en", "--out", str(out))
+        reported = ragexp(*args, "--bridge-judge", "rejudge")
+        assert reported.code == 0, reported.stderr
+        rejudged_md = (out / "report.md").read_text(encoding="utf-8")
 
     payload = bridged.json()
     bridge = payload["bridge"]
@@ -334,6 +342,18 @@ def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_th
     assert metric["correction"] == 0.0 and metric["delta"] == pytest.approx(raw)  # the judges grade alike
     assert metric["ci_low"] < metric["delta"] < metric["ci_high"] and metric["canaries"] == 12
     assert "judge bridged (canaries): faithfulness delta" in by_canaries.stderr
+    said = f"judge bridged (rejudge): the baseline's outputs graded by the candidate's judge, {len(CASES)} grades ("
+    assert markdown(said) in rejudged_md
+    out = tmp_path / "by_canaries"
+    reported = ragexp(
+        "report", cand["run_id"], "--baseline", base["run_id"], "--bridge-judge", "canaries", "--out", str(out)
+    )
+    assert reported.code == 0, reported.stderr
+    said = (
+        f"judge bridged (canaries): faithfulness delta {metric['delta']:+.4f} [{metric['ci_low']:+.4f}, "
+        f"{metric['ci_high']:+.4f}] (raw {metric['raw']:+.4f}, canary correction +0.0000; 6 cases, 12 canaries)"
+    )
+    assert markdown(said) in (out / "report.md").read_text(encoding="utf-8")
 
     rules = "gates.rules={faithfulness:{max_drop:0.5}}"
     gate = ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], rules, "--json")
