@@ -472,3 +472,73 @@ def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fa
     passing = judge_gate("~gates.rules", "gates.judge_agreement.min_kappa=0.5", "--bridge-judge", "canaries")
     assert passing.code == 0, passing.stderr
     assert {r["rule"] for r in passing.json()["rules"]} == {"max_error_rate", "judge_agreement.min_kappa"}
+
+
+CHATS = [
+    {"id": "alone", "question": "满多少包邮？", "relevant_ids": ["shipping-fee"]},
+    {
+        "id": "conv-ret",
+        "turns": [
+            {"question": "退货怎么办？", "relevant_ids": ["return-policy"], "reference": "签收后七天内可退货。"},
+            {"question": "那运费呢？", "relevant_ids": ["return-fee"], "reference": "退货运费由买家承担。"},
+        ],
+    },
+    {
+        "id": "conv-inv",
+        "turns": [
+            {"question": "怎么开发票？", "relevant_ids": ["invoice-types"], "reference": "可开电子普通发票。"},
+            {"question": "多久能收到？", "relevant_ids": ["invoice-time"]},
+        ],
+    },
+]
+"""Conversations in the bundled kb_zh_chat's shape: follow-ups that mean nothing without their history."""
+ON_TOPIC = "{name: on_topic, kind: judge, rubric: 'the answer is about what the user asks', needs: [question, answer]}"
+
+
+@pytest.mark.system
+def test_rejudge_grades_each_baseline_turn_after_the_same_history_its_own_judge_read(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from tests.pipelines import chat
+
+    data = write_jsonl(tmp_path / "chats.jsonl", CHATS)
+
+    def chat_run(target: str, url: str) -> dict[str, Any]:
+        done = ragexp(
+            "run",
+            f"dataset.path={data}",
+            "system=python",
+            f"provider.system.target=tests.pipelines.chat:{target}",
+            "metrics.names=[recall_at_k]",
+            "k=1",
+            "judge=openai",
+            f"provider.judge.base_url={url}",
+            "provider.judge.api_key_env=null",
+            "provider.judge.max_retries=0",
+            f"metrics.custom=[{ON_TOPIC}]",
+            "--json",
+        )
+        assert done.code == 0, done.stderr
+        found: dict[str, Any] = done.json()
+        return found
+
+    def question(prompt: str) -> str:
+        found: str = json.loads(prompt.split("input: ", 1)[1])["question"]
+        return found
+
+    with serve(JUDGE, "--fingerprint", "fp_a") as url_a:
+        base = chat_run("remembers", url_a)
+        original = [question(p) for p in prompts(url_a) if "那运费呢？" in p]
+    with serve(JUDGE, "--fingerprint", "fp_b") as url_b:
+        cand = chat_run("forgets", url_b)
+        asked = len(prompts(url_b))
+        bridged = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
+        assert bridged.code == 0, bridged.stderr
+        rejudged = [question(p) for p in prompts(url_b)[asked:] if "那运费呢？" in p]
+    # The baseline's follow-up was judged after its first turn and the baseline's answer to it;
+    # graded again by the candidate's judge, it is read after the very same conversation.
+    first = chat.DOCS["return-policy"]
+    history = f"[conversation so far]\nuser: 退货怎么办？\nassistant: {first}\n[question]\n那运费呢？"
+    assert original == [history] and rejudged == [history]
+    on_topic = next(m for m in bridged.json()["metrics"] if m["name"] == "on_topic")
+    assert on_topic["baseline"] == pytest.approx(base["summary"]["on_topic"])  # the stand-ins grade alike
