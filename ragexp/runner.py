@@ -806,6 +806,7 @@ def _score_and_log(
         store.log_metrics(run_id, figures)
         if scored.judge_served:
             store.set_tags(run_id, served_tags(scored.judge_served))
+            _log_served_params(store, run_id, scored.judge_served, resumed)
         if scored.canaries is not None:
             store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
         _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
@@ -838,6 +839,27 @@ def served_tags(served: str) -> dict[str, str]:
         TAG_PREFIX + "judge.served": limits.fit(limits.TAG_VALUE, served),
         TAG_PREFIX + "judge.served_count": str(len(judge_identity.split(served))),
     }
+
+
+def served_params(served: str) -> dict[str, str]:
+    """The params naming what served the run's judge grades (``judge.served``: the set, whole when
+    it fits a param, else its start and a hash of the whole; ``judge.served_count``): a fixed
+    length, so the store cannot refuse them after the run's work."""
+    return {
+        "judge.served": limits.shortened(limits.PARAM_VALUE, served),
+        "judge.served_count": str(len(judge_identity.split(served))),
+    }
+
+
+def _log_served_params(store: Store, run_id: str, served: str, resumed: bool) -> None:
+    params = served_params(served)
+    if resumed:  # the attempt before may have logged them, and a param keeps its first value
+        kept = store.get_run(run_id).params
+        if any(kept.get(key) not in (None, value) for key, value in params.items()):
+            info(f"warning: run {run_id} keeps the judge's served identities its first attempt recorded as params")
+        params = {key: value for key, value in params.items() if key not in kept}
+    if params:
+        store.log_params(run_id, params)
 
 
 def score_results(plan: Plan, results: list[CaseResult]) -> Scored:

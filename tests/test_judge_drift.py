@@ -102,6 +102,10 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert first["config_hash"] == swapped["config_hash"] and tags_1["ragexp.judge"] == tags_3["ragexp.judge"]
     assert tags_1["ragexp.judge.served"] == tags_2["ragexp.judge.served"] == tags_4["ragexp.judge.served"] == served_a
     assert tags_3["ragexp.judge.served"] == served_b and tags_3["ragexp.judge.served_count"] == "1"
+    # The params say the same (params are what MLflow's run comparison lines up).
+    params = {key: MlflowClient(store_uri).get_run(key).data.params for key in (first["run_id"], swapped["run_id"])}
+    assert params[first["run_id"]]["judge.served"] == served_a and params[swapped["run_id"]]["judge.served"] == served_b
+    assert params[first["run_id"]]["judge.served_count"] == params[swapped["run_id"]]["judge.served_count"] == "1"
 
     # First run: every grade fresh. A rerun on the same judge: one grade asked afresh to learn who
     # serves, the rest from the cache.
@@ -140,6 +144,8 @@ def test_a_judge_redeployed_mid_run_is_said_and_recorded(ragexp: Any, store_uri:
         "chat=judge-model-2026-01@fp_c",
     ]
     assert tags["ragexp.judge.served_count"] == "2"
+    params = MlflowClient(store_uri).get_run(payload["run_id"]).data.params
+    assert params["judge.served"] == tags["ragexp.judge.served"] and params["judge.served_count"] == "2"
     assert "the judge's grades were served by 2 identities" in result.stderr
 
 
@@ -542,3 +548,18 @@ def test_rejudge_grades_each_baseline_turn_after_the_same_history_its_own_judge_
     assert original == [history] and rejudged == [history]
     on_topic = next(m for m in bridged.json()["metrics"] if m["name"] == "on_topic")
     assert on_topic["baseline"] == pytest.approx(base["summary"]["on_topic"])  # the stand-ins grade alike
+
+
+def test_the_served_identities_param_always_fits_and_keeps_two_sets_apart() -> None:
+    from ragexp import limits
+    from ragexp.runner import served_params
+
+    one = "; ".join(f"chat=judge-{i}@fp_{i}|prompts=abc" for i in range(400))  # about 12,000 characters
+    other = one.replace("judge-399", "judge-x")
+    found, apart = served_params(one), served_params(other)
+    assert len(one) > limits.PARAM_VALUE.chars and found["judge.served_count"] == "400"
+    for key, value in found.items():
+        assert limits.problem(limits.PARAM_KEY, key) is None and limits.problem(limits.PARAM_VALUE, value) is None
+    assert found["judge.served"].startswith(one[:1000]) and found["judge.served"] != apart["judge.served"]
+    small = served_params("chat=m@fp|prompts=abc")
+    assert small == {"judge.served": "chat=m@fp|prompts=abc", "judge.served_count": "1"}

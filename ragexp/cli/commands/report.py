@@ -62,15 +62,9 @@ def report(
     if run_id is None or sweep is not None:
         raise ConfigError("ragexp report: give a run id, or --sweep PARENT_RUN (one of them)")
     given = [run_id, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
-    for option, value in (
-        ("--baseline", baseline),
-        ("--out", out),
-        ("--language", language),
-        ("--bridge-judge", bridge_judge),
-    ):
-        given += [option, value] if value else []
-    given += ["--allow-incomparable"] if allow_incomparable else []
-    given += ["--common-cases"] if common_cases else []
+    options = {"--baseline": baseline, "--out": out, "--language": language, "--bridge-judge": bridge_judge}
+    given += [part for option, value in options.items() if value for part in (option, value)]
+    given += ["--allow-incomparable"] * allow_incomparable + ["--common-cases"] * common_cases
     with resumable("report", [*given, "--attribute"], replaying=attribute):
         done = publish_report(
             run_id,
