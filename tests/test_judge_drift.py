@@ -90,6 +90,9 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
         calls_b = stats(url_b)["chat"]
     with serve(JUDGE, *same, "--fingerprint", "fp_a") as url_back:
         back, _ = run(ragexp, data, url_back)
+    # The alias now served by another model snapshot, the fingerprint as before.
+    with serve(JUDGE, "--served-model", "judge-model-2026-02", "--fingerprint", "fp_a") as url_model:
+        other_model, _ = run(ragexp, data, url_model)
 
     tags_1, metrics_1 = tags_and_metrics(store_uri, first["run_id"])
     tags_2, metrics_2 = tags_and_metrics(store_uri, again["run_id"])
@@ -117,6 +120,10 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert calls_a == metrics_1["judge.chat_calls"] + metrics_2["judge.chat_calls"]
     # Swapped back: the first judge's grades are still kept under its identity.
     assert metrics_4["judge.cache_hits"] == n - 1 and metrics_4["judge.cache_refused"] == 0
+    # Another served model behind the same name and fingerprint: not one grade reused either.
+    tags_5, metrics_5 = tags_and_metrics(store_uri, other_model["run_id"])
+    assert tags_5["ragexp.judge.served"] == f"chat=judge-model-2026-02@fp_a|prompts={prompts}"
+    assert metrics_5["judge.cache_hits"] == 0 and metrics_5["judge.cache_refused"] == n - 1
     assert first["summary"] == swapped["summary"] == back["summary"]  # the stand-ins grade alike
 
     # Runs judged by different served identities are not comparable: exit 3, naming both.
