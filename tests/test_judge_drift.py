@@ -570,3 +570,21 @@ def test_the_served_identities_param_always_fits_and_keeps_two_sets_apart() -> N
     assert found["judge.served"].startswith(one[:1000]) and found["judge.served"] != apart["judge.served"]
     small = served_params("chat=m@fp|prompts=abc")
     assert small == {"judge.served": "chat=m@fp|prompts=abc", "judge.served_count": "1"}
+
+
+def test_a_resumed_run_keeps_the_served_params_its_first_attempt_logged(
+    store_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragexp.errors import TrackingError
+    from ragexp.runner import _log_served_params
+    from ragexp.tracking.store import Store
+
+    store = Store(store_uri)
+    run_id = store.create_run("resumed", "r", {}, {"k": "5"})
+    _log_served_params(store, run_id, "chat=m@fp_a|prompts=ab", resumed=False)
+    # The second attempt heard another identity: the params stay (a param cannot change), it says so.
+    _log_served_params(store, run_id, "chat=m@fp_b|prompts=ab", resumed=True)
+    assert Store(store_uri).get_run(run_id).params["judge.served"] == "chat=m@fp_a|prompts=ab"
+    assert "keeps the judge's served identities its first attempt recorded" in capsys.readouterr().err
+    with pytest.raises(TrackingError, match="judge"):
+        _log_served_params(store, run_id, "chat=m@fp_b|prompts=ab", resumed=False)
