@@ -559,7 +559,7 @@ def test_rejudge_grades_each_baseline_turn_after_the_same_history_its_own_judge_
 
 def test_the_served_identities_param_always_fits_and_keeps_two_sets_apart() -> None:
     from ragexp import limits
-    from ragexp.runner import served_params
+    from ragexp.workflows.run import served_params
 
     one = "; ".join(f"chat=judge-{i}@fp_{i}|prompts=abc" for i in range(400))  # about 12,000 characters
     other = one.replace("judge-399", "judge-x")
@@ -576,8 +576,8 @@ def test_a_resumed_run_keeps_the_served_params_its_first_attempt_logged(
     store_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ragexp.errors import TrackingError
-    from ragexp.runner import _log_served_params
     from ragexp.tracking.store import Store
+    from ragexp.workflows.run import _log_served_params
 
     store = Store(store_uri)
     run_id = store.create_run("resumed", "r", {}, {"k": "5"})
