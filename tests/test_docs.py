@@ -530,3 +530,38 @@ def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
     blocks = {key for key, text in params.items() if text == "{}" and isinstance(value(key), dict)}
     assert blocks and "gates.rules" in params and "dataset.name" in params
     assert set(params) - blocks - {"gates.rules", "dataset.name"} == expected
+
+
+def _artifacts_bullet() -> str:
+    """docs/mlflow.md's ``artifacts`` bullet, up to the paragraph after it."""
+    text = _prose((ROOT / "docs/mlflow.md").read_text(encoding="utf-8"))
+    bullet = text[text.index("- artifacts") :]
+    return bullet[: bullet.index("\n\n")]
+
+
+def _artifact_constants() -> set[str]:
+    """The file names ``ragexp/artifacts.py`` defines (its constants that name a file)."""
+    from ragexp import artifacts
+
+    return {
+        value
+        for name, value in vars(artifacts).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[\w/]+\.\w+", value)
+    }
+
+
+def test_the_mlflow_pages_artifacts_are_the_artifact_modules_both_ways(ragexp: Any, store_uri: str) -> None:
+    from ragexp import artifacts
+
+    named = set(re.findall(r"`([^`\s]+\.(?:jsonl?|yaml|png))`", _artifacts_bullet()))
+    comparison = artifacts.comparison("<baseline>")
+    listed = {name.removeprefix(comparison + "/") for name in named if not name.startswith("ragexp/")}
+    assert {"cases.jsonl", "traffic.json", "gate.json", "sweep/sweep.json"} <= listed
+    assert listed == _artifact_constants()
+    # and what a real run writes is among them
+    from mlflow.tracking import MlflowClient
+
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    written = {item.path for item in MlflowClient(store_uri).list_artifacts(done.json()["run_id"])}
+    assert {artifacts.CASES, artifacts.SCORES, artifacts.TIMINGS} <= written <= listed

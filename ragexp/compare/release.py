@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragexp import strict_json
+from ragexp import artifacts, strict_json
 from ragexp.compare.agreement import changes as agreement_changes
 from ragexp.compare.agreement import line as agreement_line
 from ragexp.compare.bridge import apply_to_gate as bridged_gate
@@ -103,15 +103,15 @@ def record_comparison(
     ``ragexp.gate.*`` tags only hold the latest verdict)."""
     data = strict_json.dumps(payload, indent=1).encode("utf-8")
     try:
-        store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
+        store.log_files(candidate, {artifacts.comparison(baseline, name): data})
     except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
         say(f"warning: the comparison is not recorded on run {candidate}: {exc}")
 
 
 def read_comparison(store: Store, candidate: str, baseline: str, name: str) -> dict[str, Any] | None:
     """The comparison :func:`record_comparison` kept on ``candidate`` (None: none was recorded)."""
-    path = f"comparisons/{baseline}/{name}"
-    if path not in store.list_artifacts(candidate, f"comparisons/{baseline}"):
+    path = artifacts.comparison(baseline, name)
+    if path not in store.list_artifacts(candidate, artifacts.comparison(baseline)):
         return None
     found = json.loads(store.read_artifact(candidate, path))
     return found if isinstance(found, dict) else None
@@ -214,7 +214,7 @@ def compare_runs(
         )
         result.attribution = found.to_json()
         record_comparison(writer, cand.run_id, base.run_id, ARTIFACT, result.attribution, say)
-    record_comparison(store, cand.run_id, base.run_id, "diff.json", result.to_json(), say)
+    record_comparison(store, cand.run_id, base.run_id, artifacts.DIFF, result.to_json(), say)
     return DiffOutcome(result, base, cand)
 
 
@@ -370,7 +370,7 @@ def run_gate(
         store,
         cand.run_id,
         base.run_id,
-        "gate.json",
+        artifacts.GATE,
         {
             "verdict": "passed" if result.passed else "failed",
             **result.to_json(),
