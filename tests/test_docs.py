@@ -565,3 +565,27 @@ def test_the_mlflow_pages_artifacts_are_the_artifact_modules_both_ways(ragexp: A
     assert done.code == 0, done.stderr
     written = {item.path for item in MlflowClient(store_uri).list_artifacts(done.json()["run_id"])}
     assert {artifacts.CASES, artifacts.SCORES, artifacts.TIMINGS} <= written <= listed
+
+
+def test_the_configs_comment_on_the_run_name_is_the_name_a_run_gets(ragexp: Any, store_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    line = next(
+        line
+        for line in (ROOT / "conf/config.yaml").read_text(encoding="utf-8").splitlines()
+        if line.startswith("run_name:")
+    )
+    shown, example = re.findall(r"null: (.+?), e\.g\. (\S+)", line)[0]
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    run = MlflowClient(store_uri).get_run(done.json()["run_id"])
+    filled = {
+        "<config hash[:12]>": run.data.tags["ragexp.config_hash"][:12],
+        "<provider.name>": "sample",
+        "<dataset.name>": run.data.params["dataset.name"],
+        "<k>": run.data.params["k"],
+    }
+    for placeholder, value in filled.items():
+        shown = shown.replace(placeholder, value)
+    assert run.info.run_name == shown
+    assert re.fullmatch(r"[0-9a-f]{12}-sample-kb_zh-k5", example) and shown.endswith("-sample-kb_zh-k5")
