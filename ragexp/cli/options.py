@@ -118,7 +118,7 @@ def resumable(command: str, args: list[str], *, replaying: bool) -> Iterator[Non
         return
     import signal
 
-    from ragexp.runner import Stopped  # here: --help imports no runner code
+    from ragexp.errors import Stopped
 
     previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
