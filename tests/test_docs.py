@@ -390,7 +390,6 @@ def test_every_config_key_the_config_page_lists_is_a_typed_field_with_its_defaul
     assert set(fields) - nested - set(documented) == set(), "typed keys the config page does not list"
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_run_writes_only_names_the_docs_list(ragexp: Any, store_uri: str) -> None:
     """What a real run logs (the sample system, with its stage timings) against the lists above:
     its tags are ones the scan finds, its metrics are registry metrics or documented figures, its
@@ -485,7 +484,6 @@ def test_a_metric_sets_limit_is_the_registrys_and_every_packaged_set_keeps_it() 
         assert counted is None or int(counted.group(1)) == len(names), path.name
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
