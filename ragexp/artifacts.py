@@ -54,10 +54,29 @@ CUSTOM_METRICS = "custom_metrics.json"
 read the run know its direction, range and definition without the user's config."""
 
 CONVERSATIONS = "conversations.jsonl"
+"""One row per conversation: its turns, whether all were correct, the first that was not."""
 CANARIES = "canaries.json"
 """With ``judge.canaries``: each canary's grade by the run's judge, the human scores, the agreement
 and what served the judge (``--bridge-judge canaries`` reads it)."""
-"""One row per conversation: its turns, whether all were correct, the first that was not."""
+TRAFFIC = "traffic.json"
+"""A run on traffic: the traces read, left out and sampled."""
+SHADOW = "shadow.json"
+"""``ragexp shadow``'s outcome, on the candidate."""
+DRAFT = "draft.jsonl"
+"""The drafted cases ``ragexp draft`` logged, which ``draft review`` and ``draft accept`` read."""
+SWEEP = "sweep/sweep.json"
+SWEEP_FRONT = "sweep/front.png"
+"""What ``ragexp sweep`` logs to the parent run: the analysis (as ``--json`` prints it) and the plot."""
+GATE = "gate.json"
+DIFF = "diff.json"
+ATTRIBUTION = "attribution.json"
+"""Comparisons, kept on the candidate under :func:`comparison`: every gate and diff of a pair, and
+``diff --attribute``'s result."""
+
+
+def comparison(baseline: str, name: str = "") -> str:
+    """Where the candidate keeps its comparisons with ``baseline`` (``name``: one of them)."""
+    return f"comparisons/{baseline}/{name}" if name else f"comparisons/{baseline}"
 
 
 def nullable(values: np.ndarray) -> list[float | None]:

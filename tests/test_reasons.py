@@ -59,7 +59,6 @@ def replay_cases() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -116,7 +115,6 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     assert outside["mixed"] is None and outside["perfect"] is None
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_evidence_anchored_recall_names_the_spans_covered_and_not_by_document(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

@@ -169,8 +169,8 @@ class Gate:
 
     @classmethod
     def of(cls, store: Store, base: RunData, run: RunData, configured: GateResult, gates: GatesConfig) -> Gate:
-        path = f"comparisons/{base.run_id}/gate.json"
-        recorded = read_comparison(store, run.run_id, base.run_id, "gate.json")
+        path = artifacts.comparison(base.run_id, artifacts.GATE)
+        recorded = read_comparison(store, run.run_id, base.run_id, artifacts.GATE)
         if recorded is not None and recorded.get("rules") is not None:
             config = recorded.get("config") or {}
             return cls(GateResult.from_json(recorded), True, path, config)
