@@ -14,9 +14,9 @@ as for a store it does not know), and a bare `python -c "import numpy"` as the f
 ``--against REF`` adds an A/B on the same store: the same diff and gate run by the source tree of
 git commit REF (``git archive`` into the temporary folder; the same interpreter and packages,
 that tree first on ``PYTHONPATH``) and by this tree, alternating which goes first in each
-repetition, with each command's median ratio (this tree / REF). The Makefile passes the commit
-before issue 45's pairing (``make bench-compare BENCH_AGAINST=`` leaves the A/B out);
-``--ab-only`` times nothing else.
+repetition, with each command's median ratio (this tree / REF) of wall time and of CPU time.
+The Makefile passes the commit before issue 45's pairing (``make bench-compare BENCH_AGAINST=``
+leaves the A/B out); ``--ab-only`` times nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -169,23 +170,29 @@ def a_b(ref: str, tmp: Path, env: dict[str, str], ids: list[str], gate_args: lis
     sides = {"A": (tree, {**env, "PYTHONPATH": str(tree)}), "B": (HERE, {**env, "PYTHONPATH": str(HERE)})}
     commands = {"diff": ([*RAGEXP, "diff", *ids, "--json"], (0,)), "gate": ([*RAGEXP, *gate_args], (0, 2))}
     walls: dict[tuple[str, str], list[float]] = {(c, s): [] for c in commands for s in sides}
+    cpus: dict[tuple[str, str], list[float]] = {(c, s): [] for c in commands for s in sides}
     outs: dict[tuple[str, str], str] = {}
     for rep in range(repeat):
         for command, (cmd, ok) in commands.items():
             for side in ("A", "B") if rep % 2 == 0 else ("B", "A"):
                 cwd, side_env = sides[side]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 wall, done = run(cmd, side_env, cwd)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if done.returncode not in ok:
                     raise SystemExit(f"{side} {' '.join(cmd)}: exit {done.returncode}\n{done.stderr}")
                 walls[command, side].append(wall)
+                cpus[command, side].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
                 outs[command, side] = done.stdout
     deltas = {side: {m["name"]: m["delta"] for m in json.loads(outs["diff", side])["metrics"]} for side in sides}
     same = all(abs(deltas["A"][name] - deltas["B"][name]) < 1e-9 for name in deltas["A"].keys() & deltas["B"].keys())
     print(f"A/B on one store, {repeat} alternating repetitions: A = {ref}, B = this tree")
+    # CPU seconds (user + system of the process) move less with the machine's load than wall time.
     for command in commands:
-        a, b = statistics.median(walls[command, "A"]), statistics.median(walls[command, "B"])
-        each = " ".join(f"{side} " + "/".join(f"{w:.2f}" for w in walls[command, side]) for side in sides)
-        print(f"  {command}: A {a:5.2f} s  B {b:5.2f} s  B/A {b / a:.2f}  ({each})")
+        for kind, times in (("wall", walls), ("CPU", cpus)):
+            a, b = statistics.median(times[command, "A"]), statistics.median(times[command, "B"])
+            each = " ".join(f"{side} " + "/".join(f"{t:.2f}" for t in times[command, side]) for side in sides)
+            print(f"  {command} {kind:4}: A {a:5.2f} s  B {b:5.2f} s  B/A {b / a:.2f}  ({each})")
     print(f"  the same delta of each metric both sides compute: {'yes' if same else 'NO'}")
 
 
