@@ -71,7 +71,11 @@ def ui_server(store_uri: str, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a loaded machine: the test's result stands, the server goes
+            proc.kill()
+            proc.wait(timeout=30)
         log.close()
 
 
