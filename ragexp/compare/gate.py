@@ -14,24 +14,24 @@ from ragexp.compare.diff import DiffResult, MetricDiff, below_noise_floor, compu
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.pairing import paired_mask
 from ragexp.compare.power import Power, cannot_tell_line
-from ragexp.compare.sequential import (
-    bound_decision,
-    difference_sequence,
-    drop_decision,
-    mean_sequence,
-)
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric, rule_metric
+from ragexp.stats.sequential import (
+    bound_decision,
+    difference_sequence,
+    drop_decision,
+    mean_sequence,
+)
 
 EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
 
 
 SEQUENTIAL_METHOD = "anytime-valid"
-"""``RuleResult.method`` of a rule decided on a confidence sequence (:mod:`ragexp.compare.sequential`)."""
+"""``RuleResult.method`` of a rule decided on a confidence sequence (:mod:`ragexp.stats.sequential`)."""
 
 Decision = Literal["passed", "failed", "inconclusive"]
 """What a sequential rule came to at its stop: ``inconclusive`` when the cases ran out first."""
