@@ -214,7 +214,11 @@ class DiffResult:
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
             **({"bridge": self.bridge} if self.bridge is not None else {}),
-            **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
+            **(
+                {"judge_agreement": moved}
+                if (moved := agreement_changes(self.baseline, self.candidate, confidence=self.confidence))
+                else {}
+            ),
         }
 
 

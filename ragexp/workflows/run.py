@@ -47,6 +47,7 @@ from ragexp.workflows.run_log import (
     log_artifacts,
     log_case_traces,
     log_dataset,
+    log_served_params,
     run_metrics,
     served_tags,
     stage_timings,
@@ -429,6 +430,7 @@ def _score_and_log(
         store.log_metrics(run_id, figures)
         if scored.judge_served:
             store.set_tags(run_id, served_tags(scored.judge_served))
+            log_served_params(store, run_id, scored.judge_served, resumed)
         if scored.canaries is not None:
             store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
         log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
