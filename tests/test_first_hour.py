@@ -470,6 +470,41 @@ def test_h_is_help_for_every_command(ragexp: Any) -> None:
         assert shown.code == 0 and "Usage: " in shown.stdout and "Options" in shown.stdout, args
 
 
+def test_help_shows_no_value_for_flags_and_cuts_nothing(ragexp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragexp.cli.commands import COMMANDS
+
+    monkeypatch.setenv("COLUMNS", "72")  # a narrow terminal: where rich's panels cut words
+    top = ragexp("-h")
+    flat = " ".join(top.stdout.split())
+    for name in COMMANDS:
+        listed = ragexp(name, "-h")
+        assert listed.code == 0, name
+        shown = listed.stdout
+        assert "<bool>" not in shown and "…" not in shown and "╭" not in shown, name
+        # The first paragraph of the command's help, whole in the list (not cut to one line with "...").
+        first = " ".join(shown.split("\n\n")[1].split())
+        assert first in flat, name
+    run = " ".join(ragexp("run", "-h").stdout.split())
+    assert "--json Print exactly one JSON object" in run  # a flag: no value type after it
+    assert "else sqlite:///mlruns/mlflow.db)." in run  # the default, whole
+    assert "--top <int range> How many of the most regressed cases to show. [default: 10; x>=0]" in " ".join(
+        ragexp("diff", "-h").stdout.split()
+    )
+
+
+def test_an_override_into_a_list_is_told_to_set_the_whole_list(ragexp: Any) -> None:
+    for override in ("metrics.custom[0].target=my_rules:fn", "metrics.custom.0.target=my_rules:fn"):
+        refused = ragexp("validate", override)
+        assert refused.code == 1, override
+        assert f"config: {override}: an override cannot reach into a list" in refused.stderr
+        assert "'metrics.custom=[...]' in quotes" in refused.stderr and "quote a value" not in refused.stderr
+    # What it points to runs: the whole list, in quotes.
+    whole = ragexp("run", "provider=fake", "metrics.custom=[{name: t, kind: python, target: 'os.path:isabs'}]")
+    assert "metrics.custom[0].target: cannot call 'os.path:isabs(s)' as (case, output)" in whole.stderr
+    spaced = ragexp("validate", "experiment=a)b")  # a value's special characters keep their own hint
+    assert spaced.code == 1 and "quote a value with spaces or other special characters" in spaced.stderr
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
