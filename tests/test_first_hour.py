@@ -505,6 +505,25 @@ def test_an_override_into_a_list_is_told_to_set_the_whole_list(ragexp: Any) -> N
     assert spaced.code == 1 and "quote a value with spaces or other special characters" in spaced.stderr
 
 
+def test_a_run_without_a_judge_is_not_said_to_have_one(ragexp: Any) -> None:
+    from ragexp.cli.render import trust_lines
+    from ragexp.metrics.calibration import Calibration, PpiEstimate, Trust
+
+    run = ragexp("run")  # the sample system: answer_accuracy is a fact match, no judge anywhere
+    assert run.code == 0, run.stderr
+    assert "prediction-powered means (automatic scores corrected by human scores):" in run.stdout
+    assert "automatic mean" in run.stdout.split("prediction-powered means")[1]
+    assert "judge" not in run.stdout.split("automatic score vs human scores")[1].split("label audit")[0]
+    # A judge's metrics are called the judge's; a mix is not.
+    same = Calibration(12, 0.1, 0.0, None, 1.0, None, None, None)
+    estimate = PpiEstimate(0.8, 0.7, 0.9, 12, 35, 0.75)
+    judged = "\n".join(trust_lines(Trust({"faithfulness": same}, {"faithfulness": estimate}), 0.5, None))
+    assert "(judge scores corrected by human scores)" in judged and "judge mean" in judged
+    assert "the judge scores or the people's are all the same" in judged
+    mixed = Trust({}, {"faithfulness": estimate, "answer_accuracy": estimate})
+    assert "(automatic scores corrected by human scores)" in "\n".join(trust_lines(mixed, 0.5, None))
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragexp.cli.console import info
-from ragexp.cli.render import duration, fmt, signed, table, terminal, to_terminal, trust_lines
+from ragexp.cli.render import duration, fmt, scorer, signed, table, terminal, to_terminal, trust_lines
 from ragexp.compare.listing import role_words
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
@@ -430,11 +430,12 @@ def _show_breakdowns(result: DiffResult) -> None:
     """``diff``'s figures beside the metric table: prediction-powered deltas, hops, turn positions."""
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
-        print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
+        by = scorer([name for name, _ in with_ppi])
+        print(f"\nprediction-powered difference ({by} scores corrected by human scores on shared labelled cases):")
         for name, ppi in with_ppi:
             print(
                 f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
-                f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+                f"{by} alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.hops is not None:
         print(f"\nfirst failing hop, cases by baseline (rows) and candidate (columns), {result.hops.paired} paired:")
