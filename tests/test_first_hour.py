@@ -524,6 +524,16 @@ def test_a_run_without_a_judge_is_not_said_to_have_one(ragexp: Any) -> None:
     assert "(automatic scores corrected by human scores)" in "\n".join(trust_lines(mixed, 0.5, None))
 
 
+def test_the_attribution_refusal_gives_its_reason_once(ragexp: Any) -> None:
+    ids = [ragexp("run", "provider=fake", "--json").json()["run_id"] for _ in range(2)]
+    refused = ragexp("diff", *ids, "--attribute")
+    assert refused.code == 1
+    line = refused.stderr.strip()
+    assert line.startswith(f"ragexp: error: --attribute: the baseline's system (run {ids[0]}, provider fake)")
+    assert line.count("answer from given contexts") == 1 and line.count("fake") == 2
+    assert "no answer stage of its own to call" in line and "provider.system.generate" in line
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
