@@ -534,6 +534,28 @@ def test_the_attribution_refusal_gives_its_reason_once(ragexp: Any) -> None:
     assert "no answer stage of its own to call" in line and "provider.system.generate" in line
 
 
+def test_a_sweeps_tables_show_what_varies_as_typed_without_hydras_escapes(ragexp: Any) -> None:
+    from ragexp.compare.sweeps import override_words, shown_override
+
+    swept = ragexp("run", "-m", "provider=fake", "k=3", r"run_name=x\,y,z")
+    assert swept.code == 0, swept.stderr
+    lines = swept.stdout.splitlines()
+    assert "every point: provider=fake k=3" in lines
+    rows = [line.split()[:2] for line in lines if line[:2] in ("0 ", "1 ")]
+    assert rows == [["0", "run_name=x,y"], ["1", "run_name=z"]]
+    parent = swept.stdout.split("\nsweep ", 1)[1].split(":")[0]
+    analysed = ragexp("sweep", parent)
+    assert analysed.code == 0, analysed.stderr
+    assert "front over recall_at_k: point 0 [run_name=x,y], point 1 [run_name=z]" in analysed.stdout
+    assert "provider=fake" not in analysed.stdout and "\\," not in analysed.stdout
+    # The JSON keeps the override as a command takes it.
+    assert ragexp("sweep", parent, "--json").json()["points"][0]["overrides"] == r"run_name=x\,y"
+    # A quoted or escaped space stays inside its override; a quoted value is shown as quoted.
+    words = override_words(r"a='p q' b=r\ s c=t")
+    assert words == ["a='p q'", r"b=r\ s", "c=t"]
+    assert [shown_override(word) for word in words] == ["a='p q'", "b=r s", "c=t"]
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
