@@ -556,6 +556,27 @@ def test_a_sweeps_tables_show_what_varies_as_typed_without_hydras_escapes(ragexp
     assert [shown_override(word) for word in words] == ["a='p q'", "b=r s", "c=t"]
 
 
+def test_one_dataset_has_one_dataset_hash_wherever_it_is_shown(ragexp: Any, store_uri: str) -> None:
+    from mlflow import MlflowClient
+
+    checked = ragexp("validate", "--json").json()  # kb_zh: its human scores enter the hash
+    full = checked["dataset_hash"]
+    assert f"dataset hash {full[:12]}" in ragexp("validate").stdout
+    run = ragexp("run", "provider=fake")
+    run_id = run.stdout.split("\nrun ", 1)[1].split()[0]
+    assert f"dataset kb_zh (35 cases, {full[:12]})" in run.stdout
+    recorded = MlflowClient(store_uri).get_run(run_id)
+    assert recorded.data.tags["ragexp.dataset_hash"] == full
+    assert recorded.inputs.dataset_inputs[0].dataset.digest == full[:12]  # the UI's Datasets column
+    other = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()
+    refused = ragexp("diff", run_id, other["run_id"])
+    assert refused.code == 3
+    # Compared without human scores, but named by the hashes the runs printed.
+    said = f"dataset content hash differs ({full[:12]} vs {other['dataset_hash'][:12]}, human scores aside)"
+    assert said in refused.stderr
+    assert recorded.data.tags["ragexp.cases_hash"][:12] not in refused.stderr
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
