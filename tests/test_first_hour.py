@@ -202,7 +202,15 @@ def test_a_newcomers_walk_through_pasted_from_the_hints_runs(tmp_path: Path) -> 
         assert done.returncode != 127, (command, done.stderr)
         return done
 
-    baseline = paste(f"{exe} run")  # what `make run` runs, in a fresh folder
+    # The README's first commands: `make demo` and `make run` set up, then run these.
+    make = ["make", "--no-print-directory", "-n", "demo", "run"]
+    made = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert [line for line in made.stdout.splitlines() if "bin/ragexp" in line][-2:] == [
+        ".venv/bin/ragexp demo",
+        ".venv/bin/ragexp run",
+    ]
+    assert paste(f"{exe} demo").returncode == 0  # its store is its own (./ragexp-demo)
+    baseline = paste(f"{exe} run")  # in a fresh folder
     assert baseline.returncode == 0, baseline.stderr
     first = _next_commands(baseline.stdout)
     candidate = paste(first[0])
