@@ -22,7 +22,7 @@ import numpy as np
 from ragexp import limits
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec, hop_of
-from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.records import SPAN_TEXT_CHARS, Case, CaseResult, SystemOutput, case_expectations, cut
 
 TRACE_NAME = "rag_case"
 SOURCE_ID = "ragexp"
@@ -45,9 +45,6 @@ def session_id(run_id: str, conversation: str) -> str:
 
 PREVIEW_CHARS = limits.PREVIEW.chars
 """Request/response previews (the text the UI lists and pairs rows by) are cut to this."""
-SPAN_TEXT_CHARS = 20_000
-"""Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
-cases.jsonl, never in the trace store."""
 SPAN_ITEMS = 100
 """Ids a stage span lists (the rest are in cases.jsonl)."""
 HISTORY_CHARS = SPAN_TEXT_CHARS
@@ -100,12 +97,6 @@ class CaseTrace:
     """Each retrieval call of a multi-hop system, in order: ``query``, ``ranked_ids``,
     ``contexts``, ``doc_ids``, the hop's ``gold`` and its ``assessments`` (per-hop metric ->
     ``{"value", "rationale"}``), shown as a span per hop."""
-
-
-def cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"… [{len(text) - limit} more characters in cases.jsonl]"
 
 
 def request_preview(case_id: str, question: str) -> str:
@@ -364,22 +355,6 @@ def _hops(case: Case, output: SystemOutput | None, feedback: Sequence[FeedbackRe
             }
         )
     return hops
-
-
-def case_expectations(case: Case) -> dict[str, Any]:
-    """The case's labels under MLflow's expectation names: its trace's expectations, and what an
-    MLflow scorer used as a metric of the user's gets as ``expectations``."""
-    expected: dict[str, Any] = {}
-    if case.expected_facts:
-        expected["expected_facts"] = list(case.expected_facts)
-    if case.reference:
-        expected["expected_response"] = case.reference
-    if case.relevant_ids:
-        expected["relevant_ids"] = list(case.relevant_ids)
-    if case.relevant:
-        expected["relevant"] = [{"doc": item.doc, "span": cut(item.span, SPAN_TEXT_CHARS)} for item in case.relevant]
-    expected["unanswerable"] = case.unanswerable
-    return expected
 
 
 def plan_traces(cases: Sequence[CaseTrace], sessions: dict[str, int]) -> list[PlannedTrace]:

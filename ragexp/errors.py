@@ -6,6 +6,11 @@ The CLI catches :class:`RagexpError`, prints ``str(error)`` as a single line and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragexp.workflows.run import RunOutcome
+
 
 class RagexpError(Exception):
     """Base class of every error a user can cause or fix."""
@@ -82,3 +87,38 @@ class PromotionConflict(TrackingError):
         self.warning: str | None = None
         """Set when the promotion lock could not be removed after the race was lost."""
         super().__init__(message)
+
+
+class Stopped(RagexpError):
+    """A run stopped before it finished and can be resumed; the CLI adds the command to do so."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class Interrupted(Stopped):
+    """Ctrl-C or SIGTERM stopped a run; it is marked and can be resumed."""
+
+    exit_code = 130
+
+    def __init__(self, run_id: str, done: int, total: int) -> None:
+        super().__init__(f"run {run_id} interrupted after {done} of {total} cases", run_id)
+
+
+class StoreLost(Stopped):
+    """The tracking store stopped answering during a run; the results are kept locally."""
+
+
+class NotFinished(Stopped):
+    """Every case was evaluated and logged, but the store did not mark the run finished: it is
+    complete, and a ``--resume`` finishes it without asking any case again."""
+
+
+class AllCasesErrored(RagexpError):
+    """The run completed, but no case has a score: nothing it logged can be compared."""
+
+    def __init__(self, message: str, outcome: RunOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        """What was logged (``run --json`` prints it before the error line)."""

@@ -1,13 +1,22 @@
-"""Files a command writes besides stdout (``--junit``, ``--summary``): checked before any work,
-written whole or not at all."""
+"""What a command writes besides its rendered output: lines on stderr (:func:`info`), and files
+(``--junit``, ``--summary``), checked before any work and written whole or not at all."""
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from ragexp.errors import ConfigError
+from ragexp.escape import terminal
+from ragexp.secrets import mask_urls
+
+
+def info(message: str) -> None:
+    """One line on stderr: credentials in any URL in it masked, control characters from data (case
+    ids, stage names, service bodies) shown as escapes."""
+    sys.stderr.write(terminal(mask_urls(message)) + "\n")
 
 
 def check_writable(option: str, path: str | None) -> Path | None:

@@ -278,3 +278,30 @@ class CaseResult:
     @property
     def ok(self) -> bool:
         return self.error is None and self.output is not None
+
+
+SPAN_TEXT_CHARS = 20_000
+"""Answers, questions and contexts are cut to this inside spans: a 1 MB answer stays in
+cases.jsonl, never in the trace store."""
+
+
+def cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [{len(text) - limit} more characters in cases.jsonl]"
+
+
+def case_expectations(case: Case) -> dict[str, Any]:
+    """The case's labels under MLflow's expectation names: its trace's expectations, and what an
+    MLflow scorer used as a metric of the user's gets as ``expectations``."""
+    expected: dict[str, Any] = {}
+    if case.expected_facts:
+        expected["expected_facts"] = list(case.expected_facts)
+    if case.reference:
+        expected["expected_response"] = case.reference
+    if case.relevant_ids:
+        expected["relevant_ids"] = list(case.relevant_ids)
+    if case.relevant:
+        expected["relevant"] = [{"doc": item.doc, "span": cut(item.span, SPAN_TEXT_CHARS)} for item in case.relevant]
+    expected["unanswerable"] = case.unanswerable
+    return expected

@@ -131,7 +131,7 @@ def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp
 def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, store_uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from ragexp.demo import KNOB
+    from ragexp.workflows.demo import KNOB
 
     base = _run(ragexp)
     cand = _run(ragexp, KNOB)

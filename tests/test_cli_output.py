@@ -172,8 +172,9 @@ def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Pa
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_and_gate_are_library_functions_the_cli_renders(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
-    from ragexp.compare.release import compare_runs, run_gate
     from ragexp.errors import ConfigError
+    from ragexp.workflows.diff import compare_runs
+    from ragexp.workflows.gate import run_gate
 
     base = run_replay(ragexp, write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 6)), "+tags.role=prod")
     cand = run_replay(ragexp, write_jsonl(tmp_path / "b.jsonl", replay_rows([{"rank": 2}] * 6)))

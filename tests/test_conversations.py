@@ -532,7 +532,7 @@ def test_a_long_conversations_traces_grow_with_its_turns_not_their_square(
 ) -> None:
     from mlflow.tracing.constant import TraceMetadataKey
 
-    from ragexp.case_traces import SPAN_TEXT_CHARS as HISTORY_CHARS  # the history budget: one text's
+    from ragexp.records import SPAN_TEXT_CHARS as HISTORY_CHARS  # the history budget: one text's
 
     turns = 30
     long = "七天内可退货。" * 700  # 4,900 characters, each turn's reference answer

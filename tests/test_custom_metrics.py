@@ -20,8 +20,8 @@ from mlflow.tracking import MlflowClient
 from ragexp.config.compose import compose
 from ragexp.metrics.custom import load_custom, read_values
 from ragexp.metrics.registry import METRICS, custom_spec, definition_change, spec_from_json, spec_json
-from ragexp.providers.python import TIMED_OUT, Raised, call_each
 from ragexp.records import Case, CaseResult, SystemOutput
+from ragexp.usercode.calls import TIMED_OUT, Raised, call_each
 from tests.conftest import ROOT, write_jsonl
 from tests.pipelines.rules import HOTLINE
 from tests.servers.procs import serve, stats

@@ -599,7 +599,7 @@ def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_report_out_folder_is_ignored_and_the_run_name_comment_is_true() -> None:
     from ragexp.config.compose import compose
-    from ragexp.runner import plan_run
+    from ragexp.workflows.run import plan_run
 
     ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
     assert "/report/" in ignored  # README's `report --out report`

@@ -119,7 +119,7 @@ def test_a_recorded_latency_past_the_bound_is_refused_with_its_line(ragexp: Any,
 
 def test_the_last_check_before_writing_catches_what_a_reader_let_through() -> None:
     from ragexp.records import CaseResult, SystemOutput
-    from ragexp.runner import recordable
+    from ragexp.workflows.run import recordable
 
     huge = CaseResult("c1", SystemOutput(answer="a", tokens={"prompt": 2**64}))
     checked = recordable(huge)

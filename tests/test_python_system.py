@@ -411,7 +411,7 @@ def test_config_hash_follows_the_target_file(ragexp: Any, cases: Path, tmp_path:
 def test_an_installed_package_is_identified_by_its_version() -> None:
     import importlib.metadata
 
-    from ragexp.providers.python import source_identity
+    from ragexp.usercode.imports import source_identity
 
     target = load_target("langchain_core.runnables:RunnableLambda")
     assert source_identity(target.module) == f"langchain-core=={importlib.metadata.version('langchain-core')}"

@@ -47,7 +47,7 @@ def test_init_inside_a_checkout_of_ragexp_refuses_in_one_line_and_writes_where_n
     ]
     assert tree(clone) == before  # neither conf/ nor the tracked .gitignore changed
     # Into the packaged tree of this very installation, or the package: refused the same way.
-    from ragexp.init import plan_init
+    from ragexp.workflows.init import plan_init
 
     for inside, what in [(ROOT / "conf" / "mine", "is ragexp's packaged config tree"), (ROOT / "ragexp", "package")]:
         with pytest.raises(ConfigError, match=what):

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
 from ragexp.tracking.store import Store
-from ragexp.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
+from ragexp.workflows.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
 from tests.conftest import ROOT, invoke
 from tests.pipelines import traffic as pipeline
 from tests.servers.procs import serve

@@ -320,7 +320,7 @@ def test_the_demos_links_and_clicks_reach_the_comparisons_mlflow_has(
     """What `ragexp demo` prints about the MLflow UI is what MLflow 3.17 has: its deep links open
     both comparisons, and the clicks it describes (tick the candidate and the baseline, then Compare)
     lead there, beside the runs of its attribution."""
-    from ragexp.demo import BASELINE_NAME, CANDIDATE_NAME
+    from ragexp.workflows.demo import BASELINE_NAME, CANDIDATE_NAME
 
     # The store the test's UI server serves, which `ragexp demo` makes itself in an empty folder.
     Path(store_uri.removeprefix("sqlite:///")).unlink()

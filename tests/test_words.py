@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp import demo
 from ragexp.compare.diff import MetricDiff
 from ragexp.compare.figures import fmt, signed
-from ragexp.compare.release import compare_runs, run_gate
 from ragexp.compare.stats import paired_differences
 from ragexp.metrics.registry import METRICS
 from ragexp.phrases import t
+from ragexp.workflows import demo
+from ragexp.workflows.diff import compare_runs
+from ragexp.workflows.gate import run_gate
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay
 

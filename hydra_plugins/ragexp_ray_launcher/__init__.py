@@ -1,7 +1,7 @@
 """ragexp's ``hydra/launcher=ray`` as a Hydra plugin (Hydra instantiates launchers from this package only).
 
 Hydra imports every ``hydra_plugins`` module on start-up, so this one imports neither Ray nor
-ragexp's launch code until a Ray sweep starts: :func:`ragexp.sweep_ray.launch` does the work.
+ragexp's launch code until a Ray sweep starts: :func:`ragexp.workflows.multirun_ray.launch` does the work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class RayLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ragexp.sweep_ray import launch
+        from ragexp.workflows.multirun_ray import launch
 
         if self.config is None or self.hydra_context is None or self.task_function is None:
             raise RuntimeError("RayLauncher.launch called before setup")  # Hydra always calls setup first

@@ -20,9 +20,9 @@ from typer.main import get_command_from_info
 from typer.models import CommandInfo
 
 from ragexp.cli.commands import COMMANDS
-from ragexp.cli.console import info
 from ragexp.cli.options import ConfigDir, use_config_dir
 from ragexp.errors import RagexpError
+from ragexp.outputs import info
 from ragexp.secrets import scrub
 
 

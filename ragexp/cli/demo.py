@@ -1,4 +1,4 @@
-"""What ``ragexp demo`` prints: the workflow (:mod:`ragexp.demo`) through the CLI's own views,
+"""What ``ragexp demo`` prints: the workflow (:mod:`ragexp.workflows.demo`) through the CLI's own views,
 each step's output exactly as its command prints it, preceded by the line a user would type."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
-from ragexp.cli.console import info
 from ragexp.cli.render import terminal
 from ragexp.cli.views import gate_exit, report_line, run_warning, show_diff, show_gate, show_run
-from ragexp.demo import STEPS, Demo, Step, narrate, shown, ui_lines
-from ragexp.runner import Evaluation
+from ragexp.outputs import info
+from ragexp.workflows.demo import STEPS, Demo, Step, narrate, shown, ui_lines
+from ragexp.workflows.run import Evaluation
 
 
 def _show_evaluation(evaluation: Evaluation | None) -> None:
@@ -49,7 +49,7 @@ SHOWN: dict[str, Callable[[Demo], None]] = {
     "gate": _gate,
     "report": _report,
 }
-"""Each step of :data:`ragexp.demo.STEPS` -> what its command prints."""
+"""Each step of :data:`ragexp.workflows.demo.STEPS` -> what its command prints."""
 
 
 class DemoScreen:

@@ -112,7 +112,7 @@ def resumable(command: str, args: list[str], *, replaying: bool) -> Iterator[Non
     import shlex
     import signal
 
-    from ragexp.runner import Stopped  # here: --help imports no runner code
+    from ragexp.errors import Stopped
 
     again = " ".join(["ragexp", command, *map(shlex.quote, args)])
     previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)

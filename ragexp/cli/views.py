@@ -14,34 +14,36 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragexp.cli.console import info
 from ragexp.cli.render import duration, fmt, scorer, signed, table, terminal, to_terminal, trust_lines
-from ragexp.compare.listing import role_words
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.sweeps import override_words, shown_override, varying_overrides
 from ragexp.compare.tables import failure_table, metric_table
 from ragexp.compare.turns import by_turn, turn_table
-from ragexp.compare.versions import VersionDiff
 from ragexp.metrics.registry import headline_metrics
+from ragexp.outputs import info
 from ragexp.phrases import t
 from ragexp.secrets import mask_url
+from ragexp.workflows.datasets import VersionDiff
+from ragexp.workflows.runs import role_words
 
 if TYPE_CHECKING:
     from ragexp.compare.data import RunData
     from ragexp.compare.diff import DiffResult
     from ragexp.compare.gate import GateResult
-    from ragexp.compare.release import BaselinePower, GateOutcome
     from ragexp.compare.sweeps import SweepAnalysis
     from ragexp.draft.review import Accepted
-    from ragexp.draft.workflow import DraftedSet, InReview
-    from ragexp.labels.workflow import Calibrated, Queued
-    from ragexp.report.publish import Published
-    from ragexp.runner import Evaluation, RunOutcome
-    from ragexp.sequential import SequentialOutcome
-    from ragexp.shadow import ShadowOutcome
-    from ragexp.sweep import SweepOutcome
+    from ragexp.workflows.calibrate import Calibrated
+    from ragexp.workflows.draft import DraftedSet, InReview
+    from ragexp.workflows.gate import GateOutcome
+    from ragexp.workflows.label import Queued
+    from ragexp.workflows.multirun import SweepOutcome
+    from ragexp.workflows.power import BaselinePower
+    from ragexp.workflows.report import Published
+    from ragexp.workflows.run import Evaluation, RunOutcome
+    from ragexp.workflows.sequential import SequentialOutcome
+    from ragexp.workflows.shadow import ShadowOutcome
 
 """Cases a run lists among those it missed; the rest are counted."""
 

@@ -16,7 +16,7 @@ Each part's mean carries a paired percentile bootstrap interval: one resampling 
 The total's interval is the one ``diff`` gives the paired delta (:mod:`ragexp.compare.stats`):
 over the same cases, the attribution's total and the diff row are one computation, one verdict.
 
-Pure numpy: which runs the cells come from is :mod:`ragexp.attribution`'s concern.
+Pure numpy: which runs the cells come from is :mod:`ragexp.workflows.attribution`'s concern.
 """
 
 from __future__ import annotations

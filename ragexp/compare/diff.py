@@ -189,7 +189,7 @@ class DiffResult:
     """How each case's first failing hop moved (runs of a multi-hop set); None otherwise."""
     attribution: dict[str, Any] | None = None
     """``--attribute``: each metric's delta split into retrieval, generation and interaction, and
-    the cases by cause (:class:`ragexp.attribution.Attribution`'s JSON); None without it."""
+    the cases by cause (:class:`ragexp.workflows.attribution.Attribution`'s JSON); None without it."""
     ledger: Ledger | None = None
     """``--common-cases``: how the two runs' dataset versions differ; the comparison is over the
     cases both hold unchanged (None: runs of one version)."""

@@ -3,7 +3,7 @@ the built-in ones.
 
 A ``python`` metric is a function of the team's code, ``(case, output) -> value``, imported as a
 Python system's target is and called on worker threads under a per-call deadline
-(:func:`ragexp.providers.python.call_each`). A ``judge`` metric is a rubric the configured judge
+(:func:`ragexp.usercode.calls.call_each`). A ``judge`` metric is a rubric the configured judge
 scores, through the judge's own client, cache and repeats (:mod:`ragexp.metrics.judge.rubric`);
 only its spec is made here. What each metric is (name, direction, range, fields, identity) is the
 registry's :func:`~ragexp.metrics.registry.custom_spec`.
@@ -77,7 +77,7 @@ def load_custom(entries: Sequence[PythonMetricConfig | JudgeMetricConfig]) -> Cu
     for index, entry in enumerate(entries):
         spec = custom_spec(entry, index)
         if entry.kind == "python" and spec.custom is not None:
-            from ragexp.providers.python import source_identity
+            from ragexp.usercode.imports import source_identity
 
             function, module = load_function(entry.target, entry.path, spec.custom.key)
             identity = f"python:{entry.target}@{source_identity(module)}"
@@ -90,7 +90,7 @@ def load_custom(entries: Sequence[PythonMetricConfig | JudgeMetricConfig]) -> Cu
 def load_function(target: str, path: str | None, key: str) -> tuple[Callable[[Case, SystemOutput], Any], Any]:
     """The function ``target`` names, as ``(case, output) -> value``, and its module; a
     MetricError naming ``key.target`` when it cannot be called so."""
-    from ragexp.providers.python import import_target
+    from ragexp.usercode.imports import import_target
 
     try:
         obj, module = import_target(target, path, key)
@@ -136,7 +136,7 @@ def _scorer_adapter(scorer: Any, target: str, key: str) -> Callable[[Case, Syste
             f"(it passes {', '.join(SCORER_ARGUMENTS)})"
         )
     wanted = [name for name in SCORER_ARGUMENTS if name in parameters]
-    from ragexp.case_traces import case_expectations
+    from ragexp.records import case_expectations
 
     def call(case: Case, output: SystemOutput) -> Any:
         given = {
@@ -161,7 +161,7 @@ def score_python(
     call succeeded; the others are not scored (each is its case's error already). A metric over
     answerable cases skips the unanswerable ones. Every value that is not a score goes into its
     case's ``metric_errors`` with the reason, a rationale into its ``rationale``."""
-    from ragexp.providers.python import call_each
+    from ragexp.usercode.calls import call_each
 
     n = len(cases)
     scores: dict[str, np.ndarray] = {}
@@ -265,7 +265,7 @@ def read_values(
             array = np.array(raw, dtype=object)
         values = array.astype(np.float64) if array.ndim == 1 and array.dtype.kind in "biuf" else None
     if values is None:
-        from ragexp.providers import python as calls
+        from ragexp.usercode import calls
 
         values = np.full(len(raw), np.nan)
         for position, value in enumerate(raw):
@@ -300,7 +300,7 @@ def _bools_and_small_ints(raw: Sequence[Any]) -> np.ndarray | None:
 
 def _read_one(value: Any, spec: MetricSpec, timeout_s: float, calls: Any) -> tuple[float, str | None, str | None]:
     """(score, why there is none, rationale) of one call's value (``calls``: the module that made
-    the calls, :mod:`ragexp.providers.python`)."""
+    the calls, :mod:`ragexp.usercode.calls`)."""
     if value is calls.TIMED_OUT:
         key = spec.custom.key if spec.custom is not None else "metrics.custom"
         return math.nan, f"timed out after {timeout_s:g} s ({key}.timeout_s)", None

@@ -16,23 +16,12 @@ worker is a daemon thread a call that never returns keeps neither the run nor th
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import hashlib
-import importlib
-import importlib.metadata
-import importlib.util
 import inspect
 import json
-import operator
-import os
-import queue
-import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from time import monotonic, perf_counter
 from types import ModuleType
 from typing import Any, cast
@@ -56,10 +45,10 @@ from ragexp.providers.mapping import (
 from ragexp.providers.user_output import guard_stdout
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.transport import collecting_garbage
+from ragexp.usercode.calls import DaemonExecutor
+from ragexp.usercode.imports import check_target, describe, import_target, module_identity, source_identity
 
 WHERE = "provider.system"
-MISSING = "???"
-"""What the presets hold until the user names a target (Hydra's mandatory-value marker)."""
 CALL_KEYWORDS = ("question", "k", "case_id", "metadata", "history")
 """Parameter names a target receives by keyword, each with the case's value (``history``: the
 earlier turns of the case's conversation as ``{"role", "content"}`` messages, empty for a single
@@ -96,7 +85,7 @@ def load_target(
     """Import ``package.module:attr`` and work out how to call it; a ProviderError naming the key
     otherwise. The working directory and ``path`` go first on the import path; an import still
     running after ``timeout_s`` is refused (None: no bound)."""
-    obj, module = import_target(spec, path, timeout_s=timeout_s)
+    obj, module = import_target(spec, path, WHERE, timeout_s=timeout_s)
     runnable = _runnable(obj, module)
     if runnable is not None:
         return runnable
@@ -110,18 +99,6 @@ def load_target(
     return Target(obj, _is_coroutine_function(obj), keywords, positional, module)
 
 
-def check_target(spec: str, where: str = WHERE) -> tuple[str, str]:
-    """``package.module:attr`` split into the module and the attribute path; a ProviderError
-    naming ``where.target`` when it is not that."""
-    if spec == MISSING:
-        raise ProviderError(f"{where}.target: required: the function or object to call, as package.module:attr")
-    module_name, colon, attr = spec.partition(":")
-    names = [*module_name.split("."), *attr.split(".")]
-    if not colon or not all(name.isidentifier() for name in names):
-        raise ProviderError(f"{where}.target: '{spec}' is not package.module:attr (e.g. app:chain, app:engine.query)")
-    return module_name, attr
-
-
 def _runnable(obj: Any, module: ModuleType) -> Target | None:
     """An object (neither a function nor a class) with ``ainvoke`` or ``invoke``, the LangChain
     runnable's way, called with one dict; ``ainvoke`` first, on the event loop."""
@@ -132,82 +109,6 @@ def _runnable(obj: Any, module: ModuleType) -> Target | None:
         if callable(function):
             return Target(function, is_async, (), True, module)
     return None
-
-
-def import_target(
-    spec: str, path: str | None = None, where: str = WHERE, *, timeout_s: float | None = None
-) -> tuple[Any, ModuleType]:
-    """The object ``package.module:attr`` names (``attr`` may be dotted) and the module it is in;
-    a ProviderError naming ``where.target`` (or ``where.path``) otherwise. The working directory
-    and ``path`` go first on the import path; an import still running after ``timeout_s`` is
-    refused (None: no bound)."""
-    module_name, attr = check_target(spec, where)
-    _on_import_path(path, where)
-    module = _import(module_name, where, timeout_s)
-    obj: Any = module
-    for depth, name in enumerate(attr.split(".")):
-        try:
-            obj = getattr(obj, name)
-        except AttributeError:
-            owner = ".".join([module_name, *attr.split(".")[:depth]])
-            raise ProviderError(f"{where}.target: '{owner}' has no attribute '{name}'") from None
-        except Exception as exc:  # a property that raises is the target's bug, reported as such
-            raise ProviderError(secrets.scrub(f"{where}.target: reading '{spec}' raised {_describe(exc)}")) from None
-    return obj, module
-
-
-def _on_import_path(path: str | None, where: str = WHERE) -> None:
-    folders = [os.getcwd()]
-    if path is not None:
-        given = Path(path).expanduser().resolve()
-        if not given.is_dir():
-            raise ProviderError(f"{where}.path: no such folder: {path}")
-        folders.insert(0, str(given))
-    for folder in reversed(folders):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-
-
-def _import(name: str, where: str = WHERE, timeout_s: float | None = None) -> ModuleType:
-    """The module, imported in a daemon thread: an import that hangs (a model download, a
-    service that does not answer) is given up after ``timeout_s``, and whatever the module raises,
-    ``KeyboardInterrupt`` and ``SystemExit`` included, is its own failure; a Ctrl-C of the user's
-    reaches this thread, which only waits."""
-    if name in sys.modules:
-        return _imported(name, where)
-    box: list[ModuleType | BaseException] = []
-
-    def work() -> None:
-        try:
-            box.append(_imported(name, where))
-        except BaseException as exc:  # the module's own failure, reported as the target's
-            box.append(exc)
-
-    thread = threading.Thread(target=work, name="ragexp-python-import", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not box:
-        raise ProviderError(
-            f"{where}.target: importing '{name}' did not finish within {timeout_s:g} s ({where}.timeout_s): "
-            "raise the timeout, or build what is slow on the first call instead of at import"
-        )
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
-
-
-def _imported(name: str, where: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise ProviderError(
-                f"{where}.target: no module named '{exc.name}' in the working directory, "
-                f"{where}.path or the installed packages"
-            ) from None
-        raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt raised by the module itself
-        raise ProviderError(secrets.scrub(f"{where}.target: importing '{name}' failed: {_describe(exc)}")) from None
 
 
 def _calling(function: Callable[..., Any], spec: str, has_input: bool) -> tuple[tuple[str, ...], bool]:
@@ -254,56 +155,6 @@ def _is_coroutine_function(function: Any) -> bool:
     return not inspect.isroutine(function) and inspect.iscoroutinefunction(call)
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: message``, or the type alone when the message is empty or cannot be printed
-    (its ``__str__`` raises)."""
-    name = _type_name(exc)
-    try:
-        text = str(exc)
-    except BaseException:  # the target's exception must not fail ragexp's report of it
-        return f"{name} (its message could not be printed)"
-    return f"{name}: {text}" if text else name
-
-
-def _type_name(exc: BaseException) -> str:
-    try:
-        return str(type(exc).__name__)
-    except BaseException:  # pragma: no cover - a metaclass whose __name__ raises
-        return "an exception"
-
-
-def source_identity(module: ModuleType, file: Path | None = None) -> str:
-    """What identifies the code behind a target: ``dist==version`` for a module installed from a
-    distribution, else the sha256 of the module's source file (the team's code, edited in place
-    or installed editable, whose version does not move with each change). ``file``: the module's
-    file, for a module not imported."""
-    file = file or getattr(module, "__file__", None)
-    if not file:
-        return f"module:{module.__name__}"
-    where = Path(file)
-    if {"site-packages", "dist-packages"} & set(where.parts):
-        top = module.__name__.partition(".")[0]
-        for name in importlib.metadata.packages_distributions().get(top, []):
-            return f"{name}=={importlib.metadata.version(name)}"
-    try:
-        digest = hashlib.sha256(where.read_bytes()).hexdigest()
-    except OSError:
-        return f"module:{module.__name__}"
-    return f"sha256:{digest}"
-
-
-def module_identity(name: str) -> str:
-    """:func:`source_identity` of a module found by its name, without running it (its parent
-    packages are imported); ``module:NAME`` when it cannot be found."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        return f"module:{name}"
-    return source_identity(ModuleType(name), Path(spec.origin))
-
-
 class PythonProvider(Provider):
     config: PythonSystemConfig
     remote = True
@@ -322,7 +173,7 @@ class PythonProvider(Provider):
 
     def check(self, dataset: Dataset) -> None:
         system = self.system
-        check_target(system.target)
+        check_target(system.target, WHERE)
         if system.input is not None:
             check_template(system.input, f"{WHERE}.input", dataset.cases, str(dataset.path))
 
@@ -538,7 +389,7 @@ class _Calls:
         try:
             args, kwargs = self.arguments(case)
         except Exception as exc:  # a placeholder this case cannot fill
-            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {_describe(exc)}"))
+            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {describe(exc)}"))
         started = perf_counter()
         try:
             value = self.target.function(*args, **kwargs)
@@ -551,7 +402,7 @@ class _Calls:
         try:
             args, kwargs = self.arguments(case)
         except Exception as exc:
-            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {_describe(exc)}"))
+            return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.input: {describe(exc)}"))
         started = perf_counter()
         try:
             value = await cast(Awaitable[Any], self.target.function(*args, **kwargs))
@@ -565,7 +416,7 @@ class _Calls:
         return self.finish(case, value, perf_counter() - started)
 
     def failed(self, case: Case, exc: BaseException) -> CaseResult:
-        return CaseResult(case.id, None, secrets.scrub(_describe(exc)))
+        return CaseResult(case.id, None, secrets.scrub(describe(exc)))
 
     def finish(self, case: Case, value: Any, latency: float) -> CaseResult:
         if inspect.isawaitable(value):
@@ -579,7 +430,7 @@ class _Calls:
         except ReplyError as exc:
             return CaseResult(case.id, None, secrets.scrub(f"{WHERE}.response: {exc}"))
         except Exception as exc:  # an attribute that raises while the value is taken apart
-            return CaseResult(case.id, None, secrets.scrub(f"reading the return value: {_describe(exc)}"))
+            return CaseResult(case.id, None, secrets.scrub(f"reading the return value: {describe(exc)}"))
         return CaseResult(case.id, _scrubbed(output))
 
     def timed_out(self, index: int) -> CaseResult:
@@ -770,7 +621,7 @@ class _Driver:
         try:
             work(*args)
         except BaseException as exc:
-            self.fail(RuntimeError(f"a python-system worker failed: {_describe(exc)}"))
+            self.fail(RuntimeError(f"a python-system worker failed: {describe(exc)}"))
 
     def _until_deadline(self) -> float:
         wakes = [entry[1] + self.timeout_s for entry in self.current if entry is not None]
@@ -922,230 +773,7 @@ class _Loop(_Driver):
             loop.call_soon_threadsafe(loop.stop)  # with calls left behind, the loop runs on as a daemon
 
 
-class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The event loop's default executor, with daemon threads: ``ThreadPoolExecutor`` joins its
-    own threads at exit, so one call that never returns would keep the process alive after the
-    run. (asyncio accepts only a ``ThreadPoolExecutor`` here, hence the subclass.)"""
-
-    def __init__(self, workers: int) -> None:
-        super().__init__(max_workers=workers)
-        self.workers = workers
-        self.work: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self.threads: list[threading.Thread] = []
-        self.lock = threading.Lock()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.work.put((future, lambda: fn(*args, **kwargs)))
-        with self.lock:
-            if len(self.threads) < self.workers:
-                thread = threading.Thread(target=self._serve, name="ragexp-python-executor", daemon=True)
-                thread.start()
-                self.threads.append(thread)
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            item = self.work.get()
-            if item is None:
-                return
-            future, work = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(work())
-            except BaseException as exc:  # handed to the awaiting coroutine, as ThreadPoolExecutor does
-                future.set_exception(exc)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        for _ in self.threads:
-            self.work.put(None)
-
-
 # --- many cheap calls: a team's own metric functions ------------------------------------------
-
-
-def failure_text(exc: BaseException) -> str:
-    """How a target's exception is said: its type and message, secrets masked."""
-    return secrets.scrub(_describe(exc))
-
-
-@dataclass(frozen=True)
-class Raised:
-    """What :func:`call_each` holds for a call that raised."""
-
-    error: BaseException
-
-
-class TimedOut:
-    """What :func:`call_each` holds for a call still running past its deadline (it is abandoned)."""
-
-
-TIMED_OUT = TimedOut()
-MAX_CHUNK = 8192
-"""Most calls a worker takes at a time. It starts with one and doubles while a chunk takes less
-than :data:`CHUNK_S`, halving when one takes longer: slow calls spread over the workers, and
-cheap ones cost one lock and one slice per thousands of calls."""
-CHUNK_S = 0.02
-SLOW_RATE = 1000.0
-"""Calls a second per worker under which more workers are started (up to ``workers``): calls of a
-millisecond or more wait on something (a service) or cost so much that a thread switch is
-nothing beside them; cheaper calls run on one thread, which the GIL would serialise anyway."""
-_PENDING = object()
-
-
-class _Worker:
-    """One daemon thread working through chunks of calls: ``span`` is the chunk it holds, ``left``
-    the iterator over the chunk's first arguments that its calls are made from, ``values`` what
-    they returned so far (each replaced whole, so the watcher never reads half of a chunk's
-    state); ``done`` counts the calls of its earlier chunks. Abandoning a worker takes the rest of
-    ``left``: no call is made from it after the one it is in."""
-
-    __slots__ = ("abandoned", "done", "left", "span", "thread", "values")
-
-    def __init__(self) -> None:
-        self.span: tuple[int, int] = (0, 0)
-        self.left: Iterator[Any] = iter(())
-        self.values: list[Any] = []
-        self.done = 0
-        self.abandoned = False
-        self.thread: threading.Thread | None = None
-
-    def position(self) -> tuple[tuple[int, int], int, bool]:
-        """Its chunk, the index of the call it is in or makes next, and whether that call is made."""
-        span, left, values = self.span, self.left, self.values
-        made = span[1] - span[0] - operator.length_hint(left)
-        at = span[0] + len(values)
-        return span, at, len(values) < made
-
-
-def call_each(
-    function: Callable[[Any, Any], Any],
-    firsts: Sequence[Any],
-    seconds: Sequence[Any],
-    *,
-    workers: int,
-    timeout_s: float,
-    second_of: Callable[[Any], Any] | None = None,
-) -> list[Any]:
-    """``function(firsts[i], seconds[i])`` for every ``i`` on up to ``workers`` daemon threads, each
-    call under ``timeout_s``: per call its return value, a :class:`Raised` or :data:`TIMED_OUT`.
-    ``second_of`` (an ``operator.attrgetter``, say) is applied to each of ``seconds`` first,
-    as the calls are made: no second list is built.
-
-    A system's calls go through :class:`_Driver`, which reports every result as it comes (the
-    checkpoint, the progress bar) and so takes locks per call. A metric function is called once
-    per case and may cost less than that bookkeeping, so here a worker maps the function over a
-    chunk of calls at a time, and the calling thread watches the chunks' progress instead of the
-    calls: a call whose value has not come within ``timeout_s`` is timed out, its worker is
-    abandoned (a Python call cannot be stopped from outside) and a fresh one takes the rest of its
-    chunk. One worker starts; more join while the calls are slow (:data:`SLOW_RATE`). What the
-    function prints goes to stderr, so a ``--json`` line on stdout stays whole.
-    """
-    count = len(firsts)
-    results: list[Any] = [_PENDING] * count
-    timed_out: set[int] = set()
-    lock = threading.Lock()
-    returned: list[tuple[int, int]] = []
-    """Chunks given back: the rest of an abandoned worker's."""
-    cursor = [0]
-
-    def next_span(size: int) -> tuple[int, int] | None:
-        with lock:
-            if returned:
-                start, end = returned.pop()
-                if end - start > size:
-                    returned.append((start + size, end))
-                return start, min(end, start + size)
-            start = cursor[0]
-            if start >= count:
-                return None
-            cursor[0] = min(start + size, count)
-            return start, cursor[0]
-
-    def left() -> bool:
-        with lock:
-            return bool(returned) or cursor[0] < count
-
-    def work(me: _Worker) -> None:
-        call, size = function, 1
-        while not me.abandoned:
-            span = next_span(size)
-            if span is None:
-                return
-            started = monotonic()
-            start, end = span
-            values: list[Any] = []
-            me.values, me.left, me.span = values, iter(firsts[start:end]), span
-            firsts_left = me.left
-            seconds_left = iter(seconds[start:end]) if second_of is None else map(second_of, seconds[start:end])
-            while True:
-                try:
-                    # map takes the first argument first: once the watcher has taken the rest of
-                    # them, no further call is made; extend keeps the values made before a raise.
-                    values.extend(map(call, firsts_left, seconds_left))
-                    break
-                except BaseException as exc:  # the function's own failure: that call's result
-                    values.append(Raised(exc))
-            results[start : start + len(values)] = values
-            me.done += len(values)
-            took = monotonic() - started
-            size = min(size * 2, MAX_CHUNK) if took < CHUNK_S else max(size // 2, 1)
-
-    def spawn() -> None:
-        me = _Worker()
-        me.thread = threading.Thread(target=work, args=(me,), name="ragexp-metric", daemon=True)
-        pool.append(me)
-        me.thread.start()
-
-    poll = min(0.05, timeout_s / 10)
-    pool: list[_Worker] = []
-    seen: dict[int, tuple[tuple[int, int], int, float]] = {}
-    """id(worker) -> (its chunk, the call it was in, since when)."""
-    with contextlib.redirect_stdout(sys.stderr):
-        spawn()
-        last, progress = monotonic(), 0
-        while True:
-            alive = [me for me in pool if not me.abandoned and me.thread is not None and me.thread.is_alive()]
-            if not alive:
-                if not left():
-                    break
-                spawn()  # work was given back after every worker had finished
-                continue
-            alive[0].thread.join(poll)  # type: ignore[union-attr]
-            now = monotonic()
-            moved = sum(me.done for me in pool)
-            for me in alive:
-                span, at, made = me.position()
-                moved += at - span[0]
-                before = seen.get(id(me))
-                if before is None or before[:2] != (span, at):
-                    seen[id(me)] = (span, at, now)
-                elif made and now - before[2] >= timeout_s:
-                    me.abandoned = True
-                    rest = len(list(me.left))  # taken whole (one C call): the worker gets none of them
-                    finished = me.values[:]
-                    results[span[0] : span[0] + len(finished)] = finished
-                    if len(finished) == at - span[0]:  # else it returned just now, and counts
-                        timed_out.add(at)
-                    with lock:
-                        if rest:
-                            returned.append((span[1] - rest, span[1]))
-                    spawn()
-            slow = moved - progress < SLOW_RATE * (now - last) * len(alive)
-            if slow and len(alive) < workers and left():
-                for _ in range(min(len(alive), workers - len(alive))):
-                    spawn()
-            last, progress = now, moved
-    if not any(me.abandoned for me in pool):
-        return results
-    # A copy: an abandoned worker whose call returns late writes into the list it holds, not this.
-    final = list(results)
-    for index in timed_out:
-        final[index] = TIMED_OUT
-    return final
 
 
 class _GenerateCalls(_Calls):

@@ -1,1 +1,1 @@
-"""``ragexp report``: an evaluation report (Markdown and one self-contained HTML file)."""
+"""The HTML and Markdown evaluation report: the pages of ``ragexp report`` (:mod:`ragexp.workflows.report`)."""

@@ -22,11 +22,11 @@ import yaml
 
 from ragexp import __version__, artifacts
 from ragexp.compare.changes import CaseChange, Changes, case_changes
+from ragexp.compare.comparisons import read_comparison
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult, gate_runs
-from ragexp.compare.release import read_comparison
 from ragexp.compare.summary import ledger_line
 from ragexp.compare.tables import metric_table, rule_table
 from ragexp.compare.turns import by_turn, turn_table

@@ -147,7 +147,7 @@ class Store:
     no lock file is written, so a read-only mount of a team's results can be read. Such a store
     is still written to: ``diff`` and ``gate`` record ``ragexp.gate.*`` tags and
     ``comparisons/<baseline>/*.json`` on the candidate (a step of their own in
-    :mod:`ragexp.compare.release`: a read-only copy that refuses them leaves the result standing,
+    :mod:`ragexp.workflows.diff`: a read-only copy that refuses them leaves the result standing,
     unrecorded), and it has no :meth:`sql_writer` for traces. ``timeout_s`` bounds how long a
     tracking server may fail to answer one call (MLflow's own retries would take minutes).
     ``direct=False`` sends every call through ``MlflowClient`` (as does ``RAGEXP_SQLITE_DIRECT=0``).

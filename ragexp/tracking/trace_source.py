@@ -2,7 +2,7 @@
 
 What a trace holds is turned into plain records here (the root span's input and output, the
 documents of its RETRIEVER spans, its tags and metadata), so that the rest of the package reads
-traffic without importing mlflow (see :mod:`ragexp.traffic`).
+traffic without importing mlflow (see :mod:`ragexp.workflows.traffic`).
 """
 
 from __future__ import annotations

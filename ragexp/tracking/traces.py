@@ -34,12 +34,12 @@ from ragexp.case_traces import (
     TRACE_NAME,
     CaseTrace,
     PlannedTrace,
-    cut,
     outside_mean,
     plan_traces,
     session_id,
 )
 from ragexp.errors import StorageError, StoreUnreachable, TrackingError
+from ragexp.records import cut
 from ragexp.secrets import mask_url
 from ragexp.tracking.mlflow_sql import internals
 from ragexp.tracking.mlflow_sql.schema import Declined

@@ -59,7 +59,7 @@ def sample(
 
 
 def stratified(strata: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The order of ragexp.traffic.stratified_order: strata interleaved in proportion."""
+    """The order of ragexp.workflows.traffic.stratified_order: strata interleaved in proportion."""
     keyed: list[tuple[float, int]] = []
     for name in range(STRATA):
         members = np.flatnonzero(strata == name)

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
+from ragexp.outputs import info
 
 
 def calibrate(
@@ -18,7 +19,7 @@ def calibrate(
 ) -> None:
     """Judge calibration and prediction-powered means from the labels on a run's traces, logged on the run."""
     from ragexp.cli.views import show_calibration
-    from ragexp.labels.workflow import calibrate_labels
+    from ragexp.workflows.calibrate import calibrate_labels
 
     calibrated = calibrate_labels(run_id, tracking_uri=store_option("calibrate", tracking_uri, overrides), say=info)
     if as_json:

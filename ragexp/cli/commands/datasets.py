@@ -32,7 +32,7 @@ def _diff(
 ) -> None:
     """The ledger from OLD to NEW: added, removed, changed (which field) and unchanged cases."""
     from ragexp.cli.views import show_ledger
-    from ragexp.compare.versions import datasets_diff
+    from ragexp.workflows.datasets import datasets_diff
 
     found = datasets_diff(old, new, tracking_uri=store_option("datasets diff", tracking_uri, settings))
     if as_json:

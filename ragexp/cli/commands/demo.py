@@ -16,6 +16,6 @@ def demo(
     from pathlib import Path
 
     from ragexp.cli.demo import DemoScreen
-    from ragexp.demo import run_demo
+    from ragexp.workflows.demo import run_demo
 
     run_demo(Path(store), DemoScreen())

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import (
     AllowIncomparable,
     BridgeJudge,
@@ -20,6 +20,7 @@ from ragexp.cli.options import (
     resumable,
     store_option,
 )
+from ragexp.outputs import info
 
 
 def diff(
@@ -53,7 +54,7 @@ def diff(
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
     from ragexp.cli.views import show_diff
-    from ragexp.compare.release import compare_runs
+    from ragexp.workflows.diff import compare_runs
 
     store = [*(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
     with resumable("diff", [baseline, candidate, *store, "--attribute"], replaying=attribute):

@@ -38,7 +38,7 @@ def draft(
     `ragexp draft review FILE` puts them in an MLflow review queue, `ragexp draft accept QUEUE`
     writes the ones people kept."""
     from ragexp.cli.views import show_drafted
-    from ragexp.draft.workflow import draft_set
+    from ragexp.workflows.draft import draft_set
 
     shape: dict[str, Any] = {"n": n, "unanswerable": unanswerable, "multi": multi}
     drafted = draft_set(corpus, out, overrides or [], **shape, seed=seed, cache=cache, tracking_uri=tracking_uri)
@@ -61,7 +61,7 @@ def _review(
 ) -> None:
     """Put a draft file's unscreened cases in an MLflow review queue."""
     from ragexp.cli.views import show_draft_review
-    from ragexp.draft.workflow import review_draft
+    from ragexp.workflows.draft import review_draft
 
     uri = store_option("draft review", tracking_uri, settings)
     queued = review_draft(file, corpus, queue=queue, tracking_uri=uri, ui_url=ui_url)
@@ -80,7 +80,7 @@ def _accept(
 ) -> None:
     """Write the cases of a review queue that people kept."""
     from ragexp.cli.views import show_accepted
-    from ragexp.draft.workflow import accept_draft
+    from ragexp.workflows.draft import accept_draft
 
     uri = store_option("draft accept", tracking_uri, settings)
     path, accepted = accept_draft(queue, out, tracking_uri=uri)

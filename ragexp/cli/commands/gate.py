@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import (
     AllowIncomparable,
     Baseline,
@@ -21,6 +21,7 @@ from ragexp.cli.options import (
     UiUrl,
     use_config_dir,
 )
+from ragexp.outputs import info
 
 
 def gate(
@@ -58,7 +59,7 @@ def gate(
     """Release check of a candidate against a baseline: exit 0 pass, 2 fail; every failure is printed."""
     use_config_dir(config_dir)
     from ragexp.cli.views import gate_exit, show_gate
-    from ragexp.compare.release import run_gate
+    from ragexp.workflows.gate import run_gate
 
     outcome = run_gate(
         baseline,

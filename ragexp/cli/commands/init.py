@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import info
+from ragexp.outputs import info
 
 
 def init(
@@ -24,7 +24,7 @@ def init(
     """Write a starter conf/ (your dataset, your service, your gate), a two-case dataset and a .gitignore."""
     from pathlib import Path
 
-    from ragexp.init import init_project, next_commands
+    from ragexp.workflows.init import init_project, next_commands
 
     folder = Path(directory)
     for path in init_project(folder, force=force, system=system):

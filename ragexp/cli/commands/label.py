@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, TrackingUri, store_option
+from ragexp.outputs import info
 
 Metrics = Annotated[
     str | None,
@@ -45,7 +46,7 @@ def label(
     """Put a run's traces in an MLflow review queue for people to label (or export the labels)."""
     from ragexp.cli.views import show_label_queue
     from ragexp.errors import ConfigError
-    from ragexp.labels.workflow import export_labels, label_run
+    from ragexp.workflows.label import export_labels, label_run
 
     settings = [arg for arg in rest or [] if "=" in arg]
     run = next((arg for arg in rest or [] if "=" not in arg), None)

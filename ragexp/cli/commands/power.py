@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
+from ragexp.outputs import info
 
 
 def power(
@@ -38,7 +39,7 @@ def power(
 ) -> None:
     """What a comparison with this baseline could detect, and the cases a given effect needs."""
     from ragexp.cli.views import show_power
-    from ragexp.compare.release import baseline_power
+    from ragexp.workflows.power import baseline_power
 
     found = baseline_power(
         baseline,

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import info
 from ragexp.cli.options import AllowIncomparable, CommonCases, StoreOverrides, TrackingUri, resumable, store_option
 from ragexp.errors import ConfigError
+from ragexp.outputs import info
 
 
 def report(
@@ -37,7 +37,7 @@ def report(
 ) -> None:
     """Markdown + self-contained HTML report with plots, also logged to the run."""
     from ragexp.cli.views import report_line
-    from ragexp.report.publish import publish_report, publish_sweep_report
+    from ragexp.workflows.report import publish_report, publish_sweep_report
 
     if sweep is not None and run_id is None:
         done = publish_sweep_report(

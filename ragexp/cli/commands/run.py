@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import (
     AllowDraft,
     ConfigDir,
@@ -21,7 +21,8 @@ from ragexp.cli.options import (
     interrupt_on_sigterm,
     use_config_dir,
 )
-from ragexp.errors import ConfigError
+from ragexp.errors import AllCasesErrored, ConfigError, Interrupted, Stopped
+from ragexp.outputs import info
 
 
 def run(
@@ -47,8 +48,8 @@ def run(
     import signal
 
     from ragexp.cli.views import run_warning, show_next, show_run, show_sequential
-    from ragexp.runner import AllCasesErrored, Interrupted, Stopped, run_config
-    from ragexp.sequential import run_until_decided
+    from ragexp.workflows.run import run_config
+    from ragexp.workflows.sequential import run_until_decided
 
     if baseline is not None and not until_decided:
         raise ConfigError("--baseline goes with --until-decided (ragexp gate --baseline compares finished runs)")
@@ -84,7 +85,7 @@ def run(
 
 def _sweep(overrides: list[str], resume: str | None, as_json: bool, tracking_uri: str | None) -> None:
     from ragexp.cli.views import show_sweep, sweep_json
-    from ragexp.sweep import run_sweep
+    from ragexp.workflows.multirun import run_sweep
 
     if resume:
         raise ConfigError("--resume continues one run; it cannot be combined with -m")

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, store_option
+from ragexp.outputs import info
 
 
 def runs(
@@ -36,7 +37,7 @@ def runs(
 ) -> None:
     """Recent runs: id, time, config hash, dataset, provider, headline metrics."""
     from ragexp.cli.views import show_runs
-    from ragexp.compare.listing import list_runs
+    from ragexp.workflows.runs import list_runs
 
     found = list_runs(
         limit=limit,

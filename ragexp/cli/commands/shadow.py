@@ -30,7 +30,7 @@ def shadow(
     """Replay sampled production traces (dataset=traces) through the candidate config: a
     production run and a candidate run on the same questions, compared per stratum."""
     from ragexp.cli.views import show_sequential, show_shadow
-    from ragexp.shadow import run_shadow
+    from ragexp.workflows.shadow import run_shadow
 
     use_config_dir(config_dir)
     outcome = run_shadow(overrides or [], tracking_uri=tracking_uri, experiment=experiment, until_decided=until_decided)

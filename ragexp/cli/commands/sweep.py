@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import JsonFlag, StoreOverrides, TrackingUri, resumable, store_option
+from ragexp.outputs import info
 
 
 def sweep(
@@ -38,7 +39,7 @@ def sweep(
     """A sweep's points against a baseline (corrected for many points), their Pareto front over
     quality, p95 latency and cost, and which to pick."""
     from ragexp.cli.views import show_sweep_points
-    from ragexp.report.sweep import sweep_analysis
+    from ragexp.workflows.sweep import sweep_analysis
 
     given = [parent, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
     given += [*(["--baseline", baseline] if baseline else []), *(["--metric", metric] if metric else [])]

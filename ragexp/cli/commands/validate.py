@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.console import emit_json, info
+from ragexp.cli.console import emit_json
 from ragexp.cli.options import AllowDraft, ConfigDir, JsonFlag, Overrides, TrackingUri, use_config_dir
+from ragexp.outputs import info
 
 Corpus = Annotated[
     str | None,
@@ -57,7 +58,7 @@ def validate(
     use_config_dir(config_dir)
     from ragexp.cli.views import show_anchored, show_validation
     from ragexp.errors import ConfigError, DatasetErrors
-    from ragexp.validate import anchor_dataset, check_dataset
+    from ragexp.workflows.validate import anchor_dataset, check_dataset
 
     if out is not None and not anchor:
         raise ConfigError("--out goes with --anchor (validate writes nothing otherwise)")

@@ -1,7 +1,7 @@
 """``ragexp shadow``: a candidate answers the questions production traffic asked, and the two are
 compared by stratum.
 
-The sample is read once (:mod:`ragexp.traffic`) and serves two runs: the **production** run
+The sample is read once (:mod:`ragexp.workflows.traffic`) and serves two runs: the **production** run
 replays what production answered and retrieved (``system=replay`` over the traces' outputs),
 the **candidate** run asks the configured system the same questions (conversations turn by turn,
 each after its own history). Both are judged with the configured metrics (those that need no
@@ -28,11 +28,11 @@ from ragexp.config.models import RagexpConfig, ReplaySystemConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError
 from ragexp.progress import Phase
-from ragexp.runner import RunOutcome, execute, plan_run
 from ragexp.secrets import register_url
-from ragexp.sequential import SequentialOutcome, execute_until_decided
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.traffic import Traffic, load_traffic
+from ragexp.workflows.run import RunOutcome, execute, plan_run
+from ragexp.workflows.sequential import SequentialOutcome, execute_until_decided
+from ragexp.workflows.traffic import Traffic, load_traffic
 
 SHADOW_TAG = TAG_PREFIX + "shadow"
 """On both runs of a shadow: the production experiment the traffic was read from."""

@@ -45,12 +45,13 @@ from ragexp.errors import ConfigError, IncomparableRunsError
 from ragexp.metrics.judge.scorer import JudgeOutcome, Judging, Turns
 from ragexp.metrics.judge.usage import Usage
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric
+from ragexp.outputs import info
 from ragexp.progress import Phase
 from ragexp.records import Case, CaseResult
-from ragexp.runner import Evaluation, Plan, evaluate_cases, execute, info, plan_run, score_results
 from ragexp.secrets import register_url
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.traffic import stratified_order
+from ragexp.workflows.run import Evaluation, Plan, evaluate_cases, execute, plan_run, score_results
+from ragexp.workflows.traffic import stratified_order
 
 PREFIX = TAG_PREFIX + "sequential."
 
@@ -244,7 +245,7 @@ def check_decidable(plan: Plan) -> None:
 
 
 class Batches:
-    """The evaluation of ``run --until-decided`` (a :class:`ragexp.runner.Evaluate`)."""
+    """The evaluation of ``run --until-decided`` (a :class:`ragexp.workflows.run.Evaluate`)."""
 
     def __init__(self, baseline: RunData, order: list[int], batch: int, store: Store) -> None:
         self.baseline = baseline

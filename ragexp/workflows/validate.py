@@ -25,9 +25,9 @@ from ragexp.paths import data_roots
 from ragexp.providers.base import Provider
 from ragexp.providers.mapping import NEEDED
 from ragexp.records import Case
-from ragexp.runner import check_config, check_store_fields
 from ragexp.secrets import mask_url
 from ragexp.tracking.store import resolve_uri
+from ragexp.workflows.run import check_config, check_store_fields
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``ragexp sweep --confirm``: the point chosen on part of the cases is run again, as it was
 configured, on the cases held out of the choice, and that confirm run is gated against the
-baseline like any candidate (:func:`ragexp.compare.release.run_gate`).
+baseline like any candidate (:func:`ragexp.workflows.diff.run_gate`).
 
 A conversation is held out whole (its turns are asked in order, each after the ones before it),
 so the cases a winner is chosen on and those it is confirmed on never share a conversation.
@@ -18,11 +18,11 @@ import yaml
 
 from ragexp import artifacts
 from ragexp.compare.data import RunData
-from ragexp.compare.release import run_gate
 from ragexp.compare.sweeps import Confirmation, SweepAnalysis, hold_out
 from ragexp.config.models import RagexpConfig
 from ragexp.errors import ConfigError
 from ragexp.tracking.store import FINISHED, TAG_PREFIX, RunRecord, Store, tag_filter
+from ragexp.workflows.gate import run_gate
 
 CONFIRM_TAG = TAG_PREFIX + "sweep.confirm"
 """On a confirm run: the sweep (its parent run) whose winner it confirms."""
@@ -39,7 +39,7 @@ def confirm_winner(
 ) -> Confirmation:
     """Run the recommended point's config on ``confirmation.held_out`` and gate it against the
     baseline on those cases (the rules of the point's own ``gates``)."""
-    from ragexp.runner import execute, plan_run
+    from ragexp.workflows.run import execute, plan_run
 
     winner, baseline = analysis.recommendation.winner, analysis.baseline
     if winner.run_id == baseline.run_id:

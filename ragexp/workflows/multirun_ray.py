@@ -4,7 +4,7 @@ The Hydra plugin (``hydra_plugins.ragexp_ray_launcher``, where Hydra looks for l
 :func:`launch`.
 
 The tasks are hydra-ray-launcher's own (its ``launch_job_on_ray``: Hydra's ``run_job`` of
-:func:`ragexp.sweep.run_point` in a Ray worker); this launcher differs from the plugin's in what
+:func:`ragexp.workflows.multirun.run_point` in a Ray worker); this launcher differs from the plugin's in what
 happens around them:
 
 - ``ray.init`` gets the keys that only start a Ray (``object_store_memory``, ``num_cpus``, ...)
@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ragexp.errors import ConfigError
 from ragexp.paths import CONFIG_DIR_ENV, user_conf_dir
-from ragexp.sweep import FORWARDED_ENV_PREFIXES, LaunchAborted, point_label, record_lost_point
+from ragexp.workflows.multirun import FORWARDED_ENV_PREFIXES, LaunchAborted, point_label, record_lost_point
 
 START_ONLY = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory")
 """``ray.init`` keys that configure a Ray started by this process; Ray refuses most of them when

@@ -23,11 +23,12 @@ from urllib.parse import quote
 from ragexp.compare.changes import case_changes
 from ragexp.compare.diff import DiffResult
 from ragexp.compare.figures import fmt, threshold
-from ragexp.compare.release import DiffOutcome, GateOutcome, compare_runs, run_gate
 from ragexp.errors import ConfigError
-from ragexp.report.publish import Published, publish_report
-from ragexp.runner import Evaluation, run_config
 from ragexp.tracking.store import Store
+from ragexp.workflows.diff import DiffOutcome, compare_runs
+from ragexp.workflows.gate import GateOutcome, run_gate
+from ragexp.workflows.report import Published, publish_report
+from ragexp.workflows.run import Evaluation, run_config
 
 EXPERIMENT = "ragexp-demo"
 MARKER = ".ragexp-demo"

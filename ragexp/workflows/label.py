@@ -1,28 +1,23 @@
-"""The label commands whole: ``ragexp label RUN_ID`` (:func:`label_run`), ``ragexp label export``
-(:func:`export_labels`) and ``ragexp calibrate`` (:func:`calibrate_labels`)."""
+"""``ragexp label`` whole: ``ragexp label RUN_ID`` (:func:`label_run`) and ``ragexp label export``
+(:func:`export_labels`); ``ragexp calibrate`` is :mod:`ragexp.workflows.calibrate`."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ragexp.compare.data import load_run
 from ragexp.compare.summary import Links
 from ragexp.errors import ConfigError
-from ragexp.labels.agreement import Coverage, Disagreement, coverage, disagreements
 from ragexp.labels.collect import (
-    Labels,
-    calibrate_run,
-    calibration_settings,
     collect_labels,
     export_rows,
     trace_expectations,
 )
 from ragexp.labels.queue import LabelQueue, create_label_queue
-from ragexp.metrics.calibration import Trust
 from ragexp.outputs import check_writable, write_file
 from ragexp.tracking.store import Store
 
@@ -88,54 +83,3 @@ def export_labels(run_id: str, out: str | None, *, tracking_uri: str | None = No
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     write_file("--out", path, text.encode("utf-8"))
     return Exported(run_id, path, len(rows), labels.counts())
-
-
-@dataclass(frozen=True)
-class Calibrated:
-    run_id: str
-    labels: Labels
-    trust: Trust
-    threshold: float
-    """The run's calibration pass threshold."""
-    logged: dict[str, float] = field(default_factory=dict)
-    """The ``calibration.*`` and ``ppi.*`` metrics logged on the run (none: too few labels)."""
-    coverage: list[Coverage] = field(default_factory=list)
-    """Per labelled metric: the labelled, scored cases calibration counts, and how many it needs."""
-    disagreements: list[Disagreement] = field(default_factory=list)
-    """The labelled cases people and the automatic score put on opposite sides of the threshold."""
-
-    def to_json(self) -> dict[str, Any]:
-        labels = self.labels
-        return {
-            "run_id": self.run_id,
-            "labels": labels.counts(),
-            "own": labels.own,
-            "carried_over": labels.carried,
-            "ignored": labels.ignored,
-            **self.trust.to_json(),
-            "coverage": {c.metric: c.to_json() for c in self.coverage},
-            "disagreements": [d.to_json() for d in self.disagreements],
-        }
-
-
-def calibrate_labels(run_id: str, *, tracking_uri: str | None = None, say: Say = _silent) -> Calibrated:
-    """Judge calibration and prediction-powered means from the labels on the run's traces, logged on it."""
-    store = Store(tracking_uri)
-    data = load_run(store, run_id)
-    labels = collect_labels(store, data)
-    if (line := labels.ignored_line()) is not None:
-        say(line)
-    trust = calibrate_run(data, labels)
-    figures = trust.as_metrics()
-    if figures:
-        store.log_metrics(run_id, figures)
-    settings = calibration_settings(data)
-    return Calibrated(
-        run_id,
-        labels,
-        trust,
-        settings.threshold,
-        figures,
-        coverage(data.scores, labels.human, data.unanswerable, settings.min_labelled),
-        disagreements(data.case_ids, data.scores, labels.human, data.unanswerable, settings.threshold),
-    )

@@ -22,7 +22,7 @@ cases its checkpoint holds and asks only the others (and, as for ``run --resume`
 failed in transport); only when there is none is a new cell run started.
 
 The statistics are :mod:`ragexp.compare.attribution`'s; this module runs systems, as
-:mod:`ragexp.sweep` does.
+:mod:`ragexp.workflows.multirun` does.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ DEFINITION = (
 TOLERANCE = 1e-9
 
 if TYPE_CHECKING:
-    from ragexp.runner import Plan
+    from ragexp.workflows.run import Plan
 
 Say = Callable[[str], None]
 
@@ -138,7 +138,7 @@ def check_can_generate(store: Store, baseline: RunData, candidate: RunData) -> t
 
 
 def _plan(store: Store, data: RunData, config: RagexpConfig, role: str) -> System:
-    from ragexp.runner import plan_run
+    from ragexp.workflows.run import plan_run
 
     plan = plan_run(config, store.state_dir())
     recorded = data.record.tag("config_hash")
@@ -333,7 +333,8 @@ def _replay(
 ) -> tuple[str, RunData | None]:
     """One swapped cell as a run of the generator's config over the replayed cases: the earlier
     one with the same inputs reused when finished, resumed when not, else a new one."""
-    from ragexp.runner import AllCasesErrored, Stopped, execute
+    from ragexp.errors import AllCasesErrored, Stopped
+    from ragexp.workflows.run import execute
 
     plan = generator.plan
     of = pair[1]

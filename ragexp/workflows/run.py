@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,8 +28,17 @@ from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
 from ragexp.datasets.evidence import resolve_evidence, shares_documents
 from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
-from ragexp.errors import ConfigError, MetricError, RagexpError, StorageError, StoreUnreachable
-from ragexp.escape import terminal
+from ragexp.errors import (
+    AllCasesErrored,
+    ConfigError,
+    Interrupted,
+    MetricError,
+    NotFinished,
+    RagexpError,
+    StorageError,
+    StoreLost,
+    StoreUnreachable,
+)
 from ragexp.metrics.calibration import Trust, assess
 from ragexp.metrics.canaries import Canaries, agreement_metrics, load_canaries
 from ragexp.metrics.canaries import Graded as GradedCanaries
@@ -56,12 +64,13 @@ from ragexp.metrics.registry import (
     with_stream_metrics,
 )
 from ragexp.metrics.summary import score_cases, summarize
+from ragexp.outputs import info
 from ragexp.paths import data_roots, packaged_trees
 from ragexp.progress import Phase, Progress
 from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
 from ragexp.secrets import holds, register_url, scrub
-from ragexp.traffic import Traffic, load_traffic, traffic_json
+from ragexp.workflows.traffic import Traffic, load_traffic, traffic_json
 
 if TYPE_CHECKING:
     from ragexp.case_traces import TracePlan
@@ -378,32 +387,6 @@ def timing_prefix(stage: str) -> str:
     return TIMING_PREFIX + limits.safe_segment(stage, budget)
 
 
-class Stopped(RagexpError):
-    """A run stopped before it finished and can be resumed; the CLI adds the command to do so."""
-
-    def __init__(self, message: str, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(message)
-
-
-class Interrupted(Stopped):
-    """Ctrl-C or SIGTERM stopped a run; it is marked and can be resumed."""
-
-    exit_code = 130
-
-    def __init__(self, run_id: str, done: int, total: int) -> None:
-        super().__init__(f"run {run_id} interrupted after {done} of {total} cases", run_id)
-
-
-class StoreLost(Stopped):
-    """The tracking store stopped answering during a run; the results are kept locally."""
-
-
-class NotFinished(Stopped):
-    """Every case was evaluated and logged, but the store did not mark the run finished: it is
-    complete, and a ``--resume`` finishes it without asking any case again."""
-
-
 def finish_run(store: Store, run_id: str) -> None:
     """Mark the run finished, the call retried within the store's ``timeout_s``: a run whose data
     is complete is never left RUNNING by one failed call, nor said to be finished when it is not."""
@@ -426,15 +409,6 @@ def finish_run(store: Store, run_id: str) -> None:
                 ) from None
         time.sleep(pause)
         attempt += 1
-
-
-class AllCasesErrored(RagexpError):
-    """The run completed, but no case has a score: nothing it logged can be compared."""
-
-    def __init__(self, message: str, outcome: RunOutcome) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-        """What was logged (``run --json`` prints it before the error line)."""
 
 
 def execute(
@@ -746,11 +720,6 @@ def recordable(result: CaseResult) -> CaseResult:
     if reason is None:
         return result
     return CaseResult(result.case_id, None, f"the system's output cannot be recorded: {reason}")
-
-
-def info(message: str) -> None:
-    # Case ids, stage names and service text reach these lines: control characters made visible.
-    sys.stderr.write(terminal(message) + "\n")
 
 
 @dataclass

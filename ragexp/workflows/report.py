@@ -40,7 +40,7 @@ def publish_report(
     if attribute:
         if baseline is None:
             raise ConfigError("--attribute splits a comparison: add --baseline RUN_ID")
-        from ragexp.compare.release import attribution_of
+        from ragexp.workflows.diff import attribution_of
 
         found = attribution_of(
             Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
@@ -66,10 +66,10 @@ def publish_sweep_report(
     tracking_uri: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> Published:
-    """``report --sweep PARENT``: the sweep's analysis (:func:`ragexp.report.sweep.sweep_analysis`,
+    """``report --sweep PARENT``: the sweep's analysis (:func:`ragexp.workflows.sweep.sweep_analysis`,
     logged under ``sweep/``) as a report, written to ``out`` (default ``reports/PARENT``) and
     logged to the parent run under ``report/``."""
-    from ragexp.report.sweep import sweep_analysis, sweep_language, sweep_report
+    from ragexp.workflows.sweep import sweep_analysis, sweep_language, sweep_report
 
     language = user_language(language)
     analysis = sweep_analysis(parent, tracking_uri=tracking_uri, baseline=baseline, say=say)

@@ -52,7 +52,7 @@ def sweep_analysis(
 ) -> SweepAnalysis:
     """Compare the points of the sweep ``parent`` and log the result to it. ``confirm``: hold
     out that share of the cases, choose on the rest, and confirm the winner on the held-out
-    cases with a run of its own, gated against the baseline (:mod:`ragexp.sweep_confirm`)."""
+    cases with a run of its own, gated against the baseline (:mod:`ragexp.workflows.multirun_confirm`)."""
     store = Store(tracking_uri, must_exist=True)  # read, and the analysis logged to the parent (no new store)
     record = store.get_run(parent)
     if record.tag("sweep.role") != "parent":
@@ -80,7 +80,7 @@ def sweep_analysis(
     confirmation = None
     if confirm is not None:
         check_same_cases(base.run, [point.run for point in points])
-        from ragexp.sweep_confirm import held_out
+        from ragexp.workflows.multirun_confirm import held_out
 
         chosen, held = held_out(base.run, confirm, seed)
         confirmation = Confirmation(confirm, len(chosen), held)
@@ -97,7 +97,7 @@ def sweep_analysis(
         skipped=skipped,
     )
     if confirmation is not None:
-        from ragexp.sweep_confirm import confirm_winner
+        from ragexp.workflows.multirun_confirm import confirm_winner
 
         analysis.confirm = confirm_winner(analysis, confirmation, store, say=say)
     with tempfile.TemporaryDirectory(prefix="ragexp-sweep-") as tmp:

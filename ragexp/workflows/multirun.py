@@ -2,7 +2,7 @@
 
 Hydra expands the sweep and its launcher runs the points (one after the other by default,
 ``hydra/launcher=joblib`` for parallel processes, submitit for Slurm, ``hydra/launcher=ray`` for
-Ray tasks through :mod:`ragexp.sweep_ray`); ragexp writes no scheduler. Each point is an ordinary
+Ray tasks through :mod:`ragexp.workflows.multirun_ray`); ragexp writes no scheduler. Each point is an ordinary
 run tagged with its sweep and its overrides, so ``diff`` and ``gate`` take any two of them. A
 failing point is reported and the others still run.
 """
@@ -142,7 +142,7 @@ def run_point(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from ragexp.runner import execute, plan_run
+    from ragexp.workflows.run import execute, plan_run
 
     gc.disable()  # as in the CLI's own process (a launcher's worker does not go through main())
     job = HydraConfig.get()
