@@ -25,7 +25,8 @@ import orjson
 from ragexp.datasets.ledger import KEY as CONTENT_HASH
 from ragexp.datasets.ledger import case_hashes
 from ragexp.errors import TrackingError
-from ragexp.metrics.registry import MetricSpec, spec_from_json, spec_json
+from ragexp.metrics.custom_spec import spec_from_json, spec_json
+from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult
 
 FORMAT_VERSION = 1

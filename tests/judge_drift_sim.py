@@ -12,7 +12,7 @@ What it measures, with the project's own functions:
 - **detection**: :func:`ragexp.metrics.canaries.agreement_change` on the canaries (the candidate
   judge's bias minus the baseline judge's, paired) rejects "no change" at ``alpha``;
 - **coverage**: whether the 95% interval of the raw paired delta (the runs' judge scores as they
-  are, :func:`ragexp.compare.stats`'s normal interval of the mean difference) and of the bridged
+  are, :func:`ragexp.stats.paired`'s normal interval of the mean difference) and of the bridged
   delta (:func:`ragexp.metrics.canaries.bridged_delta`) covers the true system delta.
 """
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragexp.compare.attribution import Cells, bootstrap_intervals, case_causes, decompose
+from ragexp.stats.attribution import Cells, bootstrap_intervals, case_causes, decompose
 
 
 def _cells(bb: list[float], cb: list[float], bc: list[float], cc: list[float]) -> Cells:

@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.compare.diff import MetricDiff
 from ragexp.compare.gate import check_rules
-from ragexp.compare.stats import paired
 from ragexp.config.compose import compose
+from ragexp.stats.paired import paired
 from tests.conftest import write_jsonl
 
 # --- the RAG evaluation article's exercise ------------------------------------------------------------------

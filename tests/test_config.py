@@ -9,7 +9,7 @@ import pytest
 from ragexp.config.compose import compose
 from ragexp.config.identity import config_hash, flatten, identity_view, resolved_config
 from ragexp.errors import ConfigError
-from ragexp.workflows.run import plan_run
+from ragexp.workflows.run_plan import plan_run
 from tests.conftest import ROOT, write_jsonl
 
 

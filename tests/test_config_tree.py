@@ -15,7 +15,7 @@ import pytest
 from ragexp.config.compose import GROUPS, compose
 from ragexp.errors import ConfigError
 from ragexp.paths import package_conf, package_data, packaged_trees
-from ragexp.workflows.run import plan_run
+from ragexp.workflows.run_plan import plan_run
 from tests.conftest import ROOT, invoke
 from tests.servers.procs import SAMPLE, serve
 

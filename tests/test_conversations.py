@@ -441,7 +441,7 @@ def test_bundled_kb_zh_chat_follow_ups_need_their_history(ragexp: Any, store_uri
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_gate_and_power_count_and_resample_conversations(ragexp: Any, store_uri: str, chats: Path) -> None:
-    from ragexp.compare.stats import paired_differences
+    from ragexp.stats.paired import paired_differences
 
     base = run_chat(ragexp, chats, "remembers", "+tags.role=baseline").json()["run_id"]
     cand = run_chat(ragexp, chats, "forgets").json()["run_id"]
@@ -470,7 +470,7 @@ def test_diff_gate_and_power_count_and_resample_conversations(ragexp: Any, store
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_bundled_conversations_are_paired_by_conversation(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
-    from ragexp.compare.stats import paired_differences
+    from ragexp.stats.paired import paired_differences
 
     base = ragexp("run", "dataset=kb_zh_chat", "--json").json()["run_id"]
     cand = ragexp("run", "dataset=kb_zh_chat", "provider.system.sample.chunking=sentence", "--json").json()["run_id"]

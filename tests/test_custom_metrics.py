@@ -19,7 +19,8 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.config.compose import compose
 from ragexp.metrics.custom import load_custom, read_values
-from ragexp.metrics.registry import METRICS, custom_spec, definition_change, spec_from_json, spec_json
+from ragexp.metrics.custom_spec import custom_spec, definition_change, spec_from_json, spec_json
+from ragexp.metrics.registry import METRICS
 from ragexp.records import Case, CaseResult, SystemOutput
 from ragexp.usercode.calls import TIMED_OUT, Raised, call_each
 from tests.conftest import ROOT, write_jsonl

@@ -137,7 +137,7 @@ def test_bundled_sets() -> None:
 
 
 def test_the_documented_fields_are_the_fields_the_loader_checks() -> None:
-    from ragexp.datasets.loader import RULES
+    from ragexp.datasets.fields import RULES
 
     text = (ROOT / "docs/datasets.md").read_text(encoding="utf-8")
     table = next(part for part in text.split("\n\n") if part.startswith("| field |"))

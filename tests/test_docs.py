@@ -178,10 +178,10 @@ def _package_trees() -> list[tuple[Path, ast.Module]]:
     return [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in sorted(PACKAGE.rglob("*.py"))]
 
 
-def _module_constants() -> dict[str, ast.expr]:
-    """Upper-case module-level names of the package and what they are assigned."""
+def _module_constants(trees: list[ast.Module] | None = None) -> dict[str, ast.expr]:
+    """Upper-case module-level names of the package (or of ``trees``) and what they are assigned."""
     found: dict[str, ast.expr] = {}
-    for _, tree in _package_trees():
+    for tree in trees if trees is not None else [tree for _, tree in _package_trees()]:
         for node in tree.body:
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
             if isinstance(target, ast.Name) and target.id.isupper():
@@ -220,11 +220,18 @@ def code_tag_names() -> frozenset[str]:
 @functools.cache
 def code_tag_names_by_module() -> dict[str, frozenset[str]]:
     """:func:`code_tag_names` by the module (path under the package) that spells each."""
-    constants = _module_constants()
     by_module: dict[str, frozenset[str]] = {}
     for path, tree in _package_trees():
         names: set[str] = set()
+        # A module's own constant wins over one of the same name elsewhere (PREFIX is in several).
+        constants = {**_module_constants(), **_module_constants([tree])}
         skip = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings
+        # A prefix constant (PREFIX = TAG_PREFIX + "sequential.") names no tag: its uses do.
+        skip |= {
+            id(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and _static_text(n.value, constants).endswith(".")
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.BinOp | ast.JoinedStr):
                 skip |= {id(inner) for inner in ast.walk(node) if inner is not node}

@@ -21,11 +21,13 @@ from ragexp.datasets.loader import load_dataset
 from ragexp.errors import DatasetErrors, MetricError
 from ragexp.metrics.evidence import Matcher
 from ragexp.metrics.offline import build_inputs, score_citation_precision, score_mrr, score_ndcg, score_recall
-from ragexp.providers.mapping import MappingError, compile_mapping, to_plain
+from ragexp.providers.expressions import to_plain
+from ragexp.providers.mapping import MappingError, compile_mapping
 from ragexp.records import Case, CaseResult, Evidence, SystemOutput
 from ragexp.sample import SampleSystem, Settings, load_docs
 from ragexp.sample.system import windows
-from ragexp.workflows.run import plan_run, score_results
+from ragexp.workflows.run_plan import plan_run
+from ragexp.workflows.run_score import score_results
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import serve
 from tests.test_http import count_runs

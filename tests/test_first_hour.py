@@ -588,7 +588,8 @@ def test_one_dataset_has_one_dataset_hash_wherever_it_is_shown(ragexp: Any, stor
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
-    from ragexp.cli.views import _with_run, show_anchored
+    from ragexp.cli.views_sweep import _with_run
+    from ragexp.cli.views_validate import show_anchored
 
     show_anchored(SimpleNamespace(out="x.jsonl", anchored=3, cases=3, spans_from_facts=2, spans_whole_chunk=1))
     assert capsys.readouterr().out.rstrip().endswith("2 spans are the sentences holding their facts, 1 whole chunk")
@@ -599,7 +600,7 @@ def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_report_out_folder_is_ignored_and_the_run_name_comment_is_true() -> None:
     from ragexp.config.compose import compose
-    from ragexp.workflows.run import plan_run
+    from ragexp.workflows.run_plan import plan_run
 
     ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
     assert "/report/" in ignored  # README's `report --out report`

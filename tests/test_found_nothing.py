@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from ragexp.config.models import ResponseMapping, StreamConfig
-from ragexp.providers.http import StreamReader
 from ragexp.providers.mapping import MappingError, compile_mapping
+from ragexp.providers.streams import StreamReader
 from ragexp.transport import BadReply, parse_json
 from tests.conftest import write_jsonl
 from tests.servers.procs import serve, stats

@@ -82,7 +82,7 @@ from pathlib import Path
 from ragexp.config.compose import compose
 from ragexp.config.identity import resolved_config
 from ragexp.paths import package_conf, packaged_trees
-from ragexp.workflows.run import plan_run
+from ragexp.workflows.run_plan import plan_run
 files = {str(p.relative_to(t)): p.read_text(encoding="utf-8") for t in packaged_trees() for p in t.rglob("*.yaml")}
 out = {"conf": str(package_conf()), "files": files, "points": []}
 for number, overrides in enumerate(json.loads(sys.argv[1])):

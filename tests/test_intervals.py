@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ragexp.compare.stats import paired, paired_differences
+from ragexp.stats.paired import paired, paired_differences
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
@@ -110,7 +110,7 @@ def test_degenerate_differences() -> None:
 def test_draws_in_blocks_give_the_figures_of_one_draw_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
     # The draws are made a block of rows at a time to bound memory; the generator must fill them
     # in the order of the whole (resamples, groups) matrix, so a seed keeps giving the same figures.
-    from ragexp.compare import stats
+    from ragexp.stats import paired as stats
 
     rng = np.random.default_rng(7)
     kinds = [

@@ -24,7 +24,7 @@ from ragexp.compare.power import (
     smallest_testable,
     t_quantile,
 )
-from ragexp.compare.stats import paired_differences
+from ragexp.stats.paired import paired_differences
 from tests.conftest import write_jsonl
 from tests.test_compare import replay_rows, run_replay, seed_specs
 

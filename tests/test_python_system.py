@@ -168,7 +168,8 @@ def test_langchain_preset_reads_ids_from_metadata_when_documents_have_none(tmp_p
     from langchain_core.documents import Document
 
     from ragexp.config.compose import compose
-    from ragexp.providers.mapping import compile_mapping, to_plain
+    from ragexp.providers.expressions import to_plain
+    from ragexp.providers.mapping import compile_mapping
 
     config = compose(["system=langchain", "provider.system.target=a:b"])
     mapping = compile_mapping(config.provider.system.response, "provider.system.response")  # type: ignore[union-attr,arg-type]

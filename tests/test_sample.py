@@ -16,7 +16,7 @@ from ragexp.config.compose import compose
 from ragexp.config.identity import identity_view
 from ragexp.config.models import SampleConfig
 from ragexp.sample import SampleSystem, Settings, load_docs
-from ragexp.workflows.run import plan_run
+from ragexp.workflows.run_plan import plan_run
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import SAMPLE, serve
 

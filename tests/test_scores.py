@@ -18,7 +18,7 @@ from ragexp.errors import DatasetErrors
 from ragexp.metrics.calibration import ppi_mean
 from ragexp.phrases import t
 from ragexp.records import graded_hash
-from ragexp.workflows.run import plan_run
+from ragexp.workflows.run_plan import plan_run
 from tests.conftest import write_jsonl
 from tests.servers.procs import serve
 from tests.test_systems import FAST, NDJSON, SERVERS, numbered

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.compare.sequential import bets, confidence_sequence, difference_sequence, drop_decision, log_capital
+from ragexp.stats.sequential import bets, confidence_sequence, difference_sequence, drop_decision, log_capital
 from tests.conftest import write_jsonl
 from tests.pipelines import chat
 from tests.servers.procs import FAULTY, serve, stats

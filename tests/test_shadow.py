@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ragexp.compare.stats import paired
 from ragexp.config.models import DatasetConfig
+from ragexp.stats.paired import paired
 from ragexp.tracking.store import Store
 from ragexp.workflows.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
 from tests.conftest import ROOT, invoke
@@ -320,8 +320,8 @@ def test_shadow_on_2000_questions_in_10_strata(tmp_path: Path, monkeypatch: pyte
 
 
 def test_strata_holm_and_order_worst_first() -> None:
-    from ragexp.compare.multiple import holm
-    from ragexp.compare.strata import by_stratum
+    from ragexp.stats.multiple import holm
+    from ragexp.stats.strata import by_stratum
 
     rng = np.random.default_rng(3)
     base = rng.uniform(0.4, 0.6, 60)

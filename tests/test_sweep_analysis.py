@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ragexp.compare.figures import signed
-from ragexp.compare.multiple import holm, simultaneous_level
+from ragexp.stats.multiple import holm, simultaneous_level
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import serve
 

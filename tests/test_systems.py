@@ -21,14 +21,8 @@ from ragexp.config.compose import compose
 from ragexp.config.identity import identity_view
 from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
-from ragexp.providers.mapping import (
-    MappingError,
-    SystemReplyError,
-    check_template,
-    compile_mapping,
-    render,
-    to_plain,
-)
+from ragexp.providers.expressions import to_plain
+from ragexp.providers.mapping import MappingError, SystemReplyError, check_template, compile_mapping, render
 from ragexp.records import Case
 from tests.conftest import ROOT, write_jsonl
 from tests.servers.procs import preset_standin, serve, stats
@@ -262,7 +256,7 @@ VALUES: list[Any] = [
 def test_compiled_expressions_find_what_jmespath_finds(expression: str) -> None:
     import jmespath
 
-    from ragexp.providers.mapping import compile_expression
+    from ragexp.providers.expressions import compile_expression
 
     compiled = compile_expression(expression, "r")
     for value in VALUES:
@@ -715,7 +709,7 @@ def read_stream(body: bytes, stream: dict[str, Any], content_type: str = "text/e
     import httpx
 
     from ragexp.config.models import StreamConfig
-    from ragexp.providers.http import StreamReader
+    from ragexp.providers.streams import StreamReader
 
     reader = StreamReader(compile_mapping(mapping(**keys), "r"), StreamConfig.model_validate(stream))
     response = httpx.Response(200, headers={"content-type": content_type}, content=body)

@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 
 from ragexp.compare.diff import MetricDiff
 from ragexp.compare.figures import fmt, signed
-from ragexp.compare.stats import paired_differences
 from ragexp.metrics.registry import METRICS
 from ragexp.phrases import t
+from ragexp.stats.paired import paired_differences
 from ragexp.workflows import demo
 from ragexp.workflows.diff import compare_runs
 from ragexp.workflows.gate import run_gate

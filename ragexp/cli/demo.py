@@ -7,7 +7,8 @@ import shlex
 from collections.abc import Callable
 
 from ragexp.cli.render import terminal
-from ragexp.cli.views import gate_exit, report_line, run_warning, show_diff, show_gate, show_run
+from ragexp.cli.views import report_line, run_warning, show_run
+from ragexp.cli.views_compare import gate_exit, show_diff, show_gate
 from ragexp.outputs import info
 from ragexp.workflows.demo import STEPS, Demo, Step, narrate, shown, ui_lines
 from ragexp.workflows.run import Evaluation

@@ -1,1 +1,2 @@
-"""Comparing a candidate run with a baseline: statistics, diff and release gate."""
+"""Comparing a candidate run with a baseline: diff, gate rules, promotion, power (the statistics
+they rest on are in :mod:`ragexp.stats`)."""

@@ -15,14 +15,15 @@ from ragexp.compare.missing import metric_why
 from ragexp.compare.pairing import Pairing, SharedCases, pair_metric, shared_cases
 from ragexp.compare.power import Power, paired_power
 from ragexp.compare.select import identity_differences
-from ragexp.compare.stats import paired, paired_by_unit, unit_means
 from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import IncomparableRunsError
 from ragexp.metrics.calibration import PpiEstimate, ppi_mean
+from ragexp.metrics.custom_spec import definition_change
 from ragexp.metrics.population import Population, population
-from ragexp.metrics.registry import METRICS, MetricSpec, Stage, definition_change
+from ragexp.metrics.registry import METRICS, MetricSpec, Stage
 from ragexp.phrases import t
+from ragexp.stats.paired import paired, paired_by_unit, unit_means
 
 TOLERANCE = 1e-9
 """Per-case changes smaller than this are rounding, not change."""
@@ -213,7 +214,11 @@ class DiffResult:
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
             **({"bridge": self.bridge} if self.bridge is not None else {}),
-            **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
+            **(
+                {"judge_agreement": moved}
+                if (moved := agreement_changes(self.baseline, self.candidate, confidence=self.confidence))
+                else {}
+            ),
         }
 
 

@@ -8,30 +8,30 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragexp.compare.agreement import Check, checks
+from ragexp.compare.agreement import Check, checks, judge_rules
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, below_noise_floor, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
 from ragexp.compare.pairing import paired_mask
 from ragexp.compare.power import Power, cannot_tell_line
-from ragexp.compare.sequential import (
-    bound_decision,
-    difference_sequence,
-    drop_decision,
-    mean_sequence,
-)
 from ragexp.config.models import GateRule, GatesConfig
 from ragexp.datasets.ledger import Ledger
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, MetricSpec, case_values_metric, rule_metric
+from ragexp.stats.sequential import (
+    bound_decision,
+    difference_sequence,
+    drop_decision,
+    mean_sequence,
+)
 
 EPSILON = 1e-9
 """Float slack: .76 - .75 must not fail a bound of .01 through rounding."""
 
 
 SEQUENTIAL_METHOD = "anytime-valid"
-"""``RuleResult.method`` of a rule decided on a confidence sequence (:mod:`ragexp.compare.sequential`)."""
+"""``RuleResult.method`` of a rule decided on a confidence sequence (:mod:`ragexp.stats.sequential`)."""
 
 Decision = Literal["passed", "failed", "inconclusive"]
 """What a sequential rule came to at its stop: ``inconclusive`` when the cases ran out first."""
@@ -196,12 +196,13 @@ class GateResult:
 
 
 def check_gate(gates: GatesConfig) -> None:
-    """Refuse a gate that bounds no metric: it would pass any candidate, however much worse.
+    """Refuse a gate that bounds no metric and sets no judge rule (``judge_agreement``,
+    ``judge_bias``): it would pass any candidate, however much worse.
 
     ``max_error_rate`` alone is not enough: it says nothing about the scores of the cases that
     did answer. Checked before any work, and again by :func:`evaluate_gate`, so no verdict can
     come from a gate without rules."""
-    if not any(_bounds(rule) for rule in gates.rules.values()):
+    if not any(_bounds(rule) for rule in gates.rules.values()) and not judge_rules(gates):
         what = "has no rules" if not gates.rules else "has rules that set no bound"
         raise ConfigError(
             f"gates {gates.name}: {what}, so it would pass any candidate; "
@@ -250,7 +251,15 @@ def gate_runs(
 def _canary_rule(check: Check) -> RuleResult:
     outcome: Outcome = "failed" if check.outcome == "failed" else "passed" if check.outcome == "passed" else "undecided"
     return RuleResult(
-        check.metric, check.rule, check.baseline, check.candidate, check.threshold, check.message, outcome, "canaries"
+        check.metric,
+        check.rule,
+        check.baseline,
+        check.candidate,
+        check.threshold,
+        check.message,
+        outcome,
+        "canaries",
+        underpowered=check.cannot_tell,
     )
 
 

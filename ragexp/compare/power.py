@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragexp.compare.figures import fmt
-from ragexp.compare.stats import unit_means
 from ragexp.errors import ConfigError
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, RETRIEVALS, MetricSpec
 from ragexp.phrases import t
+from ragexp.stats.paired import unit_means
 
 if TYPE_CHECKING:
     from ragexp.compare.data import RunData

@@ -26,11 +26,11 @@ from ragexp.compare.data import RunData
 from ragexp.compare.diff import MetricDiff, compute_diff
 from ragexp.compare.figures import fmt, signed
 from ragexp.compare.gate import GateResult
-from ragexp.compare.multiple import holm, simultaneous_level
 from ragexp.config.models import LATENCY_FLOOR_SECONDS
 from ragexp.errors import ConfigError, IncomparableRunsError, TrackingError
 from ragexp.metrics.offline import nearest_rank
 from ragexp.metrics.registry import MetricSpec, case_values_metric, cost_metric
+from ragexp.stats.multiple import holm, simultaneous_level
 
 LATENCY, COST = case_values_metric("latency").name, cost_metric().name
 """The run-level objectives of the front beside the quality axis (each only when every point logged it)."""

@@ -12,9 +12,8 @@ import codecs
 import dataclasses
 import difflib
 import hashlib
-import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -23,11 +22,26 @@ from typing import Any
 import orjson
 
 from ragexp import limits
+from ragexp.datasets.fields import (
+    CONVERSATION_FIELDS,
+    GRADED,
+    KNOWN_FIELDS,
+    REQUIRED,
+    RULES,
+    TURN_FIELDS,
+    TURN_SEPARATOR,
+    Reason,
+    case_id_problem,
+    hop_union,
+    object_problem,
+    relevance_problem,
+    type_name,
+    unknown_field,
+)
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors
-from ragexp.metrics.registry import METRICS, labelled_metric
+from ragexp.metrics.registry import labelled_metric
 from ragexp.records import Case, Evidence, Hop, SystemOutput, graded_hash
 
-MAX_TEXT = 1_000_000
 MAX_ERRORS = 50
 LABEL_FIELDS = ("id", "question", "relevant_ids", "expected_facts", "reference", "unanswerable")
 OUTPUT_FIELDS = (
@@ -38,8 +52,6 @@ OUTPUT_FIELDS = (
     "latency_seconds",
     "retrieved_doc_ids",
 )
-DRAFT_STATUSES = ("draft", "screened")
-"""``draft.status`` of a drafted case: ``draft`` until people screened it (see ``ragexp draft``)."""
 COLUMN_KEYS = ("user_input", "response", "retrieved_contexts", "reference", "human")
 
 
@@ -246,325 +258,13 @@ class _Problems:
             raise DatasetErrors(self.errors)
 
 
-Reason = str | tuple[str, str]
-"""Why a value is refused: the reason, or a sub-field (``human.faithfulness``) and the reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class FieldRule:
-    """What one field of a case may hold, and the words for a value that does not."""
-
-    name: str
-    type: str
-    """The field's type as docs/datasets.md states it."""
-    check: Callable[[Any], Reason | None]
-    """None when a value (never null: null is an absent field) is fine, else why it is not."""
-    required: str | None = None
-    """The reason when the field is absent or null; None for an optional field."""
-
-
-def _type_name(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return names.get(type(value), type(value).__name__)
-
-
-def _case_id(value: Any) -> str | None:
-    if type(value) is not str or not value.strip():
-        return "required: a non-empty string"
-    reason = limits.problem(limits.CASE_ID, value)
-    return None if reason is None else f"{value[:60]!r} {reason} (an id is stored in MLflow and shown in reports)"
-
-
-def _text(value: Any) -> str | None:
-    """1 to MAX_TEXT characters, not blank."""
-    if type(value) is not str:
-        return f"expected a string, got {_type_name(value)}"
-    if not value.strip():
-        return "must not be empty"
-    if len(value) > MAX_TEXT:
-        return f"too long: {len(value):,} characters (at most 1,000,000)"
-    return None
-
-
-def _string(value: Any) -> str | None:
-    """Any string, empty included (a recorded answer may be empty)."""
-    return None if type(value) is str else f"expected a string, got {_type_name(value)}"
-
-
-def _strings(value: Any) -> str | None:
-    """A list of non-blank strings of at most MAX_TEXT characters."""
-    return _text_list(value, blank=False)
-
-
-def _passages(value: Any) -> str | None:
-    """A list of strings of at most MAX_TEXT characters, empty ones included (retrieved text)."""
-    return _text_list(value, blank=True)
-
-
-def _text_list(value: Any, *, blank: bool) -> str | None:
-    if type(value) is not list:
-        return f"expected a list of strings, got {_type_name(value)}"
-    for index, item in enumerate(value):
-        if type(item) is not str:
-            return f"item {index} is {_type_name(item)}, expected a string"
-        if not blank and not item.strip():
-            return f"item {index} is an empty string"
-        if len(item) > MAX_TEXT:
-            return f"item {index} is longer than 1,000,000 characters"
-    return None
-
-
-def _boolean(value: Any) -> str | None:
-    return None if type(value) is bool else f"expected true or false, got {_type_name(value)}"
-
-
-def _citations(value: Any) -> str | None:
-    """A list of 1-based integers (positions in the retrieved contexts); booleans are not numbers."""
-    if type(value) is not list:
-        return "expected a list of 1-based integers"
-    for item in value:
-        if type(item) is not int or item < 1:
-            return "expected a list of 1-based integers"
-    return None
-
-
-def _seconds(value: Any) -> str | None:
-    if type(value) not in (int, float) or value < 0:
-        return "expected a non-negative number"
-    return limits.seconds_problem(value)
-
-
-def _object(value: Any) -> str | None:
-    return None if type(value) is dict else f"expected an object, got {_type_name(value)}"
-
-
-GRADED = "graded"
-"""The key of a ``human`` object that says which output its scores graded."""
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def _graded(value: Any) -> Reason | None:
-    """``human.graded``: the sha256 of the graded output (see :func:`ragexp.records.graded_hash`),
-    or that output itself, ``{"answer": str, "contexts": [str]}``."""
-    at = f"human.{GRADED}"
-    if type(value) is str:
-        if _HEX64.fullmatch(value):
-            return None
-        return (
-            at,
-            f"expected the sha256 (64 lowercase hex digits) of the graded answer and contexts, got {value[:70]!r}",
-        )
-    if type(value) is not dict:
-        return at, f"expected a sha256 or an object {{answer, contexts}}, got {_type_name(value)}"
-    for key in value:
-        if key not in ("answer", "contexts"):
-            return f"{at}.{key}", "unknown key (expected answer, contexts)"
-    if "answer" not in value or _string(value["answer"]) is not None:
-        return f"{at}.answer", "required: the graded answer (a string)"
-    reason = _passages(value.get("contexts"))
-    if reason is not None:
-        return f"{at}.contexts", f"required: the contexts shown with the answer ({reason})"
-    return None
-
-
-def _human(value: Any) -> Reason | None:
-    """``{metric: score}``: metrics that take human scores, each once, values in the metric's range;
-    ``graded`` says which output they graded."""
-    if type(value) is not dict:
-        return f"expected an object {{metric: score}}, got {_type_name(value)}"
-    seen: set[str] = set()
-    for name, score in value.items():
-        if name == GRADED:
-            reason = _graded(score)
-            if reason is not None:
-                return reason
-            continue
-        spec = labelled_metric(name)
-        if spec is None:
-            known = sorted(s.name for s in METRICS.values() if s.human_labels)
-            close = difflib.get_close_matches(str(name), known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            return f"human.{name}", f"not a metric that takes human scores{hint}: {', '.join(known)}"
-        high = spec.high if spec.high is not None else math.inf
-        if type(score) not in (int, float) or not spec.low <= score <= high:
-            return f"human.{name}", f"expected a number in [{spec.low:g}, {high:g}], got {score!r}"
-        if spec.name in seen:
-            return f"human.{name}", f"repeats '{spec.name}'"
-        seen.add(spec.name)
-    return None
-
-
-EVIDENCE_KEYS = ("doc", "span", "start", "end")
-
-
-def _evidence(value: Any) -> Reason | None:
-    """``[{"doc", "span"} | {"doc", "start", "end"}]``: text of a document, or offsets into it
-    (checked against the documents once they are read, see :mod:`ragexp.datasets.evidence`)."""
-    if type(value) is not list:
-        return f"expected a list of {{doc, span}} or {{doc, start, end}} objects, got {_type_name(value)}"
-    seen: dict[tuple[Any, ...], int] = {}
-    for index, item in enumerate(value):
-        at = f"relevant[{index}]"
-        key: tuple[Any, ...]
-        if type(item) is not dict:
-            return at, f"expected an object {{doc, span}} or {{doc, start, end}}, got {_type_name(item)}"
-        for name in item:
-            if name not in EVIDENCE_KEYS:
-                return f"{at}.{name}", f"unknown key (expected {', '.join(EVIDENCE_KEYS)})"
-        doc = item.get("doc")
-        if type(doc) is not str or not doc.strip():
-            return f"{at}.doc", "required: the id of the document the evidence is in (a non-empty string)"
-        span, start, end = item.get("span"), item.get("start"), item.get("end")
-        if span is not None and (start is not None or end is not None):
-            return at, "gives both span and offsets: one form per piece of evidence"
-        if span is not None:
-            reason = _text(span)
-            if reason is not None:
-                return f"{at}.span", reason
-            key = (doc, span)
-        else:
-            for name, offset in (("start", start), ("end", end)):
-                if offset is None:
-                    return f"{at}.{name}", "required: give span (the text) or start and end (character offsets)"
-                if type(offset) is not int or offset < 0:
-                    return f"{at}.{name}", f"expected a non-negative integer, got {offset!r}"
-            if end <= start:  # type: ignore[operator]  # both checked as integers above
-                return f"{at}.end", f"must be greater than start ({start}), got {end}"
-            key = (doc, start, end)
-        if key in seen:
-            return at, f"repeats relevant[{seen[key]}]"
-        seen[key] = index
-    return None
-
-
-HOP_KEYS = ("relevant", "bridge")
-MAX_HOPS = 9
-"""Hops a case may give: each hop's metrics are logged apart (``recall_at_k.hop3``)."""
-
-
-def _hops(value: Any) -> Reason | None:
-    """``[{"relevant": [...], "bridge"?: str}, ...]``: each hop's gold, ids or evidence as the
-    case's own (one form across the case's hops), and the entity it hands to the next hop."""
-    if type(value) is not list or not value:
-        return f"expected a non-empty list of {{relevant, bridge}} objects, got {_type_name(value)}"
-    if len(value) > MAX_HOPS:
-        return f"at most {MAX_HOPS} hops, got {len(value)}"
-    forms: set[bool] = set()
-    for index, hop in enumerate(value):
-        at = f"hops[{index}]"
-        if type(hop) is not dict:
-            return at, f"expected an object {{relevant, bridge}}, got {_type_name(hop)}"
-        for name in hop:
-            if name not in HOP_KEYS:
-                return f"{at}.{name}", f"unknown key (expected {', '.join(HOP_KEYS)})"
-        relevant = hop.get("relevant")
-        if type(relevant) is not list or not relevant:
-            return f"{at}.relevant", "required: the hop's gold, a non-empty list of ids or {doc, span} evidence"
-        ids = all(type(item) is str for item in relevant)
-        forms.add(ids)
-        if len(forms) > 1:
-            return f"{at}.relevant", "ids in one hop, evidence in another: a case gives its gold in one form"
-        reason = _strings(relevant) if ids else _evidence(relevant)
-        if reason is not None:
-            field, words = ("", reason) if isinstance(reason, str) else reason
-            return f"{at}.relevant" + field.removeprefix("relevant"), words
-        bridge = hop.get("bridge")
-        if bridge is not None and (type(bridge) is not str or not bridge.strip()):
-            return f"{at}.bridge", f"expected a non-empty string, got {bridge!r}"
-    return None
-
-
-def _union(hops: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-    """The case-level gold of checked ``hops``: the field it fills and the union of the hops'
-    gold, in order, each item once."""
-    seen: set[Any] = set()
-    union: list[Any] = []
-    ids = type(hops[0]["relevant"][0]) is str
-    for hop in hops:
-        for item in hop["relevant"]:
-            key = item if ids else tuple(sorted(item.items()))
-            if key not in seen:
-                seen.add(key)
-                union.append(item)
-    return ("relevant_ids" if ids else "relevant"), union
-
-
-def _draft(value: Any) -> Reason | None:
-    """Provenance of a drafted case: its ``status`` is checked, its other keys kept as written."""
-    if type(value) is not dict:
-        return f"expected an object with 'status', got {_type_name(value)}"
-    status = value.get("status")
-    if status not in DRAFT_STATUSES:
-        return "draft.status", f"expected one of {', '.join(DRAFT_STATUSES)}, got {status!r}"
-    return None
-
-
-RULES: dict[str, FieldRule] = {
-    rule.name: rule
-    for rule in (
-        FieldRule("id", "str", _case_id, required="required: a non-empty string"),
-        FieldRule("question", "str", _text, required="required: a string of 1 to 1,000,000 characters"),
-        FieldRule("relevant_ids", "list[str]", _strings),
-        FieldRule("relevant", "list[object]", _evidence),
-        FieldRule("expected_facts", "list[str]", _strings),
-        FieldRule("reference", "str", _text),
-        FieldRule("unanswerable", "bool", _boolean),
-        FieldRule("response", "str", _string),
-        FieldRule("retrieved_ids", "list[str]", _strings),
-        FieldRule("retrieved_contexts", "list[str]", _passages),
-        FieldRule("citations", "list[int]", _citations),
-        FieldRule("latency_seconds", "number", _seconds),
-        FieldRule("retrieved_doc_ids", "list[str]", _passages),
-        FieldRule("metadata", "object", _object),
-        FieldRule("human", "object", _human),
-        FieldRule("draft", "object", _draft),
-        FieldRule("hops", "list[object]", _hops),
-    )
-}
-"""Every field a JSON Lines case may have, and what it may hold; the column format's columns
-are checked by the rule of the field they fill (``user_input`` by ``question``'s)."""
-
-REQUIRED = tuple((rule.name, rule.required) for rule in RULES.values() if rule.required is not None)
-KNOWN_FIELDS = frozenset(RULES)
-
-TURN_FIELDS = ("question", "relevant_ids", "relevant", "expected_facts", "unanswerable", "reference")
-"""The fields a turn of a conversation may have, each checked by its rule in :data:`RULES`."""
-CONVERSATION_FIELDS = ("id", "turns", "metadata")
-"""The fields of a conversation case (``{"id", "turns": [...]}``); ``metadata`` fills every turn's templates."""
-TURN_SEPARATOR = "#"
-"""Between a conversation's id and a turn's 1-based position: ``conv-7#2``."""
-
-
-def _relevance(unanswerable: bool, relevant: list[str], evidence: list[Any]) -> tuple[str, str] | None:
-    """The one rule between fields: an answerable case is labelled once (ids or evidence), an
-    unanswerable one is not labelled."""
-    if relevant and evidence:
-        return "relevant", "gives relevant_ids and relevant: a case gives its gold in one form, ids or evidence"
-    if unanswerable and relevant:
-        return "relevant_ids", "an unanswerable case must not have relevant ids"
-    if unanswerable and evidence:
-        return "relevant", "an unanswerable case must not have evidence"
-    if not unanswerable and not relevant and not evidence:
-        return "relevant_ids", "an answerable case needs at least one relevant id, or evidence in 'relevant'"
-    return None
-
-
-def _unknown(key: str) -> str:
-    close = difflib.get_close_matches(key, sorted(KNOWN_FIELDS), n=1)
-    return "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
-
-
 def _check(row: dict[str, Any], line: int, problems: _Problems) -> bool:
     """Apply :data:`RULES` to a row, adding every problem found; True when there is none."""
     bad: set[str] = set()
     for key, value in row.items():
         rule = RULES.get(key)
         if rule is None:
-            reason: Reason | None = _unknown(key)
+            reason: Reason | None = unknown_field(key)
         elif value is None:
             continue
         else:
@@ -578,7 +278,7 @@ def _check(row: dict[str, Any], line: int, problems: _Problems) -> bool:
             problems.add(line, name, required)
             bad.add(name)
     if row.get("hops") is not None and not bad & {"hops", "relevant_ids", "relevant"}:
-        field, union = _union(row["hops"])
+        field, union = hop_union(row["hops"])
         given = row.get(field)
         other = "relevant" if field == "relevant_ids" else "relevant_ids"
         if row.get(other):
@@ -591,7 +291,9 @@ def _check(row: dict[str, Any], line: int, problems: _Problems) -> bool:
         elif not given:
             row[field] = union
     if not bad & {"relevant_ids", "relevant", "unanswerable", "hops"}:
-        found = _relevance(row.get("unanswerable") or False, row.get("relevant_ids") or [], row.get("relevant") or [])
+        found = relevance_problem(
+            row.get("unanswerable") or False, row.get("relevant_ids") or [], row.get("relevant") or []
+        )
         if found is not None:
             problems.add(line, *found)
             bad.add(found[0])
@@ -698,23 +400,23 @@ def _conversation(row: dict[str, Any], line: int, problems: _Problems) -> list[C
             problems.add(line, key, f"not a field of a conversation{where or hint}: {', '.join(CONVERSATION_FIELDS)}")
             fine = False
     conversation_id = row.get("id")
-    reason = _case_id(conversation_id)
+    reason = case_id_problem(conversation_id)
     if reason is not None:
         problems.add(line, "id", reason)
         fine = False
     metadata = row.get("metadata")
-    if metadata is not None and _object(metadata) is not None:
-        problems.add(line, "metadata", _object(metadata))  # type: ignore[arg-type]  # not None: checked
+    if metadata is not None and object_problem(metadata) is not None:
+        problems.add(line, "metadata", object_problem(metadata))  # type: ignore[arg-type]  # not None: checked
         fine = False
     turns = row.get("turns")
     if type(turns) is not list or not turns:
-        got = "an empty list" if turns == [] else _type_name(turns)
+        got = "an empty list" if turns == [] else type_name(turns)
         problems.add(line, "turns", f"required: a non-empty list of turns ({{question, ...}}), got {got}")
         return None
     for index, turn in enumerate(turns):
         at = f"turns[{index}]"
         if type(turn) is not dict:
-            problems.add(line, at, f"expected an object {{question, ...}}, got {_type_name(turn)}")
+            problems.add(line, at, f"expected an object {{question, ...}}, got {type_name(turn)}")
             fine = False
             continue
         bad: set[str] = set()
@@ -738,7 +440,7 @@ def _conversation(row: dict[str, Any], line: int, problems: _Problems) -> list[C
             )
             bad.add("question")
         if not bad & {"relevant_ids", "relevant", "unanswerable"}:
-            rule = _relevance(
+            rule = relevance_problem(
                 turn.get("unanswerable") or False, turn.get("relevant_ids") or [], turn.get("relevant") or []
             )
             if rule is not None:
@@ -803,7 +505,7 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
                 problems.add(number, None, f"invalid JSON ({str(exc).split(':')[0]})")
                 continue
         if type(row) is not dict:
-            problems.add(number, None, f"expected a JSON object, got {_type_name(row)}")
+            problems.add(number, None, f"expected a JSON object, got {type_name(row)}")
             continue
         if "turns" in row:
             turns = _conversation(row, number, problems)
@@ -868,7 +570,7 @@ def _parse_columns(name: str, text: str) -> list[Case]:
         if column is None:
             continue
         if not isinstance(column, list):
-            problems.add(line_of(key), key, f"expected a list, got {_type_name(column)}")
+            problems.add(line_of(key), key, f"expected a list, got {type_name(column)}")
         elif len(column) != count:
             problems.add(
                 line_of(key), key, f"has {len(column)} items but user_input has {count}: lists must be equally long"

@@ -6,7 +6,7 @@ Python system's target is and called on worker threads under a per-call deadline
 (:func:`ragexp.usercode.calls.call_each`). A ``judge`` metric is a rubric the configured judge
 scores, through the judge's own client, cache and repeats (:mod:`ragexp.metrics.judge.rubric`);
 only its spec is made here. What each metric is (name, direction, range, fields, identity) is the
-registry's :func:`~ragexp.metrics.registry.custom_spec`.
+:func:`~ragexp.metrics.custom_spec.custom_spec`.
 
 A value is read by :func:`read_values`: a number or a bool, or ``{"score", "rationale"}`` (an
 MLflow ``Feedback`` reads the same). Anything else, a NaN, a value outside the metric's range, a
@@ -27,7 +27,8 @@ import numpy as np
 
 from ragexp import secrets
 from ragexp.errors import MetricError, ProviderError
-from ragexp.metrics.registry import MetricSpec, custom_spec
+from ragexp.metrics.custom_spec import custom_spec
+from ragexp.metrics.registry import MetricSpec
 
 if TYPE_CHECKING:
     from ragexp.config.models import JudgeMetricConfig, PythonMetricConfig

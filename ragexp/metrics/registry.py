@@ -7,22 +7,16 @@ summaries, gates, diffs and reports read directions and populations from the sam
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from ragexp import limits
 from ragexp.errors import MetricError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ragexp.config.models import JudgeMetricConfig, PythonMetricConfig
     from ragexp.metrics.offline import OfflineInputs
-    from ragexp.records import Case
 
 MAX_JUDGE_METRICS = 14
 """MindSDK's evaluate() takes (0, 14] metrics; it applies to what is sent to the judge."""
@@ -223,6 +217,11 @@ def lookup(name: str, custom: Mapping[str, MetricSpec] | None = None) -> MetricS
     return METRICS.get(name) or hop_spec(name)
 
 
+def is_metric_name(name: str) -> bool:
+    """Whether ``name`` names a built-in metric (or one of its aliases)."""
+    return name in _ALIASES
+
+
 # --- multi-hop retrieval (a case's ``hops``, a system's ``retrievals``) ---------------------------
 
 HOP_MARK = ".hop"
@@ -381,11 +380,6 @@ def labelled_metric(name: object) -> MetricSpec | None:
     return spec if spec is not None and spec.human_labels else None
 
 
-def can_score(spec: MetricSpec, labels: frozenset[str], outputs: frozenset[str]) -> bool:
-    """Whether ``spec`` can be computed from these label and output fields."""
-    return spec.needs_labels <= labels and spec.needs_output <= outputs
-
-
 def stream_metrics() -> list[MetricSpec]:
     """The metrics only a streamed system has (time to first token), which its runs add."""
     return [spec for spec in METRICS.values() if spec.case_values == "ttft"]
@@ -398,303 +392,6 @@ def with_stream_metrics(specs: Sequence[MetricSpec], outputs: frozenset[str]) ->
         return list(specs)
     named = {spec.name for spec in specs}
     return [*specs, *(spec for spec in stream_metrics() if spec.name not in named)]
-
-
-def needed_outputs(specs: Iterable[MetricSpec]) -> frozenset[str]:
-    """The output fields these metrics read."""
-    return frozenset(field for spec in specs for field in spec.needs_output)
-
-
-def check_requirements(
-    specs: Iterable[MetricSpec], labels: frozenset[str], outputs: frozenset[str], *, dataset: str, provider: str
-) -> None:
-    """Refuse, before any work, a metric whose fields the dataset or provider cannot give."""
-    for spec in specs:
-        # A metric of the user's config is named by its key and the field as the user wrote it.
-        who = f"{spec.custom.key}.needs: metric '{spec.name}'" if spec.custom is not None else f"metric '{spec.name}'"
-        missing_labels = sorted(spec.needs_labels - labels)
-        if missing_labels:
-            raise MetricError(
-                f"{who} needs field '{_said(spec, missing_labels[0])}', which dataset {dataset} does not "
-                "give for every case"
-            )
-        missing_outputs = sorted(spec.needs_output - outputs)
-        if missing_outputs:
-            raise MetricError(
-                f"{who} needs output field '{_said(spec, missing_outputs[0])}', which provider {provider} "
-                f"does not give for every case of {dataset}"
-            )
-
-
-def _said(spec: MetricSpec, field_name: str) -> str:
-    if spec.custom is None:
-        return field_name
-    return next((word for word, (_, name) in CUSTOM_NEEDS.items() if name == field_name), field_name)
-
-
-# --- the user's own metrics (metrics.custom) ------------------------------------------------------
-
-CUSTOM_KEY = "metrics.custom"
-CUSTOM_NEEDS: dict[str, tuple[bool, str]] = {
-    "question": (False, "question"),
-    "reference": (False, "reference"),
-    "expected_facts": (False, "expected_facts"),
-    "relevant_ids": (False, "relevant_ids"),
-    "answer": (True, "response"),
-    "contexts": (True, "retrieved_contexts"),
-    "ranked_ids": (True, "retrieved_ids"),
-    "citations": (True, "citations"),
-    # The dataset format's names of the same fields, accepted too.
-    "user_input": (False, "question"),
-    "response": (True, "response"),
-    "retrieved_contexts": (True, "retrieved_contexts"),
-    "retrieved_ids": (True, "retrieved_ids"),
-}
-"""A field a custom metric may need, as ``needs`` spells it -> (an output of the system, the name
-the dataset and the providers give it); the first spelling of a name is how messages say it."""
-NEEDS_SHOWN = (
-    "question",
-    "answer",
-    "contexts",
-    "ranked_ids",
-    "citations",
-    "reference",
-    "expected_facts",
-    "relevant_ids",
-)
-JUDGE_READS = {
-    "question": "user_input",
-    "response": "response",
-    "retrieved_contexts": "retrieved_contexts",
-    "reference": "reference",
-}
-"""The fields a rubric can show the judge -> their names in the judge's inputs (ragas' names)."""
-JUDGE_DEFAULT_NEEDS = ("question", "answer")
-RUN_FIGURES = ("case_count", "error_count", "evaluation_seconds")
-"""What a run logs under a bare name beside its metrics (docs/metrics.md): no metric of the user's may
-take one of these names."""
-KEY_SEPARATORS = "./: "
-"""Characters ragexp's own metric keys use to put a name in a family (``calibration.<metric>.n``):
-a custom metric's name holds none, so its keys never meet another figure's."""
-MAX_SCALE = 10
-
-
-def check_custom_name(name: str, where: str) -> None:
-    """A name MLflow takes as a metric key, that fits every key ragexp logs about a metric, and
-    that is no built-in metric's, alias's or other run figure's."""
-    if not 1 <= len(name) <= MAX_NAME:
-        raise MetricError(f"{where}: metric names have 1 to {MAX_NAME} characters, got {name!r}")
-    reason = limits.problem(limits.METRIC_KEY, name)
-    if reason is not None:
-        raise MetricError(f"{where}: {name!r} {reason}")
-    odd = next((ch for ch in name if ch in KEY_SEPARATORS), None)
-    if odd is not None:
-        raise MetricError(
-            f"{where}: {name!r} holds {odd!r}; a metric of your own is one word of letters, digits, _ and -"
-        )
-    if name in _ALIASES:
-        raise MetricError(f"{where}: '{name}' is a built-in metric (metrics.names takes it); give yours another name")
-    if name in RUN_FIGURES:
-        raise MetricError(f"{where}: '{name}' is a figure every run logs; give your metric another name")
-
-
-def custom_spec(entry: PythonMetricConfig | JudgeMetricConfig, index: int, identity: str = "") -> MetricSpec:
-    """The :class:`MetricSpec` of ``metrics.custom[index]``, every key checked (one line naming it).
-    ``identity``: for a Python metric, what identifies its code (``python:`` + the target and the
-    module's version or file hash); a judge metric's comes from its rubric."""
-    key = f"{CUSTOM_KEY}[{index}]"
-    check_custom_name(entry.name, f"{key}.name")
-    low, high = _range(entry.range, f"{key}.range", bounded=entry.kind == "judge")
-    words = list(entry.needs) or (list(JUDGE_DEFAULT_NEEDS) if entry.kind == "judge" else [])
-    labels: set[str] = set()
-    outputs: set[str] = set()
-    for word in words:
-        known = CUSTOM_NEEDS.get(word)
-        if known is None:
-            shown = ", ".join(NEEDS_SHOWN)
-            raise MetricError(f"{key}.needs: unknown field {word!r} (known: {shown})")
-        (outputs if known[0] else labels).add(known[1])
-    population: Population = "answerable" if entry.over == "answerable" else "all"
-    common: dict[str, Any] = {
-        "name": entry.name,
-        "direction": entry.direction,
-        "low": low,
-        "high": high,
-        "needs_labels": frozenset(labels),
-        "needs_output": frozenset(outputs),
-        "source": YOURS,
-        "population": population,
-        "human_labels": True,
-    }
-    if entry.kind == "python":
-        target = entry.target
-        definition = entry.description or f"{target} (a function of yours)"
-        return MetricSpec(definition=definition, custom=Custom("python", identity, key, target=target), **common)
-    rubric = entry.rubric.strip()
-    if not rubric:
-        raise MetricError(f"{key}.rubric: empty; write what the judge should check")
-    scale = _scale(entry.scale, f"{key}.scale")
-    fields = sorted(labels | outputs)
-    unreadable = [name for name in fields if name not in JUDGE_READS]
-    if unreadable:
-        shown = ", ".join(_word(name) for name in JUDGE_READS)
-        raise MetricError(
-            f"{key}.needs: a rubric shows the judge {shown}; not {_word(unreadable[0])!r} (a Python metric can read it)"
-        )
-    digest = hashlib.sha256(
-        json.dumps(
-            {"rubric": rubric, "scale": scale, "fields": fields, "range": [low, high]},
-            sort_keys=True,
-            ensure_ascii=False,
-        ).encode("utf-8")
-    ).hexdigest()
-    return MetricSpec(
-        definition=entry.description or rubric,
-        judge=True,
-        pass_fail=scale is None and (low, high) == (0.0, 1.0),
-        ragas_args=tuple(JUDGE_READS[name] for name in fields),
-        custom=Custom("judge", f"judge:{digest[:16]}", key, rubric=rubric, scale=scale),
-        **common,
-    )
-
-
-def _word(field_name: str) -> str:
-    return next(word for word, (_, name) in CUSTOM_NEEDS.items() if name == field_name)
-
-
-def _range(given: Sequence[float | None], where: str, *, bounded: bool) -> tuple[float, float | None]:
-    if len(given) != 2 or given[0] is None:
-        raise MetricError(f"{where}: expected [low, high], got {list(given)}")
-    low, high = float(given[0]), given[1]
-    if not math.isfinite(low) or (high is not None and (not math.isfinite(high) or high <= low)):
-        raise MetricError(f"{where}: expected finite [low, high] with low < high, got {list(given)}")
-    if high is None and bounded:
-        raise MetricError(f"{where}: a judge's scale is mapped onto the range, which needs a high end")
-    return low, None if high is None else float(high)
-
-
-def _scale(given: object, where: str) -> tuple[int, int] | None:
-    if given == "pass_fail":
-        return None
-    if (
-        isinstance(given, list)
-        and len(given) == 2
-        and all(type(v) is int for v in given)
-        and 0 <= given[0] < given[1] <= MAX_SCALE
-    ):
-        return given[0], given[1]
-    raise MetricError(
-        f"{where}: expected pass_fail or [low, high], integers from 0 to {MAX_SCALE} with low < high, got {given!r}"
-    )
-
-
-def spec_json(spec: MetricSpec) -> dict[str, Any]:
-    """A custom metric's spec as recorded with its run (``custom_metrics.json``)."""
-    custom = spec.custom
-    if custom is None:
-        raise ValueError(f"{spec.name} is a registry metric: the registry defines it")
-    return {
-        "name": spec.name,
-        "kind": custom.kind,
-        "key": custom.key,
-        "identity": custom.identity,
-        "direction": spec.direction,
-        "range": [spec.low, spec.high],
-        "needs_labels": sorted(spec.needs_labels),
-        "needs_output": sorted(spec.needs_output),
-        "over": spec.population,
-        "pass_fail": spec.pass_fail,
-        "definition": spec.definition,
-        "target": custom.target,
-        "rubric": custom.rubric,
-        "scale": list(custom.scale) if custom.scale is not None else None,
-        "ragas_args": list(spec.ragas_args),
-    }
-
-
-def spec_from_json(data: Mapping[str, Any]) -> MetricSpec:
-    """Inverse of :func:`spec_json` (a KeyError or TypeError on a record this ragexp did not write)."""
-    scale = data.get("scale")
-    kind = data["kind"]
-    custom = Custom(
-        kind,
-        str(data["identity"]),
-        str(data.get("key", CUSTOM_KEY)),
-        target=data.get("target"),
-        rubric=data.get("rubric"),
-        scale=(int(scale[0]), int(scale[1])) if scale else None,
-    )
-    low, high = data["range"]
-    return MetricSpec(
-        name=str(data["name"]),
-        direction="lower" if data["direction"] == "lower" else "higher",
-        low=float(low),
-        high=None if high is None else float(high),
-        needs_labels=frozenset(data.get("needs_labels", ())),
-        needs_output=frozenset(data.get("needs_output", ())),
-        source=YOURS,
-        definition=str(data.get("definition", "")),
-        population="answerable" if data.get("over") == "answerable" else "all",
-        judge=kind == "judge",
-        human_labels=True,
-        pass_fail=bool(data.get("pass_fail", False)),
-        ragas_args=tuple(data.get("ragas_args", ())),
-        custom=custom,
-    )
-
-
-def definition_change(baseline: MetricSpec | None, candidate: MetricSpec | None) -> str | None:
-    """Why two runs' values of one metric cannot be compared: the metric of that name is defined
-    differently in each (None when they mean the same)."""
-    if baseline is None or candidate is None or (baseline.custom is None and candidate.custom is None):
-        return None
-    a, b = baseline.custom, candidate.custom
-    if a is None or b is None:
-        return "a metric of your own in one run, the built-in one in the other"
-    if a.kind == b.kind == "python" and a.target != b.target:
-        return f"target differs ({a.target} vs {b.target})"
-    if a.kind == b.kind == "python" and a.identity != b.identity:
-        code = (a.identity.rpartition("@")[2], b.identity.rpartition("@")[2])
-        return f"the code of {a.target} changed ({_short(code[0])} vs {_short(code[1])})"
-    if a.kind == b.kind == "judge" and (a.rubric, a.scale) != (b.rubric, b.scale):
-        return f"the rubric or its scale changed ({_short(a.identity)} vs {_short(b.identity)})"
-    for what, left, right in (
-        ("kind", a.kind, b.kind),
-        ("definition", a.identity, b.identity),
-        ("direction", baseline.direction, candidate.direction),
-        ("range", (baseline.low, baseline.high), (candidate.low, candidate.high)),
-        ("cases", baseline.population, candidate.population),
-    ):
-        if left != right:
-            return f"{what} differs ({_short(left)} vs {_short(right)})"
-    return None
-
-
-def _short(value: object) -> str:
-    text = str(value)
-    return text if len(text) <= 40 else text[:24] + "…"
-
-
-def check_evidence(
-    specs: Iterable[MetricSpec], cases: Iterable[Case], outputs: frozenset[str], *, dataset: str, provider: str
-) -> frozenset[str]:
-    """Refuse, before any work, a retrieval metric on evidence (``relevant``) from a system that
-    gives no retrieved texts: evidence is matched by text. The output fields as
-    :func:`check_requirements` should then see them: where every case's gold is evidence, the
-    texts stand in for ids."""
-    for spec in specs:
-        if (
-            "relevant_ids" in spec.needs_labels
-            and "retrieved_ids" in spec.needs_output
-            and "retrieved_contexts" not in outputs
-        ):
-            raise MetricError(
-                f"metric '{spec.name}' matches the evidence of dataset {dataset} (its 'relevant' field) by the "
-                f"retrieved texts, which provider {provider} does not give for every case (response.contexts)"
-            )
-    if any(case.relevant_ids for case in cases):
-        return outputs
-    return outputs | {"retrieved_ids"} if "retrieved_contexts" in outputs else outputs
 
 
 def _judge(

@@ -4,7 +4,7 @@ agent's from the messages it exchanged with its retriever tool (``response.tool_
 
 A retrieval is ``{"query", "ranked_ids" | "ids", "contexts", "doc_ids", "latency_seconds",
 "tokens", "cost"}`` (all optional but one of ``ranked_ids`` and ``contexts``). An agent's
-messages (LangChain's, taken apart by :func:`ragexp.providers.mapping.to_plain`) are read
+messages (LangChain's, taken apart by :func:`ragexp.providers.expressions.to_plain`) are read
 call by call: each call of the retriever tool an AI message makes (``tool_calls[]``: ``name``,
 ``args``, ``id``) is paired with the tool message that answered it (``tool_call_id``); its
 documents are the tool message's ``artifact`` (``create_retriever_tool`` returns the Documents

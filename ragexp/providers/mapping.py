@@ -9,24 +9,22 @@ output field, compiled once before the run. Both are pure: no I/O, no provider s
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import math
 import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import jmespath
 import jmespath.exceptions
 import jmespath.parser
-from pydantic import BaseModel
 
 from ragexp import limits
 from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
+from ragexp.providers.expressions import Expression, Level, compile_expression, levels_of, to_plain, truthy, value_kind
 from ragexp.providers.hops import HopReadError, hop_fields, read_calls, with_merged
 from ragexp.records import Case, SystemOutput
 
@@ -249,7 +247,7 @@ class CompiledMapping:
     expressions: dict[str, Expression]
     """Mapping key -> parsed JMESPath, for the keys that are set."""
     pattern: re.Pattern[str] | None
-    levels: dict[str, list[_Level]] = dataclasses.field(default_factory=dict)
+    levels: dict[str, list[Level]] = dataclasses.field(default_factory=dict)
     """List key -> the projections its expression reads items through (to count items that
     had nothing where the expression looks: JMESPath drops them silently)."""
 
@@ -297,7 +295,7 @@ class CompiledMapping:
     def reply_error(self, data: Any) -> str | None:
         """The error message when ``data`` is an error envelope, else None."""
         found = self.search("error", data)
-        if not _truthy(found):
+        if not truthy(found):
             return None
         return found if isinstance(found, str) else _text_of(to_plain(found))
 
@@ -422,14 +420,14 @@ class CompiledMapping:
         if value is None:
             raise MappingError(f"answer: {self._expr('answer')} found nothing in {where.text}{where.preview}")
         if not isinstance(value, str):
-            raise MappingError(f"answer: {self._expr('answer')} gave {_kind(value)}, not a string")
+            raise MappingError(f"answer: {self._expr('answer')} gave {value_kind(value)}, not a string")
         return value
 
     def _strings(self, key: str, value: Any) -> list[str]:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise MappingError(f"{key}: {self._expr(key)} gave {_kind(value)}, not a list of strings")
+            raise MappingError(f"{key}: {self._expr(key)} gave {value_kind(value)}, not a list of strings")
         out: list[str] = []
         for item in value:
             if isinstance(item, str):
@@ -437,14 +435,14 @@ class CompiledMapping:
             elif key in ("ranked_ids", "doc_ids") and isinstance(item, int) and not isinstance(item, bool):
                 out.append(str(item))
             else:
-                raise MappingError(f"{key}: {self._expr(key)} gave a list holding {_kind(item)}, not strings")
+                raise MappingError(f"{key}: {self._expr(key)} gave a list holding {value_kind(item)}, not strings")
         return out
 
     def _citations(self, value: Any, answer: str, ranked: list[str]) -> list[int]:
         raw: list[Any] = []
         if value is not None:
             if not isinstance(value, list):
-                raise MappingError(f"citations: {self._expr('citations')} gave {_kind(value)}, not a list")
+                raise MappingError(f"citations: {self._expr('citations')} gave {value_kind(value)}, not a list")
             raw.extend(value)
         if self.pattern is not None:
             raw.extend(match.group(1) for match in self.pattern.finditer(answer))
@@ -459,7 +457,7 @@ class CompiledMapping:
         mapping = self.mapping
         if mapping.citations_as == "id":
             if isinstance(item, bool) or not isinstance(item, str | int):
-                raise MappingError(f"citations: {_kind(item)} is not a chunk id")
+                raise MappingError(f"citations: {value_kind(item)} is not a chunk id")
             text = str(item)
             # An id that was not retrieved cites nothing the reader saw: past the end, where the
             # citation metrics count it as unsupported.
@@ -470,7 +468,7 @@ class CompiledMapping:
         elif isinstance(item, str) and item.strip().isdigit():
             number = int(item)
         if number is None:
-            raise MappingError(f"citations: {_kind(item)} is not a position in ranked_ids")
+            raise MappingError(f"citations: {value_kind(item)} is not a position in ranked_ids")
         position = number - mapping.citation_base + 1
         if not 1 <= position <= MAX_CITATION:
             raise MappingError(f"citations: {number} is not a {mapping.citation_base}-based position")
@@ -480,7 +478,9 @@ class CompiledMapping:
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise MappingError(f"timings: {self._expr('timings')} must give an object of seconds, not {_kind(value)}")
+            raise MappingError(
+                f"timings: {self._expr('timings')} must give an object of seconds, not {value_kind(value)}"
+            )
         if len(value) > limits.MAX_STAGES:
             raise MappingError(
                 f"timings: {self._expr('timings')} names {len(value)} stages, more than {limits.MAX_STAGES}"
@@ -584,7 +584,7 @@ def check_stages(value: Any) -> dict[str, dict[str, list[Any]]]:
     "ids_in": [...]}}`` (each key optional; ``scores`` aligned with ``ids``). Raises ValueError
     saying what is wrong."""
     if not isinstance(value, dict):
-        raise ValueError(f"must give an object of stages, not {_kind(value)}")
+        raise ValueError(f"must give an object of stages, not {value_kind(value)}")
     out: dict[str, dict[str, list[Any]]] = {}
     for stage, detail in value.items():
         if not isinstance(detail, dict) or not set(detail) <= STAGE_KEYS:
@@ -610,60 +610,16 @@ def check_stages(value: Any) -> dict[str, dict[str, list[Any]]]:
     return out
 
 
-_PROJECTIONS = ("projection", "filter_projection", "value_projection")
-
-
-@dataclass(frozen=True)
-class _Level:
-    """One projection an expression reads items through: ``base`` finds the items it reads,
-    ``result`` what it gives for them (None: the whole expression's value)."""
-
-    base: Expression
-    result: Expression | None
-
-
-def _levels(node: dict[str, Any]) -> list[_Level]:
-    """The projections of an expression, outermost first, along the chain a value comes through
-    (``a.b[].c``, ``a[].b[].c``, ``a[?x].c``, ``*.c``); [] for an expression without one."""
-    prefix: list[dict[str, Any]] = []
-    if node["type"] == "subexpression" and node["children"][-1]["type"] in _PROJECTIONS:
-        prefix, node = node["children"][:-1], node["children"][-1]
-    levels: list[_Level] = []
-    while node["type"] in _PROJECTIONS:
-        left = node["children"][0]
-        if node["type"] == "filter_projection":
-            identity = {"type": "identity", "children": []}
-            base = {"type": "filter_projection", "children": [left, identity, node["children"][2]]}
-        else:
-            base = left
-        result = None if not levels else _node_expression(_within(prefix, node))
-        levels.append(_Level(_node_expression(_within(prefix, base)), result))
-        if left["type"] == "flatten" and left["children"][0]["type"] in _PROJECTIONS:
-            node = left["children"][0]
-        else:
-            break
-    return levels
-
-
-def _within(prefix: list[dict[str, Any]], node: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "subexpression", "children": [*prefix, node]} if prefix else node
-
-
-def _node_expression(node: dict[str, Any]) -> Expression:
-    step = _path(node)
-    return _Path(step) if step is not None else jmespath.parser.ParsedResult("", node)
-
-
 def compile_mapping(mapping: ResponseMapping, where: str) -> CompiledMapping:
     """Parse every expression of ``mapping`` (and its citation pattern) up front; ``where`` is
     the config path of the mapping (``provider.system.response``)."""
     expressions: dict[str, Expression] = {}
-    levels: dict[str, list[_Level]] = {}
+    levels: dict[str, list[Level]] = {}
     for key in _EXPRESSION_KEYS:
         text = getattr(mapping, key)
         if text is not None:
             expressions[key] = compile_expression(text, f"{where}.{key}")
-            found = _levels(jmespath.compile(text).parsed) if key in LIST_KEYS else []
+            found = levels_of(jmespath.compile(text).parsed) if key in LIST_KEYS else []
             if found:
                 levels[key] = found
     pattern = None
@@ -679,214 +635,4 @@ def compile_mapping(mapping: ResponseMapping, where: str) -> CompiledMapping:
     return CompiledMapping(mapping, expressions, pattern, levels)
 
 
-class Expression(Protocol):
-    """A compiled JMESPath expression."""
-
-    def search(self, value: Any) -> Any: ...
-
-
-def compile_expression(text: str, where: str) -> Expression:
-    """One JMESPath expression, or a ConfigError naming ``where`` and the parser's reason."""
-    if not text.strip():
-        raise ConfigError(f"{where}: empty JMESPath expression")
-    try:
-        parsed = jmespath.compile(text)
-    except jmespath.exceptions.JMESPathError as exc:
-        reason = " ".join(str(exc).split())
-        raise ConfigError(f"{where}: not a JMESPath expression: {reason}") from None
-    path = _path(parsed.parsed)
-    return _Path(path) if path is not None else parsed
-
-
-Step = Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class _Path:
-    """The common shapes (``a.b``, ``a[0].b``, ``a.b[].c``) evaluated directly, with JMESPath's
-    semantics: they run on every event of a streamed reply, where the general interpreter's
-    per-call set-up is most of the cost of reading a case."""
-
-    step: Step
-
-    def search(self, value: Any) -> Any:
-        return self.step(value)
-
-
-def _path(node: dict[str, Any]) -> Step | None:
-    kind = node["type"]
-    if kind == "field":
-        name = node["value"]
-        return lambda value: value.get(name) if type(value) is dict else None
-    if kind == "index":
-        index = node["value"]
-
-        def at(value: Any) -> Any:
-            if type(value) is not list:
-                return None
-            try:
-                return value[index]
-            except IndexError:
-                return None
-
-        return at
-    if kind in ("subexpression", "index_expression"):
-        steps = [_path(child) for child in node["children"]]
-        if any(step is None for step in steps):
-            return None
-        chain = [step for step in steps if step is not None]
-
-        def then(value: Any) -> Any:
-            for step in chain:
-                value = step(value)
-            return value
-
-        return then
-    if kind == "projection" and node["children"][0]["type"] == "flatten":
-        base = _path(node["children"][0]["children"][0])
-        rhs = node["children"][1]
-        each = (lambda value: value) if rhs["type"] == "identity" else _path(rhs)
-        if base is None or each is None:
-            return None
-        return partial(_project, base, each)
-    return None
-
-
-def _project(base: Step, each: Step, value: Any) -> Any:
-    items = base(value)
-    if type(items) is not list:
-        return None
-    out = []
-    for item in items:
-        # Flattening merges nested lists one level, then the projection drops nulls.
-        for element in item if type(item) is list else (item,):
-            found = each(element)
-            if found is not None:
-                out.append(found)
-    return out
-
-
-def _truthy(value: Any) -> bool:
-    # JMESPath's notion of false: null, false, empty string, list or object.
-    return value not in (None, False, "", [], {})
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"a number ({value!r})"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 # -- plain data -----------------------------------------------------------------------------
-
-_MAX_DEPTH = 64
-
-
-def to_plain(value: Any) -> Any:
-    """``value`` as JSON-like data (dicts with string keys, lists, strings, numbers, booleans,
-    null): mappings, sequences, dataclasses, pydantic models and objects with public attributes
-    are taken apart field by field (a LangChain ``Document`` keeps ``id``, ``page_content`` and
-    ``metadata``; a LlamaIndex ``NodeWithScore`` its ``node`` and ``score``). Data that is
-    JSON-like already (exact types) is returned as it is, not copied."""
-    if _is_json(value, 0):
-        return value
-    return _plain(value, 0, set())
-
-
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
-_JSON_CHECK_DEPTH = 16
-"""Deeper data is copied by :func:`_plain`, which also breaks cycles."""
-
-
-def _is_json(value: Any, depth: int) -> bool:
-    kind = type(value)
-    if kind in _JSON_SCALARS:
-        return True
-    if depth >= _JSON_CHECK_DEPTH:
-        return False
-    if kind is list:
-        for item in value:  # noqa: SIM110 - all() over a generator costs several times this loop
-            if type(item) is not str and not _is_json(item, depth + 1):
-                return False
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or (type(item) is not str and not _is_json(item, depth + 1)):
-                return False
-        return True
-    return False
-
-
-def _plain(value: Any, depth: int, active: set[int]) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if _numpy_scalar(value):
-        return _plain(value.item(), depth + 1, active)
-    if depth > _MAX_DEPTH or id(value) in active:
-        return repr(value)  # a cycle or a runaway structure: its text, not a hang
-    if isinstance(value, enum.Enum):
-        return _plain(value.value, depth + 1, active)
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", errors="replace")
-    active.add(id(value))
-    try:
-        return _container(value, depth + 1, active)
-    finally:
-        active.discard(id(value))
-
-
-def _numpy_scalar(value: Any) -> bool:
-    """A numpy scalar (``np.float32(0.5)``, ``np.int64(3)``, ``np.bool_(True)``) or 0-d array:
-    its ``item()`` is the Python number (numpy is not imported to ask)."""
-    return (
-        type(value).__module__ == "numpy"
-        and getattr(value, "ndim", None) == 0
-        and callable(getattr(value, "item", None))
-    )
-
-
-def _key(key: Any) -> str:
-    # An enum key is its value, as JSON has it (LlamaIndex's relationships are keyed by
-    # NodeRelationship, whose SOURCE is "1"), not its Python name.
-    return str(key.value) if isinstance(key, enum.Enum) else str(key)
-
-
-def _container(value: Any, depth: int, active: set[int]) -> Any:
-    if isinstance(value, Mapping):
-        return {_key(key): _plain(item, depth, active) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(item, depth, active) for item in value]
-    if isinstance(value, BaseModel):
-        fields = type(value).model_fields
-        data = {name: getattr(value, name, None) for name in fields}
-        return {name: _plain(item, depth, active) for name, item in data.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name), depth, active) for f in dataclasses.fields(value)}
-    if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v1-style or look-alikes
-        try:
-            return _plain(value.model_dump(), depth, active)
-        except Exception:  # a failing dump falls back to the attributes
-            pass
-    attributes = getattr(value, "__dict__", None)
-    if isinstance(attributes, dict):
-        return {
-            str(name): _plain(item, depth, active)
-            for name, item in attributes.items()
-            if not str(name).startswith("_") and not callable(item)
-        }
-    if hasattr(value, "__iter__") and not hasattr(value, "__dict__"):
-        try:
-            return [_plain(item, depth, active) for item in value]
-        except TypeError:
-            pass
-    return str(value)

@@ -32,6 +32,7 @@ from ragexp.conversations import Turns
 from ragexp.datasets.loader import Dataset
 from ragexp.errors import ProviderError
 from ragexp.providers.base import OnResult, Provider, Retrieval
+from ragexp.providers.expressions import to_plain
 from ragexp.providers.mapping import (
     CompiledMapping,
     ReplyError,
@@ -40,7 +41,6 @@ from ragexp.providers.mapping import (
     mark_missing,
     over_contract,
     render,
-    to_plain,
 )
 from ragexp.providers.user_output import guard_stdout
 from ragexp.records import Case, CaseResult, SystemOutput
@@ -771,9 +771,6 @@ class _Loop(_Driver):
         loop = self.loop
         if loop is not None and not self.abandoned and not loop.is_closed():
             loop.call_soon_threadsafe(loop.stop)  # with calls left behind, the loop runs on as a daemon
-
-
-# --- many cheap calls: a team's own metric functions ------------------------------------------
 
 
 class _GenerateCalls(_Calls):

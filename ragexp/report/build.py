@@ -21,6 +21,9 @@ import orjson
 import yaml
 
 from ragexp import __version__, artifacts
+from ragexp.compare.bridge import Bridge
+from ragexp.compare.bridge import apply_to_gate as bridged_gate
+from ragexp.compare.bridge import bridge_judge as bridge_runs
 from ragexp.compare.changes import CaseChange, Changes, case_changes
 from ragexp.compare.comparisons import read_comparison
 from ragexp.compare.data import RunData, load_run
@@ -90,9 +93,11 @@ def build_report(
     allow_incomparable: bool = False,
     attribution: dict[str, Any] | None = None,
     common_cases: bool = False,
+    bridge_judge: str | None = None,
 ) -> tuple[Report, str]:
     """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language.
-    ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section."""
+    ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section;
+    ``bridge_judge``: compare runs judged differently as ``diff --bridge-judge`` does."""
     run = load_run(store, run_id)
     config = yaml.safe_load(store.read_artifact(run_id, artifacts.CONFIG)) or {}
     language = language or config.get("report", {}).get("language") or "zh"
@@ -100,6 +105,7 @@ def build_report(
     diff: DiffResult | None = None
     gate: Gate | None = None
     ledger = None
+    bridge: Bridge | None = None
     compared = run
     if base is not None:
         # Across dataset versions (--common-cases) the comparison is over the unchanged cases;
@@ -108,7 +114,12 @@ def build_report(
             store, base, run, common_cases=common_cases, allow_incomparable=allow_incomparable
         )
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
+        if bridge_judge is not None:
+            base, bridge = bridge_runs(store, base, compared, bridge_judge, confidence=gates.confidence)
         diff, verdict = gate_runs(gates, base, compared, allow_incomparable=allow_incomparable, ledger=ledger)
+        if bridge is not None:
+            diff.bridge = bridge.to_json()
+            verdict = bridged_gate(verdict, bridge, {m.name: m.spec.direction for m in diff.metrics if m.spec})
         gate = Gate.of(store, base, compared, verdict, gates)
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = Doc()
@@ -117,6 +128,8 @@ def build_report(
         _verdict(doc, gate, language)
     if ledger is not None:
         doc.para(ledger_line(ledger, language))
+    for line in bridge.lines() if bridge is not None else []:
+        doc.para(line)
     if base is not None:
         _what_changed(doc, case_changes(base, compared), base, language)
     _identity(doc, run, base, language)

@@ -21,7 +21,7 @@ left running by a dead process) is resumed through the runner's own resume, whic
 cases its checkpoint holds and asks only the others (and, as for ``run --resume``, the cases that
 failed in transport); only when there is none is a new cell run started.
 
-The statistics are :mod:`ragexp.compare.attribution`'s; this module runs systems, as
+The statistics are :mod:`ragexp.stats.attribution`'s; this module runs systems, as
 :mod:`ragexp.workflows.multirun` does.
 """
 
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragexp import artifacts, limits, strict_json
-from ragexp.compare.attribution import CAUSES, Cells, case_causes, decompose
 from ragexp.compare.data import RunData, load_run
 from ragexp.config.compose import validate
 from ragexp.config.models import RagexpConfig
@@ -46,6 +45,7 @@ from ragexp.metrics.population import covered
 from ragexp.metrics.registry import MetricSpec
 from ragexp.providers.base import OnResult, Provider, Retrieval, RunSettings, build_provider
 from ragexp.records import Case, SystemOutput
+from ragexp.stats.attribution import CAUSES, Cells, case_causes, decompose
 from ragexp.tracking.records import RunRecord
 from ragexp.tracking.store import FINISHED, TAG_PREFIX, Store, tag_filter
 
@@ -68,7 +68,7 @@ DEFINITION = (
 TOLERANCE = 1e-9
 
 if TYPE_CHECKING:
-    from ragexp.workflows.run import Plan
+    from ragexp.workflows.run_plan import Plan
 
 Say = Callable[[str], None]
 
@@ -138,7 +138,7 @@ def check_can_generate(store: Store, baseline: RunData, candidate: RunData) -> t
 
 
 def _plan(store: Store, data: RunData, config: RagexpConfig, role: str) -> System:
-    from ragexp.workflows.run import plan_run
+    from ragexp.workflows.run_plan import plan_run
 
     plan = plan_run(config, store.state_dir())
     recorded = data.record.tag("config_hash")

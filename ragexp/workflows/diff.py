@@ -119,7 +119,7 @@ def compare_runs(
     )
     if bridge is not None:
         result.bridge = bridge.to_json()
-    for row in agreement_changes(base, cand):
+    for row in agreement_changes(base, cand, confidence=confidence):
         say(agreement_line(row))
     if summary_path:
         text = diff_summary(

@@ -142,7 +142,8 @@ def run_point(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from ragexp.workflows.run import execute, plan_run
+    from ragexp.workflows.run import execute
+    from ragexp.workflows.run_plan import plan_run
 
     gc.disable()  # as in the CLI's own process (a launcher's worker does not go through main())
     job = HydraConfig.get()

@@ -39,7 +39,8 @@ def confirm_winner(
 ) -> Confirmation:
     """Run the recommended point's config on ``confirmation.held_out`` and gate it against the
     baseline on those cases (the rules of the point's own ``gates``)."""
-    from ragexp.workflows.run import execute, plan_run
+    from ragexp.workflows.run import execute
+    from ragexp.workflows.run_plan import plan_run
 
     winner, baseline = analysis.recommendation.winner, analysis.baseline
     if winner.run_id == baseline.run_id:

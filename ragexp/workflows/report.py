@@ -31,10 +31,13 @@ def publish_report(
     say: Callable[[str], None] = lambda line: None,
     attribute: bool = False,
     common_cases: bool = False,
+    bridge_judge: str | None = None,
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``;
     ``attribute`` adds the pair's attribution by replay (the one ``diff --attribute`` recorded, else
-    measured now)."""
+    measured now); ``bridge_judge`` compares runs judged differently (``--bridge-judge``)."""
+    if bridge_judge is not None and baseline is None:
+        raise ConfigError("--bridge-judge bridges a comparison: add --baseline RUN_ID")
     language = user_language(language)
     found = None
     if attribute:
@@ -46,7 +49,9 @@ def publish_report(
             Store(tracking_uri, must_exist=True), baseline, run_id, resamples=10_000, confidence=0.95, seed=0, say=say
         )
     store = Store(tracking_uri, must_exist=True)
-    built, used = build_report(store, run_id, baseline, language, allow_incomparable, found, common_cases)
+    built, used = build_report(
+        store, run_id, baseline, language, allow_incomparable, found, common_cases, bridge_judge=bridge_judge
+    )
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}

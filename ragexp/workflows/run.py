@@ -1,4 +1,6 @@
-"""``ragexp run``: plan (validate everything), then execute (evaluate, score, log).
+"""``ragexp run``: plan (validate everything, :mod:`~ragexp.workflows.run_plan`), then execute:
+evaluate every case (here), score the results (:mod:`~ragexp.workflows.run_score`) and log them
+(:mod:`~ragexp.workflows.run_log`).
 
 Everything that can be wrong with the input is found in :func:`plan_run`, before an MLflow run
 exists, so bad input never leaves a half-written run behind.
@@ -8,31 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import numpy as np
-
-from ragexp import __version__, limits
+from ragexp import limits
+from ragexp.artifacts import error_text
 from ragexp.checkpoint import Checkpoint, SpaceReserve, checkpoint_path, read_checkpoint, run_lock
-from ragexp.config.compose import compose, metric_sets
-from ragexp.config.identity import config_hash, resolved_config, run_params
-from ragexp.config.models import RagexpConfig
+from ragexp.config.compose import compose
+from ragexp.config.identity import run_params
 from ragexp.config.tracking import chosen_uri
-from ragexp.conversations import ask_in_turns, check_history, complete, histories
-from ragexp.datasets.audit import Finding, audit, load_chunks, shares_ids
-from ragexp.datasets.evidence import resolve_evidence, shares_documents
-from ragexp.datasets.loader import Dataset, load_dataset, only_cases, resolve_path
+from ragexp.conversations import ask_in_turns, complete
 from ragexp.datasets.screening import DRAFT_TAG, refuse_unscreened, unscreened
 from ragexp.errors import (
     AllCasesErrored,
     ConfigError,
     Interrupted,
-    MetricError,
     NotFinished,
     RagexpError,
     StorageError,
@@ -40,111 +34,28 @@ from ragexp.errors import (
     StoreUnreachable,
 )
 from ragexp.metrics.calibration import Trust, assess
-from ragexp.metrics.canaries import Canaries, agreement_metrics, load_canaries
-from ragexp.metrics.canaries import Graded as GradedCanaries
-from ragexp.metrics.canaries import grade as grade_canaries
 from ragexp.metrics.conversation import ConversationFigures, score_conversations
-from ragexp.metrics.cost import COST, check_prices, run_cost, system_tokens, with_cost
-from ragexp.metrics.custom import CustomMetrics, load_custom, score_python_guarded
-from ragexp.metrics.evidence import returned_documents, textless, unmatchable_gold
-from ragexp.metrics.hops import count_hops, fill_hop_rationales, hop_columns, hop_scores
-from ragexp.metrics.judge import identity as judge_identity
 from ragexp.metrics.missed import Missed, missed_cases
-from ragexp.metrics.offline import OfflineInputs, build_inputs, nearest_rank
-from ragexp.metrics.population import Population, population
-from ragexp.metrics.reasons import fill_rationales
-from ragexp.metrics.registry import (
-    MetricSpec,
-    can_score,
-    check_evidence,
-    check_requirements,
-    needed_outputs,
-    parse_metric_names,
-    with_hop_metrics,
-    with_stream_metrics,
-)
-from ragexp.metrics.summary import score_cases, summarize
+from ragexp.metrics.population import Population
+from ragexp.metrics.registry import MetricSpec
 from ragexp.outputs import info
-from ragexp.paths import data_roots, packaged_trees
 from ragexp.progress import Phase, Progress
-from ragexp.providers.base import Provider, RunSettings, build_provider
 from ragexp.records import Case, CaseResult
-from ragexp.secrets import holds, register_url, scrub
-from ragexp.workflows.traffic import Traffic, load_traffic, traffic_json
-
-if TYPE_CHECKING:
-    from ragexp.case_traces import TracePlan
-    from ragexp.metrics.judge.scorer import Judging
-
-from ragexp import artifacts
-from ragexp.artifacts import error_text, nullable
+from ragexp.secrets import register_url, scrub
 from ragexp.tracking.store import FAILED, FINISHED, KILLED, TAG_PREFIX, Store
+from ragexp.workflows.run_log import (
+    log_artifacts,
+    log_case_traces,
+    log_dataset,
+    log_served_params,
+    run_metrics,
+    served_tags,
+    stage_timings,
+)
+from ragexp.workflows.run_plan import SHORT_HASH, Plan, plan_run
+from ragexp.workflows.run_score import human_scores, score_results
 
-TEXT_IN_TABLE = 300
-SHORT_HASH = 12
-"""Characters of the config hash the CLI prints, tags and searches by."""
 CHECKPOINT_ARTIFACT = "checkpoint/results.jsonl"
-TIMING_PREFIX = "timing."
-TIMING_FIGURES = ("p50_seconds", "p95_seconds", "cases")
-"""The figures logged per stage, as ``timing.<stage>.<figure>``."""
-
-
-@dataclass
-class Plan:
-    """A validated run, ready to execute."""
-
-    config: RagexpConfig
-    dataset: Dataset
-    specs: list[MetricSpec]
-    provider: Provider
-    config_hash: str
-    judge: str
-    """Judge identity (``none`` without judge metrics)."""
-    scorer: Judging | None = None
-    findings: list[Finding] | None = None
-    """Label audit against ``dataset.corpus`` (None: no corpus configured)."""
-    custom: CustomMetrics = field(default_factory=CustomMetrics)
-    """The metrics of ``metrics.custom``, their Python functions loaded (their specs are in ``specs`` too)."""
-    canaries: Canaries | None = None
-    """``judge.canaries``, read and checked (None: none configured, or no judge metric)."""
-    traffic: Traffic | None = None
-    """What reading production traces found (``dataset=traces``); None for a dataset file."""
-
-    def run_name(self) -> str:
-        """The configured name, else the short config hash, then provider, dataset and k (the end
-        cut if the names are long). The hash comes first: the MLflow UI's run lists show only a
-        name's first few characters, and two runs of one system differ in their hash alone."""
-        cfg = self.config
-        if cfg.run_name:
-            return cfg.run_name
-        return f"{self.config_hash[:SHORT_HASH]}-{cfg.provider.name}-{cfg.dataset.name}-k{cfg.k}"[
-            : limits.RUN_NAME.chars
-        ]
-
-    def tags(self) -> dict[str, str]:
-        cfg = self.config
-        audit = {} if self.findings is None else {TAG_PREFIX + "audit.findings": str(len(self.findings))}
-        if self.traffic is not None:
-            audit[TAG_PREFIX + "traffic.experiment"] = self.traffic.experiment
-            audit[TAG_PREFIX + "traffic.unreadable"] = str(len(self.traffic.unreadable))
-        return {
-            **audit,
-            TAG_PREFIX + "cases_hash": self.dataset.cases_hash,
-            TAG_PREFIX + "config_hash": self.config_hash,
-            TAG_PREFIX + "config_hash_short": self.config_hash[:SHORT_HASH],
-            TAG_PREFIX + "dataset_hash": self.dataset.dataset_hash,
-            TAG_PREFIX + "dataset": cfg.dataset.name,
-            TAG_PREFIX + "provider": cfg.provider.name,
-            TAG_PREFIX + "metrics": ",".join(spec.name for spec in self.specs),
-            TAG_PREFIX + "metric_set": cfg.metrics.set,
-            TAG_PREFIX + "k": str(cfg.k),
-            TAG_PREFIX + "judge": self.judge,
-            TAG_PREFIX + "case_count": str(len(self.dataset.cases)),
-            TAG_PREFIX + "version": __version__,
-            # The language the cases' rationales are written in (report.language), for readers
-            # that print them in a language of their own.
-            TAG_PREFIX + "language": cfg.report.language,
-        }
 
 
 @dataclass
@@ -186,205 +97,6 @@ class RunOutcome:
             **self.trust.to_json(),
             "labels_note": self.labels_note,
         }
-
-
-def plan_run(
-    config: RagexpConfig, state_dir: Path | None = None, *, store: Store | None = None, traffic: Traffic | None = None
-) -> Plan:
-    """Load and check everything a run needs; raises a RagexpError on any bad input.
-
-    ``state_dir`` holds the judge's cache and adapted prompts (the tracking store's folder).
-    With ``dataset.experiment`` the cases are that experiment's traces, read from ``store`` (else
-    the configured one), unless ``traffic`` gives them already read (a shadow's two runs share one
-    sample).
-    """
-    custom = load_custom(config.metrics.custom)
-    specs = with_cost(parse_metric_names(config.metrics.names, custom.specs), config.cost)
-    check_store_fields(config)
-    if config.dataset.experiment is not None and traffic is None:
-        traffic = load_traffic(config.dataset, store or Store(config.tracking.uri, timeout_s=config.tracking.timeout_s))
-        info(traffic.describe())
-    if traffic is not None:
-        dataset = traffic.dataset
-    else:
-        dataset = load_dataset(resolve_path(config.dataset.path, data_roots()), config.dataset.format)
-    if config.dataset.case_ids is not None:
-        dataset = only_cases(dataset, config.dataset.case_ids)
-    corpus = None
-    if config.dataset.corpus is not None:
-        corpus = load_chunks(resolve_path(config.dataset.corpus, data_roots()))
-    documents = corpus
-    if corpus is not None and not shares_documents(dataset, corpus):
-        info(f"warning: evidence not checked: the configured corpus {corpus.path} holds none of the documents it names")
-        documents = None
-    dataset = resolve_evidence(dataset, documents, config.dataset.match, corpus_key="dataset.corpus")
-    check_history(dataset.cases, config.conversation.history, str(dataset.path))
-    provider = check_config(config, dataset, specs)
-    check_no_secret_names(config)  # the system's secrets are read: before it is contacted
-    specs = with_stream_metrics(specs, provider.output_fields(dataset))
-    specs = with_hop_metrics(specs, dataset.hop_count, provider.output_fields(dataset))
-    if dataset.hop_count and not any(spec.hop for spec in specs):
-        info(
-            f"warning: the cases of {config.dataset.name} give gold per hop, and provider {config.provider.name} "
-            "reports no retrieval calls (response.retrievals): only the case-level metrics are scored"
-        )
-    provider.preflight(dataset)
-    scorer, judge = None, "none"
-    if any(spec.judge for spec in specs) and config.provider.judge is not None:
-        from ragexp.metrics.judge.scorer import JudgeScorer
-
-        scorer = JudgeScorer(config.provider.judge, specs, state_dir or Path("mlruns"), warn=info)
-        scorer.preflight()
-        judge = scorer.identity
-        limits.check(limits.TAG_VALUE, judge, "provider.judge (its identity, the ragexp.judge tag)")
-    findings = None
-    # A corpus sharing no id with the cases belongs to another set (a dataset.path override under
-    # a group that names its corpus): no audit, rather than one finding per case.
-    if corpus is not None and shares_ids(dataset, corpus.texts):
-        findings = audit(dataset, corpus.texts)
-    canaries = None
-    if scorer is not None and config.provider.judge is not None and config.provider.judge.canaries:
-        canaries = load_canaries(config.provider.judge.canaries)
-    check_no_secret_names(config)  # and the judge's
-    digest = config_hash(config, dataset.file_sha256, judge, provider.identity(), custom.identities())
-    return Plan(config, dataset, specs, provider, digest, judge, scorer, findings, custom, canaries, traffic)
-
-
-def check_config(
-    config: RagexpConfig, dataset: Dataset, specs: Sequence[MetricSpec], *, concurrency: int | None = None
-) -> Provider:
-    """Every check of a run's config against its dataset that contacts nothing and runs no
-    code of the system (``run`` makes them, and ``validate`` without ``--probe``): a judge for
-    the judge metrics, the system's own config (expressions, templates, secrets, files), and
-    each metric's fields against what the dataset and the system give. The provider it built."""
-    judge_specs = [spec for spec in specs if spec.judge]
-    if judge_specs and config.provider.judge is None:
-        first = judge_specs[0]
-        who = f"{first.custom.key}: the rubric '{first.name}'" if first.custom else f"metric '{first.name}'"
-        raise MetricError(
-            f"{who} needs an LLM judge, and provider {config.provider.name} has none "
-            "(use provider=npu, provider=replay_judge or provider=http_judge, or set provider.judge)"
-        )
-    settings = RunSettings(
-        k=config.k,
-        concurrency=config.concurrency if concurrency is None else concurrency,
-        dataset=config.dataset,
-        outputs=needed_outputs(specs),
-    )
-    provider = build_provider(config.provider.system, settings)
-    outputs = provider.output_fields(dataset)
-    if dataset.has_evidence:
-        outputs = check_evidence(
-            specs, dataset.cases, outputs, dataset=config.dataset.name, provider=config.provider.name
-        )
-    try:
-        check_requirements(
-            specs, dataset.label_fields, outputs, dataset=config.dataset.name, provider=config.provider.name
-        )
-    except MetricError as exc:
-        fit = metrics_that_fit(config, specs, dataset.label_fields, outputs)
-        raise MetricError(f"{exc}{fit}{datasets_that_fit(config, specs, provider)}") from None
-    check_prices(
-        config.cost,
-        reports_usage=provider.reports_usage(),
-        judged=bool(judge_specs),
-        provider=config.provider.name,
-    )
-    provider.check(dataset)
-    return provider
-
-
-def metrics_that_fit(
-    config: RagexpConfig, specs: Sequence[MetricSpec], labels: frozenset[str], outputs: frozenset[str]
-) -> str:
-    """The fix for a metric set the dataset or system cannot be scored on: the named sets that
-    fit, and the chosen metrics that do."""
-    judged = config.provider.judge is not None
-
-    def fits(chosen: Sequence[MetricSpec]) -> bool:
-        return all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in chosen)
-
-    unfit_own = [spec for spec in specs if spec.custom is not None and not fits([spec])]
-    if unfit_own:  # a named set would not help: the metric of the user's is what cannot be scored
-        return f"; leave {unfit_own[0].custom.key} out of metrics.custom for this system"  # type: ignore[union-attr]
-    ways = []
-    for name, names in metric_sets().items():
-        try:
-            if fits(parse_metric_names(list(names))):
-                ways.append(f"metrics={name}")
-        except MetricError:
-            continue
-    kept = [spec.name for spec in specs if fits([spec]) and spec.custom is None]
-    if kept and len(kept) < len(specs):
-        ways.append(f"metrics.names=[{','.join(kept)}]")
-    return f"; metrics that fit: {' or '.join(ways)}" if ways else ""
-
-
-def datasets_that_fit(config: RagexpConfig, specs: Sequence[MetricSpec], provider: Provider) -> str:
-    """The other fix, when the dataset is one of the bundled ones: the other bundled datasets
-    (``dataset/`` options) on which this system can score every chosen metric, e.g. for a
-    replaying preset on the default set, which records no outputs."""
-    import yaml
-
-    trees = packaged_trees()
-    if not any((tree / "dataset" / f"{config.dataset.name}.yaml").is_file() for tree in trees):
-        return ""  # a set of the user's own: a bundled sample set is no fix for it
-    judged = config.provider.judge is not None
-    ways = []
-    for tree in trees:
-        for option in sorted((tree / "dataset").glob("*.yaml")):
-            try:
-                group = yaml.safe_load(option.read_text(encoding="utf-8"))
-                if group.get("name") == config.dataset.name:
-                    continue
-                other = load_dataset(resolve_path(group["path"], data_roots()), group.get("format", "auto"))
-                outputs, labels = provider.output_fields(other), other.label_fields
-                if not all(can_score(spec, labels, outputs) and (judged or not spec.judge) for spec in specs):
-                    continue
-                provider.check(other)
-            except (RagexpError, OSError, KeyError, AttributeError, yaml.YAMLError):
-                continue  # a dataset that cannot be read or scored here is no fix
-            ways.append(f"dataset={option.stem}")
-    return f"; datasets that fit: {' or '.join(ways)}" if ways else ""
-
-
-def check_store_fields(config: RagexpConfig) -> None:
-    """Refuse, naming the config key, every configured value an MLflow store would refuse as
-    the run's experiment, name, tags, params or dataset name (before anything is evaluated)."""
-    limits.check(limits.EXPERIMENT_NAME, config.experiment, "experiment")
-    if config.run_name:
-        limits.check(limits.RUN_NAME, config.run_name, "run_name")
-    limits.check(limits.DATASET_NAME, config.dataset.name, "dataset.name")
-    for key, value in config.tags.items():
-        limits.check(limits.TAG_KEY, key, f"tags.{key} (the tag's name)")
-        limits.check(limits.TAG_VALUE, str(value), f"tags.{key}")
-    for name, text in {"provider.name": config.provider.name, "metrics.set": config.metrics.set}.items():
-        limits.check(limits.TAG_VALUE, text, name)
-    for key, value in run_params(config).items():
-        limits.check(limits.PARAM_KEY, key, f"{key} (an MLflow param name)")
-        # Longer values are cut to the param's length when logged (the config.yaml artifact has them whole).
-        limits.check(limits.PARAM_VALUE, value[: limits.PARAM_VALUE.chars], key)
-
-
-def check_no_secret_names(config: RagexpConfig) -> None:
-    """Refuse an experiment name that holds a secret's value (``${oc.env:...}`` of a variable the
-    config also reads as a credential): masked it would merge with other experiments, in clear it
-    would show the secret on every page. Called once the secrets are read (the system built, the
-    judge built); everything else a run records is masked instead."""
-    if holds(config.experiment):
-        raise ConfigError(
-            f"experiment: {scrub(config.experiment)!r} holds the value of a secret this config reads "
-            "from the environment (*** above); name the experiment without it"
-        )
-
-
-def timing_prefix(stage: str) -> str:
-    """The metric key prefix of a stage's timings: ``timing.<stage>`` when MLflow takes the name
-    as part of a key, else its safe characters and a short hash (see :func:`limits.safe_segment`);
-    the stage's own name is in the run's ``timings.json``."""
-    longest = max(map(len, TIMING_FIGURES)) + 1
-    budget = limits.METRIC_KEY.chars - len(TIMING_PREFIX) - longest
-    return TIMING_PREFIX + limits.safe_segment(stage, budget)
 
 
 def finish_run(store: Store, run_id: str) -> None:
@@ -519,7 +231,7 @@ def _execute(
     arrived: list[CaseResult] = []
     try:
         if not resumed:
-            _log_dataset(plan, store, run_id)
+            log_dataset(plan, store, run_id)
         started = time.perf_counter()
         logged = plan
         if evaluate is None:
@@ -570,27 +282,6 @@ def _execute(
         if store_alive and not ended:
             with contextlib.suppress(RagexpError):  # the first error is the one worth a line
                 store.end_run(run_id, status)
-
-
-def _log_dataset(plan: Plan, store: Store, run_id: str) -> None:
-    dataset = plan.dataset
-    store.log_dataset(
-        run_id,
-        name=plan.config.dataset.name,
-        digest=dataset.dataset_hash[:SHORT_HASH],
-        source=str(dataset.path),
-        profile={
-            "dataset_hash": dataset.dataset_hash,
-            "cases": len(dataset.cases),
-            "answerable": dataset.answerable_count,
-            "format": dataset.format,
-        },
-    )
-    if plan.traffic is not None:
-        store.log_files(run_id, {TRAFFIC_ARTIFACT: traffic_json(plan.traffic)})
-
-
-TRAFFIC_ARTIFACT = "traffic.json"
 
 
 def _save_for_resume(store: Store, run_id: str, checkpoint: Checkpoint | None, status: str, reason: str) -> bool:
@@ -722,42 +413,6 @@ def recordable(result: CaseResult) -> CaseResult:
     return CaseResult(result.case_id, None, f"the system's output cannot be recorded: {reason}")
 
 
-@dataclass
-class Scored:
-    """A run's per-case scores and what they add up to (the inputs of every later step)."""
-
-    inputs: OfflineInputs
-    scores: dict[str, np.ndarray]
-    """Metric -> per-case scores (NaN: no score)."""
-    errored: np.ndarray
-    """(n,) bool: the case's system call or one of its metrics failed."""
-    summary: dict[str, float | None]
-    spread: dict[str, list[float | None]] = field(default_factory=dict)
-    """Judge metric -> per-case spread over repeats."""
-    judge_metrics: dict[str, float] = field(default_factory=dict)
-    """The judge's run-level figures: token usage, cache hits, seconds, mean spread."""
-    system_tokens: dict[str, float] = field(default_factory=dict)
-    """The tokens the system's replies reported (none when no reply reported usage)."""
-    judge_served: str = ""
-    """The judge's served identities (the ``ragexp.judge.served`` tag; empty: none named)."""
-    canaries: GradedCanaries | None = None
-    """The run's judge on ``judge.canaries`` (None: no canaries)."""
-
-    @property
-    def error_count(self) -> int:
-        return int(self.errored.sum())
-
-    def columns(self) -> dict[str, list[float | None]]:
-        return {name: nullable(values) for name, values in self.scores.items()}
-
-    def populations(self, specs: Sequence[MetricSpec]) -> dict[str, Population]:
-        """Per-case metric -> the cases its run value covers (:mod:`ragexp.metrics.population`)."""
-        known = {spec.name: spec for spec in specs}
-        return {
-            name: population(known.get(name), values, self.inputs.unanswerable) for name, values in self.scores.items()
-        }
-
-
 def _score_and_log(
     plan: Plan, store: Store, run_id: str, results: list[CaseResult], resumed: bool = False
 ) -> RunOutcome:
@@ -766,7 +421,7 @@ def _score_and_log(
     scored = score_results(plan, results)
     chats = score_conversations(plan.specs, scored.scores, plan.dataset.cases, scored.errored)
     with Phase(f"logging the run's metrics and artifacts ({len(results):,} cases)", enabled=shown):
-        human, labels_note = _human_scores(plan, store, run_id, results, scored, resumed)
+        human, labels_note = human_scores(plan, store, run_id, results, scored, resumed)
         trust = assess(plan.specs, scored.scores, human, scored.inputs.unanswerable, plan.config.calibration)
         timings = stage_timings(results)
         figures = run_metrics(plan, results, scored, trust, timings)
@@ -775,12 +430,13 @@ def _score_and_log(
         store.log_metrics(run_id, figures)
         if scored.judge_served:
             store.set_tags(run_id, served_tags(scored.judge_served))
+            log_served_params(store, run_id, scored.judge_served, resumed)
         if scored.canaries is not None:
             store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
-        _log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
+        log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)
     if plan.config.tracking.traces:
         with Phase("logging the cases' traces", enabled=shown):
-            _log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
+            log_case_traces(plan, store, run_id, results, scored, resumed=resumed)
     return RunOutcome(
         run_id,
         plan.config.experiment,
@@ -798,292 +454,3 @@ def _score_and_log(
         chats,
         labels_note,
     )
-
-
-def served_tags(served: str) -> dict[str, str]:
-    """The tags naming what served the run's judge grades (``ragexp.judge.served``: each served
-    identity, sorted; ``ragexp.judge.served_count``: how many, more than one a judge that changed)."""
-    return {
-        TAG_PREFIX + "judge.served": limits.fit(limits.TAG_VALUE, served),
-        TAG_PREFIX + "judge.served_count": str(len(judge_identity.split(served))),
-    }
-
-
-def score_results(plan: Plan, results: list[CaseResult]) -> Scored:
-    """The offline metrics, then the judge's; a judge metric that failed for a case is recorded
-    on the case (``metric_errors``), never scored."""
-    cfg = plan.config
-    cases = plan.dataset.cases
-    if not plan.dataset.has_evidence:
-        unmatched = unmatchable_gold(cases, results, cfg.k)
-        if unmatched is not None:
-            raise MetricError(unmatched.message(str(plan.dataset.path)))
-    with Phase(f"scoring {len(cases):,} cases", enabled=cfg.progress):  # the judge draws a bar of its own
-        inputs = build_inputs(cases, results, cfg.k, cfg.dataset.refusal_phrases, cfg.dataset.match)
-        scores = score_cases(plan.specs, inputs)
-        if any(spec.hop for spec in plan.specs):
-            _score_hops(plan, results, scores)
-        if plan.dataset.has_evidence:
-            _evidence_unread(plan, results, scores)
-        fill_rationales(
-            plan.specs,
-            cases,
-            results,
-            scores,
-            inputs,
-            refusal_phrases=cfg.dataset.refusal_phrases,
-            language=cfg.report.language,
-            match=cfg.dataset.match,
-        )
-    spread: dict[str, list[float | None]] = {}
-    judge_metrics: dict[str, float] = {}
-    served = ""
-    graded: GradedCanaries | None = None
-    if plan.scorer is not None:
-        started = time.perf_counter()
-        asked_after = histories(cases, results, cfg.conversation.history) if plan.dataset.has_conversations else None
-        judged = plan.scorer.score(cases, results, progress=cfg.progress, histories=asked_after)
-        judge_seconds = time.perf_counter() - started
-        scores.update(judged.scores)
-        for index, reasons in judged.errors.items():
-            results[index].metric_errors.update(reasons)
-        for index, texts in judged.rationales.items():
-            results[index].rationale.update(texts)
-        if plan.canaries is not None:
-            graded = grade_canaries(plan.scorer, plan.canaries, plan.specs, cfg.calibration, progress=cfg.progress)
-            judged.usage.add(graded.outcome.usage)
-            judged.cache_hits += graded.outcome.cache_hits
-            judged.served |= graded.outcome.served
-            judge_seconds = time.perf_counter() - started
-        usage = judged.usage.as_metrics()
-        for name, value in plan.scorer.adaptation_usage.as_metrics().items():
-            usage[name] += value
-        judge_metrics = {**usage, "judge.cache_hits": float(judged.cache_hits), "judge.seconds": judge_seconds}
-        judge_metrics["judge.cache_refused"] = float(max(judged.stale, graded.outcome.stale if graded else 0))
-        if graded is not None:
-            judge_metrics.update(agreement_metrics(graded.agreement))
-        served = judge_identity.joined(judged.served)
-        if len(judge_identity.split(served)) > 1:
-            info(f"warning: the judge's grades were served by {len(judge_identity.split(served))} identities: {served}")
-        for name, values in judged.spread.items():
-            spread[name] = nullable(values)
-            if np.isfinite(values).any():
-                judge_metrics[f"judge_spread.{name}"] = float(np.nanmean(values))
-    if plan.custom.python:
-        scores.update(score_python_guarded(plan.custom.python, cases, results, inputs.ok, workers=cfg.concurrency))
-    errored = np.array([not r.ok or bool(r.metric_errors) for r in results], dtype=bool)
-    summary = summarize(plan.specs, scores, inputs, errored)
-    tokens = system_tokens(results)
-    if cfg.cost.prices is not None:
-        summary[COST], why_not = run_cost(cfg.cost, tokens, judge_metrics)
-        if why_not is not None:
-            info(f"warning: {why_not}")
-    return Scored(inputs, scores, errored, summary, spread, judge_metrics, tokens.as_metrics(), served, graded)
-
-
-def _score_hops(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
-    """The per-hop metrics the run names, with ``first_failing_hop`` and the figures the system
-    reported per hop (seconds, tokens, cost) as per-case columns beside them."""
-    cfg = plan.config
-    counts = count_hops(plan.dataset.cases, results, cfg.k, cfg.dataset.match)
-    named = {spec.name for spec in plan.specs}
-    scores.update((name, values) for name, values in hop_scores(counts).items() if name in named)
-    scores.update(hop_columns(counts))
-    fill_hop_rationales(plan.specs, plan.dataset.cases, results, counts, cfg.report.language)
-
-
-def _evidence_unread(plan: Plan, results: list[CaseResult], scores: dict[str, np.ndarray]) -> None:
-    """Evidence is matched by text: a reply that named chunks without their texts cannot be
-    scored on it (an error for the case's retrieval metrics, never a 0); document ids of another
-    kind than the evidence's are worth a warning, as they would match nothing."""
-    retrieval = [spec.name for spec in plan.specs if "relevant_ids" in spec.needs_labels and spec.name in scores]
-    for index in textless(plan.dataset.cases, results):
-        count = len(results[index].output.ranked_ids)  # type: ignore[union-attr]  # textless: an output
-        for name in retrieval:
-            scores[name][index] = np.nan
-            results[index].metric_errors[name] = (
-                f"the reply named {count} retrieved chunks without their texts: evidence is matched by text"
-            )
-    docs = {item.doc for case in plan.dataset.cases for item in case.relevant}
-    named, shared = returned_documents(docs, [result.output for result in results])
-    if named and not shared and plan.config.dataset.match.same_doc:
-        info(
-            f"warning: the system named documents for {named} cases, none of them a document of the evidence "
-            f"(e.g. {next(iter(sorted(docs)))!r}): every chunk is refused by document; map the same document ids "
-            "(response.doc_ids), or set dataset.match.same_doc=false to let text alone decide"
-        )
-
-
-def _human_scores(
-    plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, resumed: bool
-) -> tuple[dict[str, np.ndarray], str | None]:
-    """People's scores of this run's cases: the dataset's ``human`` field where it graded this
-    run's output (:mod:`ragexp.labels.graded`), then the review queues' labels of this run (as
-    ``ragexp calibrate`` reads them); and the line on the dataset's scores it left out, if any."""
-    from ragexp.labels.collect import run_labels, with_run_labels
-    from ragexp.labels.graded import dataset_labels
-
-    cases = plan.dataset.cases
-    names = list(scored.scores)
-    graded = dataset_labels(cases, results, names)
-    human = graded.human
-    custom = {spec.name: spec for spec in plan.custom.specs}
-    labels = run_labels(store, run_id, cases, results, names, resumed=resumed, info=info, custom=custom)
-    return with_run_labels(human, labels), graded.unmatched_line(run_id)
-
-
-def run_metrics(
-    plan: Plan, results: Sequence[CaseResult], scored: Scored, trust: Trust, timings: dict[str, dict[str, float]]
-) -> dict[str, float]:
-    """Every figure the run logs as an MLflow metric."""
-    metrics = {name: value for name, value in scored.summary.items() if value is not None}
-    for name, covered in scored.populations(plan.specs).items():
-        metrics[f"population.{name}.scored"] = float(covered.scored)
-        metrics[f"population.{name}.cases"] = float(covered.cases)
-    metrics["case_count"] = float(len(plan.dataset.cases))
-    metrics["error_count"] = float(scored.error_count)
-    metrics.update(scored.judge_metrics)
-    metrics.update(scored.system_tokens)
-    metrics.update(trust.as_metrics())
-    for stage in stage_rows(timings):
-        for figure in TIMING_FIGURES:
-            metrics[f"{stage['metric_prefix']}.{figure}"] = stage[figure]
-    return metrics
-
-
-def stage_rows(timings: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
-    """``timings.json``'s rows: each stage's name, the key prefix of its metrics, its figures."""
-    return [{"stage": stage, "metric_prefix": timing_prefix(stage), **figures} for stage, figures in timings.items()]
-
-
-def _log_artifacts(
-    plan: Plan,
-    store: Store,
-    run_id: str,
-    results: list[CaseResult],
-    scored: Scored,
-    human: dict[str, np.ndarray],
-    trust: Trust,
-    timings: dict[str, dict[str, float]],
-    chats: ConversationFigures | None = None,
-) -> None:
-    cfg = plan.config
-    cases = plan.dataset.cases
-    columns = scored.columns()
-    latency = nullable(scored.inputs.latency)
-    summary = {
-        "summary": scored.summary,
-        "case_count": len(cases),
-        "error_count": scored.error_count,
-        "populations": {name: covered.to_json() for name, covered in scored.populations(plan.specs).items()},
-        "config_hash": plan.config_hash,
-        "dataset_hash": plan.dataset.dataset_hash,
-        **trust.to_json(),
-    }
-    with tempfile.TemporaryDirectory(prefix="ragexp-run-") as tmp:
-        folder = Path(tmp)
-        artifacts.write_cases(folder / artifacts.CASES, cases, results, columns, latency, scored.spread)
-        artifacts.write_config(folder / artifacts.CONFIG, resolved_config(cfg))
-        artifacts.write_summary(folder / artifacts.SUMMARY, summary)
-        artifacts.write_table(folder / artifacts.TABLE, _table(plan, results, columns, latency))
-        if timings:
-            artifacts.write_timings(folder / artifacts.TIMINGS, stage_rows(timings))
-        artifacts.write_scores(
-            folder / artifacts.SCORES, cases, scored.errored, latency, columns, human, scored.inputs.ttft
-        )
-        if plan.findings is not None:
-            artifacts.write_audit(folder / artifacts.AUDIT, [finding.to_json() for finding in plan.findings])
-        if plan.custom.specs:
-            artifacts.write_custom_metrics(folder / artifacts.CUSTOM_METRICS, plan.custom.specs)
-        if scored.canaries is not None:
-            artifacts.write_canaries(folder / artifacts.CANARIES, scored.canaries.artifact())
-        if chats is not None:
-            artifacts.write_conversations(folder / artifacts.CONVERSATIONS, [row.to_json() for row in chats.rows])
-        store.log_dir(run_id, folder, tables=[artifacts.TABLE])
-
-
-def _log_case_traces(
-    plan: Plan, store: Store, run_id: str, results: list[CaseResult], scored: Scored, *, resumed: bool
-) -> None:
-    from ragexp.case_traces import build_traces
-
-    traced = build_traces(
-        plan.dataset.cases,
-        results,
-        plan.specs,
-        scored.scores,
-        scored.inputs.latency,
-        scored.errored,
-        judge=plan.judge,
-        cap=plan.config.tracking.traces_max_cases,
-        language=plan.config.report.language,
-        histories=histories(plan.dataset.cases, results, plan.config.conversation.history)
-        if plan.dataset.has_conversations
-        else None,
-    )
-    _log_traces(store, run_id, plan.config.experiment, traced, resumed=resumed, info=info)
-
-
-def stage_timings(results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
-    """p50 and p95 (nearest rank) of each stage the system reported timings for, by stage name
-    (secrets masked: a service may echo a token as a stage name)."""
-    per_stage: dict[str, list[float]] = {}
-    for result in results:
-        if result.output is not None and result.output.timings:
-            for stage, seconds in result.output.timings.items():
-                per_stage.setdefault(scrub(stage), []).append(seconds)
-    figures: dict[str, dict[str, float]] = {}
-    for stage, values in sorted(per_stage.items()):
-        array = np.array(values, dtype=np.float64)
-        p50, p95, cases = TIMING_FIGURES
-        figures[stage] = {
-            p50: nearest_rank(array, 50) or 0.0,
-            p95: nearest_rank(array, 95) or 0.0,
-            cases: float(array.size),
-        }
-    return figures
-
-
-def _table(
-    plan: Plan, results: Sequence[CaseResult], columns: dict[str, list[float | None]], latency: list[float | None]
-) -> dict[str, list[Any]]:
-    cases = plan.dataset.cases
-    return {
-        "id": [case.id for case in cases],
-        "question": [case.question[:TEXT_IN_TABLE] for case in cases],
-        "answer": [(r.output.answer[:TEXT_IN_TABLE] if r.output else None) for r in results],
-        "error": [error_text(r) for r in results],
-        **columns,
-        "latency_seconds": latency,
-    }
-
-
-def _log_traces(
-    store: Store,
-    run_id: str,
-    experiment: str,
-    plan: TracePlan,
-    *,
-    resumed: bool,
-    info: Any,
-) -> int:
-    """Write the planned traces (replacing any a stopped attempt of this run left) and tag the
-    run with what was traced. A store error propagates as a TrackingError: the caller marks the
-    run failed rather than finished with half its traces."""
-    from ragexp.tracking.traces import TraceWriter
-
-    experiment_id = store.experiment_id(experiment, create=False)
-    if experiment_id is None:  # pragma: no cover - the run was just created in it
-        raise RuntimeError(f"experiment {experiment} vanished")
-    writer = TraceWriter(store, experiment_id, run_id)
-    if resumed:
-        writer.delete_all()
-    written = writer.write(plan.traces)
-    scope = "all" if not plan.capped else "errored_and_imperfect"
-    if plan.capped:
-        info(
-            f"traces: {written} of {plan.case_count} cases traced (errored and imperfect only, over "
-            "tracking.traces_max_cases); cases.jsonl holds every case"
-        )
-    store.set_tags(run_id, {TAG_PREFIX + "traces": scope, TAG_PREFIX + "traces.count": str(written)})
-    return written

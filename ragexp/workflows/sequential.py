@@ -6,7 +6,7 @@ sampled whole: its turns come together, in order, each asked with the history of
 it, and a batch ends only where a conversation does (``sequential.batch`` cases or a few more), so
 the run stops between conversations, never inside one. After each batch every rule of the selected
 gate that a confidence sequence can decide (``max_drop``, ``min`` and ``max`` on a metric with a
-known range) is decided on the anytime-valid interval of :mod:`ragexp.compare.sequential`, computed
+known range) is decided on the anytime-valid interval of :mod:`ragexp.stats.sequential`, computed
 from the cases evaluated so far paired with the baseline's. The evaluation stops when a rule has
 failed (the verdict is then known) or every such rule has passed, else when the cases run out. The
 run is logged as any run, over the cases it evaluated, in the order it evaluated them, and tagged
@@ -36,7 +36,6 @@ from ragexp.compare.gate import (
     sequential_rules,
 )
 from ragexp.compare.select import IDENTITY, parse_selector, resolve_baseline
-from ragexp.compare.sequential import METHOD
 from ragexp.config.compose import compose
 from ragexp.config.tracking import chosen_uri
 from ragexp.conversations import conversations
@@ -49,8 +48,11 @@ from ragexp.outputs import info
 from ragexp.progress import Phase
 from ragexp.records import Case, CaseResult
 from ragexp.secrets import register_url
+from ragexp.stats.sequential import METHOD
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.workflows.run import Evaluation, Plan, evaluate_cases, execute, plan_run, score_results
+from ragexp.workflows.run import Evaluation, evaluate_cases, execute
+from ragexp.workflows.run_plan import Plan, plan_run
+from ragexp.workflows.run_score import score_results
 from ragexp.workflows.traffic import stratified_order
 
 PREFIX = TAG_PREFIX + "sequential."

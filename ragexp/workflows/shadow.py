@@ -8,7 +8,7 @@ each after its own history). Both are judged with the configured metrics (those 
 gold: a sample of traffic has none) by the same judge, so ``diff``, ``gate`` and ``report`` work
 on the pair as on any pair. Both runs and their traces go to the shadow experiment (default
 ``<production experiment>-shadow``), tagged ``ragexp.shadow``: nothing is written to the
-production experiment. The comparison by stratum (:mod:`ragexp.compare.strata`) is logged on the
+production experiment. The comparison by stratum (:mod:`ragexp.stats.strata`) is logged on the
 candidate as ``shadow.json``.
 """
 
@@ -22,15 +22,16 @@ import numpy as np
 
 from ragexp import strict_json
 from ragexp.compare.data import load_run
-from ragexp.compare.strata import MetricStrata, aligned, by_stratum
 from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig, ReplaySystemConfig
 from ragexp.config.tracking import chosen_uri
 from ragexp.errors import ConfigError
 from ragexp.progress import Phase
 from ragexp.secrets import register_url
+from ragexp.stats.strata import MetricStrata, aligned, by_stratum
 from ragexp.tracking.store import TAG_PREFIX, Store
-from ragexp.workflows.run import RunOutcome, execute, plan_run
+from ragexp.workflows.run import RunOutcome, execute
+from ragexp.workflows.run_plan import plan_run
 from ragexp.workflows.sequential import SequentialOutcome, execute_until_decided
 from ragexp.workflows.traffic import Traffic, load_traffic
 

@@ -29,7 +29,8 @@ import orjson
 from ragexp import strict_json
 from ragexp.case_traces import CASE_METADATA, SESSION_METADATA, TRACE_NAME
 from ragexp.config.models import DatasetConfig
-from ragexp.datasets.loader import TURN_SEPARATOR, Dataset
+from ragexp.datasets.fields import TURN_SEPARATOR
+from ragexp.datasets.loader import Dataset
 from ragexp.errors import ConfigError
 from ragexp.records import Case, SystemOutput
 from ragexp.tracking.store import Store

@@ -27,7 +27,7 @@ from ragexp.providers.mapping import NEEDED
 from ragexp.records import Case
 from ragexp.secrets import mask_url
 from ragexp.tracking.store import resolve_uri
-from ragexp.workflows.run import check_config, check_store_fields
+from ragexp.workflows.run_plan import check_config, check_store_fields
 
 
 @dataclass(frozen=True)

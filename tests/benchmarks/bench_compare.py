@@ -144,7 +144,7 @@ def statistics_alone(count: int) -> None:
     """The paired statistics in this process, per kind of metric (no start-up, no store)."""
     import numpy as np
 
-    from ragexp.compare.stats import paired
+    from ragexp.stats.paired import paired
 
     rng = np.random.default_rng(0)
     kinds = {

@@ -72,9 +72,9 @@ def generate(path: Path, count: int, seed: int = 0) -> None:
 SKIPPED = "rationales skipped:"
 WITHOUT = f"""
 import atexit, sys
-import ragexp.workflows.run
+import ragexp.workflows.run_score
 skipped = []
-ragexp.workflows.run.fill_rationales = lambda *args, **kwargs: skipped.append(1)
+ragexp.workflows.run_score.fill_rationales = lambda *args, **kwargs: skipped.append(1)
 atexit.register(lambda: print("{SKIPPED}", len(skipped)))
 from ragexp.cli.app import main
 sys.argv[0] = "ragexp"

@@ -3,7 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_sequential.py [--pairs 500] [--trials 500] [--batch 0.1]
 
 Each trial draws ``--pairs`` paired differences candidate - baseline of a [0, 1] metric and looks
-at the anytime-valid betting sequence of ``ragexp.compare.sequential`` after every batch (10% of
+at the anytime-valid betting sequence of ``ragexp.stats.sequential`` after every batch (10% of
 the pairs by default), as a sequential run does with one ``max_drop`` rule, stopping at the first
 batch where the rule is decided. The fixed-n run evaluates every pair. Two kinds of metric:
 graded (a score on a scale: differences of sd 0.15) and pass/fail (30% of the pairs change their
@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ragexp.compare.sequential import difference_sequence, drop_decision
+from ragexp.stats.sequential import difference_sequence, drop_decision
 
 ALPHA = 0.05
 JUDGE_METRICS = 2

@@ -11,7 +11,7 @@ delta is off by +0.02.
 
 The sequential shadow asks the cases in the stratified order of ``ragexp.traffic.stratified_order``
 (each batch 2% of the traffic, strata in proportion) and after each batch looks at each stratum's
-anytime-valid betting sequence (``ragexp.compare.sequential``) of the judged paired difference, at
+anytime-valid betting sequence (``ragexp.stats.sequential``) of the judged paired difference, at
 the Bonferroni level over the 10 strata; it stops when a stratum's sequence lies wholly below 0
 (that stratum regressed) or, for all strata, above -0.05 (none did). A fixed run judges every
 question; judge calls are two per question asked (production's answer and the candidate's).
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ragexp.compare.sequential import difference_sequence
 from ragexp.metrics.calibration import ppi_mean
+from ragexp.stats.sequential import difference_sequence
 
 ALPHA = 0.05
 STRATA = 10

@@ -18,7 +18,7 @@ def calibrate(
     as_json: JsonFlag = False,
 ) -> None:
     """Judge calibration and prediction-powered means from the labels on a run's traces, logged on the run."""
-    from ragexp.cli.views import show_calibration
+    from ragexp.cli.views_people import show_calibration
     from ragexp.workflows.calibrate import calibrate_labels
 
     calibrated = calibrate_labels(run_id, tracking_uri=store_option("calibrate", tracking_uri, overrides), say=info)

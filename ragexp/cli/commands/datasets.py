@@ -31,7 +31,7 @@ def _diff(
     as_json: JsonFlag = False,
 ) -> None:
     """The ledger from OLD to NEW: added, removed, changed (which field) and unchanged cases."""
-    from ragexp.cli.views import show_ledger
+    from ragexp.cli.views_validate import show_ledger
     from ragexp.workflows.datasets import datasets_diff
 
     found = datasets_diff(old, new, tracking_uri=store_option("datasets diff", tracking_uri, settings))

@@ -53,7 +53,7 @@ def diff(
     ] = False,
 ) -> None:
     """Per-metric and per-case comparison with paired confidence intervals and p-values."""
-    from ragexp.cli.views import show_diff
+    from ragexp.cli.views_compare import show_diff
     from ragexp.workflows.diff import compare_runs
 
     store = [*(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
@@ -76,7 +76,7 @@ def diff(
             attribute=attribute,
         )
     if as_json:
-        from ragexp.cli.views import diff_json
+        from ragexp.cli.views_compare import diff_json
 
         emit_json(diff_json(compared.result))
     else:

@@ -37,7 +37,7 @@ def draft(
     """Draft cases (status: draft) from your documents; people screen them before they count:
     `ragexp draft review FILE` puts them in an MLflow review queue, `ragexp draft accept QUEUE`
     writes the ones people kept."""
-    from ragexp.cli.views import show_drafted
+    from ragexp.cli.views_people import show_drafted
     from ragexp.workflows.draft import draft_set
 
     shape: dict[str, Any] = {"n": n, "unanswerable": unanswerable, "multi": multi}
@@ -60,7 +60,7 @@ def _review(
     as_json: JsonFlag = False,
 ) -> None:
     """Put a draft file's unscreened cases in an MLflow review queue."""
-    from ragexp.cli.views import show_draft_review
+    from ragexp.cli.views_people import show_draft_review
     from ragexp.workflows.draft import review_draft
 
     uri = store_option("draft review", tracking_uri, settings)
@@ -79,7 +79,7 @@ def _accept(
     as_json: JsonFlag = False,
 ) -> None:
     """Write the cases of a review queue that people kept."""
-    from ragexp.cli.views import show_accepted
+    from ragexp.cli.views_people import show_accepted
     from ragexp.workflows.draft import accept_draft
 
     uri = store_option("draft accept", tracking_uri, settings)

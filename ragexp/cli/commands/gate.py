@@ -58,7 +58,7 @@ def gate(
 ) -> None:
     """Release check of a candidate against a baseline: exit 0 pass, 2 fail; every failure is printed."""
     use_config_dir(config_dir)
-    from ragexp.cli.views import gate_exit, show_gate
+    from ragexp.cli.views_compare import gate_exit, show_gate
     from ragexp.workflows.gate import run_gate
 
     outcome = run_gate(

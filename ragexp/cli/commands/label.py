@@ -44,7 +44,7 @@ def label(
     as_json: JsonFlag = False,
 ) -> None:
     """Put a run's traces in an MLflow review queue for people to label (or export the labels)."""
-    from ragexp.cli.views import show_label_queue
+    from ragexp.cli.views_people import show_label_queue
     from ragexp.errors import ConfigError
     from ragexp.workflows.label import export_labels, label_run
 

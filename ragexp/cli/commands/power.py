@@ -38,7 +38,7 @@ def power(
     as_json: JsonFlag = False,
 ) -> None:
     """What a comparison with this baseline could detect, and the cases a given effect needs."""
-    from ragexp.cli.views import show_power
+    from ragexp.cli.views_compare import show_power
     from ragexp.workflows.power import baseline_power
 
     found = baseline_power(

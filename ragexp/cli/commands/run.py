@@ -84,7 +84,7 @@ def run(
 
 
 def _sweep(overrides: list[str], resume: str | None, as_json: bool, tracking_uri: str | None) -> None:
-    from ragexp.cli.views import show_sweep, sweep_json
+    from ragexp.cli.views_sweep import show_sweep, sweep_json
     from ragexp.workflows.multirun import run_sweep
 
     if resume:

@@ -36,7 +36,7 @@ def runs(
     as_json: JsonFlag = False,
 ) -> None:
     """Recent runs: id, time, config hash, dataset, provider, headline metrics."""
-    from ragexp.cli.views import show_runs
+    from ragexp.cli.views_compare import show_runs
     from ragexp.workflows.runs import list_runs
 
     found = list_runs(

@@ -29,7 +29,8 @@ def shadow(
 ) -> None:
     """Replay sampled production traces (dataset=traces) through the candidate config: a
     production run and a candidate run on the same questions, compared per stratum."""
-    from ragexp.cli.views import show_sequential, show_shadow
+    from ragexp.cli.views import show_sequential
+    from ragexp.cli.views_shadow import show_shadow
     from ragexp.workflows.shadow import run_shadow
 
     use_config_dir(config_dir)

@@ -38,7 +38,7 @@ def sweep(
 ) -> None:
     """A sweep's points against a baseline (corrected for many points), their Pareto front over
     quality, p95 latency and cost, and which to pick."""
-    from ragexp.cli.views import show_sweep_points
+    from ragexp.cli.views_sweep import show_sweep_points
     from ragexp.workflows.sweep import sweep_analysis
 
     given = [parent, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]

@@ -56,7 +56,7 @@ def validate(
     evidence) too; with --probe, ask the system under test about the first case; with --anchor,
     turn chunk-id gold into evidence."""
     use_config_dir(config_dir)
-    from ragexp.cli.views import show_anchored, show_validation
+    from ragexp.cli.views_validate import show_anchored, show_validation
     from ragexp.errors import ConfigError, DatasetErrors
     from ragexp.workflows.validate import anchor_dataset, check_dataset
 

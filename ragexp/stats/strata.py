@@ -3,7 +3,7 @@ stratum and one over all of them, with Holm's adjustment over the strata, and th
 so that the largest credible regression comes first.
 
 Each comparison pairs the cases both runs scored for the metric (a conversation's turns count
-once together, as in :func:`ragexp.compare.stats.paired_by_unit`); a stratum none of whose cases
+once together, as in :func:`ragexp.stats.paired.paired_by_unit`); a stratum none of whose cases
 both runs scored has no delta and says so.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ragexp.compare.multiple import holm
-from ragexp.compare.stats import PairedStats, paired, paired_by_unit
+from ragexp.stats.multiple import holm
+from ragexp.stats.paired import PairedStats, paired, paired_by_unit
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ baseline as reference cell (treatment coding), which is exact by construction:
 so ``R + G + I = cc - bb``, the case's paired delta, for every case and therefore on average.
 Each part's mean carries a paired percentile bootstrap interval: one resampling of the cases
 (with replacement) draws every part at once, so the parts' intervals come from the same draws.
-The total's interval is the one ``diff`` gives the paired delta (:mod:`ragexp.compare.stats`):
+The total's interval is the one ``diff`` gives the paired delta (:mod:`ragexp.stats.paired`):
 over the same cases, the attribution's total and the diff row are one computation, one verdict.
 
 Pure numpy: which runs the cells come from is :mod:`ragexp.workflows.attribution`'s concern.
@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from ragexp.compare.stats import paired_differences
+from ragexp.stats.paired import paired_differences
 
 PARTS = ("retrieval", "generation", "interaction")
 Cause = Literal["retrieval", "generation", "both", "neither"]
