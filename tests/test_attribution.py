@@ -319,6 +319,29 @@ def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_cell_whose_every_replay_failed_says_why(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate_down",
+    )
+    found = _attributed(ragexp, base, cand)
+    assert found["replayed"] == 2 and len(found["errors"]) == 2
+    for error in found["errors"]:
+        assert error["error"].startswith("every replay of cell baseline/candidate failed (run ")
+        assert "every case errored (2 of 2; the first: " in error["error"]
+        assert "the model is down (2 contexts)" in error["error"]
+
+
+@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
     run = _run(ragexp, "provider=fake")
     found = ragexp("report", run, "--attribute")

@@ -17,7 +17,7 @@ from ragexp.config.compose import compose
 from ragexp.config.models import MatchConfig, ResponseMapping
 from ragexp.datasets.audit import load_chunks
 from ragexp.datasets.evidence import anchor_span, resolve_evidence, sentences
-from ragexp.datasets.loader import load_dataset
+from ragexp.datasets.loader import MAX_ERRORS, load_dataset
 from ragexp.errors import DatasetErrors, MetricError
 from ragexp.metrics.evidence import Matcher
 from ragexp.metrics.offline import build_inputs, score_citation_precision, score_mrr, score_ndcg, score_recall
@@ -400,6 +400,36 @@ def test_offsets_are_read_into_text_and_the_hash_covers_evidence_and_rule(tmp_pa
     assert "relevant" not in ids.cases[0].labels()
 
 
+def test_spans_against_a_large_document_normalise_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40 spans written in another width than the document (a 4 MB one, and one given as 3 chunks):
+    # each is refused, and each document's text is normalised once, not once per span.
+    import ragexp.datasets.evidence as evidence
+
+    filler = "退款审核通过后原路退回，银行卡三到七个工作日到账。" * 160_000
+    spans = [f"ＳＫＵ-{n:03d}" for n in range(40)]
+    big = filler + "".join(f"SKU-{n:03d}。" for n in range(40))
+    parts = [filler[:1000] + "SKU-000。", "SKU-001。" + filler[:1000], "SKU-002。"]
+    rows = [{"id": "big", "text": big}] + [{"id": f"p{i}", "doc": "parted", "text": t} for i, t in enumerate(parts)]
+    corpus = load_chunks(write_jsonl(tmp_path / "docs.jsonl", rows))
+    named = [("big", span) for span in spans] + [("parted", span) for span in spans[:3]]
+    cases = [{"id": f"c{n}", "question": "q", "relevant": [{"doc": d, "span": s}]} for n, (d, s) in enumerate(named)]
+    data = load_dataset(write_jsonl(tmp_path / "set.jsonl", cases))
+    normalised: list[int] = []
+
+    def counted(text: str) -> str:
+        normalised.append(len(text))
+        return evidence_normalize(text)
+
+    evidence_normalize = evidence.normalize
+    monkeypatch.setattr(evidence, "normalize", counted)
+    with pytest.raises(DatasetErrors) as refused:
+        resolve_evidence(data, corpus, MatchConfig(), corpus_key="dataset.corpus")
+    assert normalised.count(len(big)) == 1
+    assert sorted(n for n in normalised if n > len("ＳＫＵ-000")) == sorted([len(big), *map(len, parts)])
+    assert len(refused.value.errors) == min(43, MAX_ERRORS)
+    assert all("differs in white space, width or case" in error.reason for error in refused.value.errors)
+
+
 def test_a_system_without_texts_is_refused_for_evidence(ragexp: Any, tmp_path: Path) -> None:
     rows = [
         {"id": "c", "question": "q", "relevant": [{"doc": "d", "span": "x"}], "retrieved_ids": ["d"], "response": "x"}
@@ -734,6 +764,8 @@ def test_anchor_span_is_the_sentences_holding_the_facts() -> None:
     assert anchor_span(text, ["1-3 个工作日"]) == "退款 1-3 个工作日到账；"
     assert anchor_span(text, ["1-3 个工作日", "3-7"]) == "退款 1-3 个工作日到账；银行卡 3-7 个工作日。"
     assert anchor_span(text, ["不在"]) == text
+    # A fact written over two sentences is held whole by the span, beside a fact in one sentence.
+    assert anchor_span(text, ["到账；银行卡", "第一句"]) == "第一句。退款 1-3 个工作日到账；银行卡 3-7 个工作日。"
     english = "Refunds take 3.5 days. Cards are slower! Done"
     assert [english[a:b] for a, b in sentences(english)] == ["Refunds take 3.5 days.", "Cards are slower!", "Done"]
 

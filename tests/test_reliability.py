@@ -642,6 +642,8 @@ def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri:
 def read_only_view(source: Path, view: Path) -> Iterator[Path]:
     view.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(view)], capture_output=True)
+    if mounted.returncode == 0:  # a bind mount takes "ro" only when mounted again
+        mounted = subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot bind-mount read-only here ({mounted.stderr.decode().strip() or 'not root'})")
     try:
@@ -670,6 +672,24 @@ def test_a_read_only_store_can_be_read_but_not_run_into(ragexp: Any, store_uri: 
     assert "warning: the verdict is not recorded" in gated.stderr
     assert refused.code == 1 and refused.stderr.count("\n") == 1
     assert f"tracking store {view}/mlflow.db is read-only" in refused.stderr
+
+
+@pytest.mark.system
+def test_report_on_a_read_only_store_says_in_one_line_where_it_is_and_that_it_is_not_logged(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    run = ragexp("run", "provider=fake", "--json").json()["run_id"]
+    folder = Path(store_uri.removeprefix("sqlite:///")).parent
+    # The store's folder, its artifacts too, made read-only where it is.
+    with read_only_view(folder, folder):
+        made = ragexp("report", run, "--out", str(tmp_path / "report"))
+    assert made.code == 0, made.stderr
+    assert made.stderr == ""
+    assert made.stdout.splitlines() == [
+        f"report (zh) written to {tmp_path}/report/report.html and {tmp_path}/report/report.md; not logged to run "
+        f"{run} (logging artifacts of run {run}: tracking store {store_uri} is on a read-only file system)"
+    ]
+    assert (tmp_path / "report" / "report.md").is_file()
 
 
 def test_reading_a_store_that_does_not_exist_creates_nothing(ragexp: Any, tmp_path: Path) -> None:

@@ -251,10 +251,10 @@ def show_sequential(outcome: SequentialOutcome) -> None:
 
 def report_line(run_id: str, published: Published) -> str:
     folder = published.folder
-    return (
-        f"report ({published.used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} "
-        "under report/"
-    )
+    logged = f"logged to run {run_id} under report/"
+    if published.not_logged is not None:  # one line: where it is, and why it is not in the run
+        logged = f"not logged to run {run_id} ({published.not_logged})"
+    return f"report ({published.used}) written to {folder}/report.html and {folder}/report.md; {logged}"
 
 
 def run_warning(outcome: RunOutcome) -> None:

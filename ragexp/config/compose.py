@@ -193,7 +193,8 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         unknown = re.fullmatch(r"Could not override '([^']+)'\.", message)
         if unknown:
             # Hydra's struct mode refuses a key no config file sets; its wording names no cause.
-            message = f"{unknown.group(1)}: no such key{closest_key_hint(unknown.group(1))}"
+            key = unknown.group(1)
+            message = unset_key(key) or f"{key}: no such key{closest_key_hint(key)}"
         missing = re.search(r"Could not find '(\w+)/([^']+)'", message)
         if missing:
             message += option_hint(directory, missing.group(1), missing.group(2))
@@ -411,6 +412,24 @@ def known_keys(model: type[BaseModel] = RagexpConfig, prefix: str = "") -> dict[
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             found.update(known_keys(annotation, key + "."))
     return found
+
+
+def unset_key(key: str) -> str | None:
+    """The message for a key of the typed models that this composition does not set (a block such
+    as ``provider.system.response`` that the system's file leaves out): it is added with ``+``, not
+    overridden; a block's keys are named. None for a key the models do not have."""
+    given = key.split(".")
+    concrete = {
+        ".".join(given[i] if part == "*" and i < len(given) else part for i, part in enumerate(known.split(".")))
+        for known in known_keys()
+    }
+    inside = sorted({k[len(key) + 1 :].split(".")[0] for k in concrete if k.startswith(key + ".")})
+    if key not in concrete:
+        return None
+    message = f"{key}: this config does not set it, so there is nothing to override: add it with '+{key}=...'"
+    if inside:
+        message += f", or set some of its keys ({', '.join(inside)}) with '{key}.KEY=...'"
+    return message
 
 
 def closest_key_hint(key: str, kind: str | None = None) -> str:

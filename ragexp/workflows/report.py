@@ -18,6 +18,8 @@ class Published:
     """Where report.md, report.html and the plots are."""
     used: str
     """What the report compares (as :func:`build_report` words it)."""
+    not_logged: str | None = None
+    """Why the report is not logged to its run (a read-only copy of a store); None: it is."""
 
 
 def publish_report(
@@ -58,7 +60,7 @@ def publish_report(
     try:
         store.log_files(run_id, files)
     except TrackingError as exc:  # a read-only copy of a store: the report is on disk all the same
-        say(f"warning: the report is not logged to run {run_id}: {exc}")
+        return Published(folder, used, str(exc))
     return Published(folder, used)
 
 
@@ -83,8 +85,9 @@ def publish_sweep_report(
     folder = Path(out) if out else Path("reports") / parent
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
+    used = f"sweep of {len(analysis.points)} points against {analysis.baseline.label}"
     try:
         store.log_files(parent, files)
     except TrackingError as exc:
-        say(f"warning: the report is not logged to run {parent}: {exc}")
-    return Published(folder, f"sweep of {len(analysis.points)} points against {analysis.baseline.label}")
+        return Published(folder, used, str(exc))
+    return Published(folder, used)
