@@ -68,7 +68,7 @@ lint: setup
 	$(BIN)/mypy
 
 bench: setup
-	$(BIN)/python tests/benchmarks/bench_run.py
+	$(BIN)/python tests/benchmarks/bench_run.py $(BENCH_ARGS)
 
 bench-compare: setup
 	$(BIN)/python tests/benchmarks/bench_compare.py

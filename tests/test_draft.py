@@ -500,7 +500,6 @@ def test_interrupted_drafting_resumes_without_paying_twice(tmp_path: Path) -> No
         assert len(read_cases(out)) >= 25
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_model_that_stops_answering_stops_the_draft_and_a_rerun_finishes(
     ragexp: Any, drafter: str, tmp_path: Path
 ) -> None:
@@ -536,7 +535,6 @@ def test_the_index_built_a_slice_at_a_time_ranks_as_the_one_built_at_once() -> N
     assert whole.search("退货运费", 10)  # the queries do reach chunks
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_near_duplicates_match_the_pairwise_definition() -> None:
     # The gram index must drop exactly what comparing every question with every earlier kept one drops.
     def pairwise(questions: list[str], threshold: float) -> dict[int, int]:

@@ -156,7 +156,6 @@ def test_documents_decide_when_the_system_names_them() -> None:
     assert (mixed["recall"], mixed["mrr"]) == (1.0, 0.5)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_matching_by_text_agrees_with_positions_in_the_documents_on_random_windows() -> None:
     """Windows and spans are pieces of documents of distinct-enough characters: whether a window
     matches a span follows from where both lie in the document, which a plain per-case
@@ -337,7 +336,6 @@ def documents(tmp_path: Path) -> Path:
     )
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_documents_refuse_what_cannot_be_right_and_nothing_runs(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
     docs = documents(tmp_path)
     rows = [
@@ -448,7 +446,6 @@ def test_a_system_without_texts_is_refused_for_evidence(ragexp: Any, tmp_path: P
 # --- services, pipelines and replays that give texts and documents -------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_replay_of_texts_without_ids_scores_evidence_and_doc_ids_round_trip(
     ragexp: Any, tmp_path: Path, store_uri: str
 ) -> None:
@@ -489,7 +486,6 @@ def test_a_replay_of_texts_without_ids_scores_evidence_and_doc_ids_round_trip(
     assert "doc_ids" not in SystemOutput(["a"]).to_json()
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_reply_naming_chunks_without_their_texts_is_an_error_not_a_zero(ragexp: Any, tmp_path: Path) -> None:
     pipeline = tmp_path / "textless_rag.py"
     pipeline.write_text(
@@ -511,7 +507,6 @@ def test_a_reply_naming_chunks_without_their_texts_is_an_error_not_a_zero(ragexp
     assert payload["error_count"] == 1 and payload["summary"]["recall_at_k"] == 1.0  # the blind case is no 0
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_document_ids_of_another_kind_are_warned_about(ragexp: Any, tmp_path: Path) -> None:
     rows = [
         {
@@ -613,7 +608,6 @@ def test_runs_of_different_chunkings_on_the_same_evidence_are_comparable(ragexp:
     assert ragexp("diff", doc.json()["run_id"], strict.json()["run_id"]).code == 3
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_fake_system_proves_the_evidence_chain(ragexp: Any) -> None:
     result = ragexp("run", "dataset=kb_zh_spans", "provider=fake", "--json")
     assert result.code == 0, result.stderr
@@ -623,7 +617,6 @@ def test_the_fake_system_proves_the_evidence_chain(ragexp: Any) -> None:
 # --- from chunk ids to evidence ---------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_anchoring_round_trip_on_kb_zh(ragexp: Any, tmp_path: Path) -> None:
     out = tmp_path / "anchored.jsonl"
     result = ragexp("validate", "dataset=kb_zh", "--anchor", "--out", str(out), "--json")
@@ -836,7 +829,6 @@ def test_a_reindexed_service_keeps_its_scores_on_evidence(
     assert diff.code == 0 and diff.json()["comparable"] is True
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(
     ("preset", "target", "doc_of"),
     [

@@ -136,7 +136,6 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert same_judge.code == 0, same_judge.stderr
 
 
-@pytest.mark.system
 def test_a_judge_redeployed_mid_run_is_said_and_recorded(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES)
     args = ("--served-model", "judge-model-2026-01", "--fingerprint", "fp_a")
@@ -156,7 +155,6 @@ def test_a_judge_redeployed_mid_run_is_said_and_recorded(ragexp: Any, store_uri:
     assert "the judge's grades were served by 2 identities" in result.stderr
 
 
-@pytest.mark.system
 def test_mindie_and_tei_report_what_they_are(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES[:2])
     with serve(JUDGE, "--version", "2.0.RC1", "--fingerprint", "rev-7") as url:

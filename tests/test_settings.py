@@ -309,7 +309,6 @@ def test_plain_ragexp_prints_help_and_exits_0_and_version_exists() -> None:
 # --- what a run says after its tables --------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_run_says_what_it_evaluated_what_the_numbers_mean_and_what_to_try_next(ragexp: Any, tmp_path: Path) -> None:
     shown = ragexp("run")  # what `make run` runs
     assert shown.code == 0, shown.stderr

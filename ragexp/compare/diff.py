@@ -22,6 +22,7 @@ from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.custom_spec import definition_change
 from ragexp.metrics.population import Population, population
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage
+from ragexp.metrics.wording import rendered
 from ragexp.phrases import t
 from ragexp.stats.paired import paired, paired_by_unit, unit_means
 
@@ -433,13 +434,16 @@ def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> lis
 
 
 def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
+    """What a run did for a case, its rationales in diff's language (English) where the run kept
+    their codes; ``rationale_recorded``: the metrics whose rationale is the text as recorded."""
     output = row.get("output") or {}
-    rationale = row.get("rationale")
+    texts, recorded = rendered(row, "en")
     return {
         "retrieved_ids": output.get("ranked_ids", []),
         "answer": output.get("answer"),
         "error": row.get("error"),
-        "rationale": {str(k): str(v) for k, v in rationale.items()} if isinstance(rationale, dict) else {},
+        "rationale": texts,
+        "rationale_recorded": recorded,
     }
 
 

@@ -37,7 +37,14 @@ from ragexp.compare.versions import on_versions
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.population import covered, population
-from ragexp.metrics.registry import FIRST_FAILING_HOP, MetricSpec, case_values_metric, headline_metrics, hop_of
+from ragexp.metrics.registry import (
+    FIRST_FAILING_HOP,
+    REASON_KINDS,
+    MetricSpec,
+    case_values_metric,
+    headline_metrics,
+    hop_of,
+)
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.tables import Table, to_html, to_markdown
@@ -131,7 +138,7 @@ def build_report(
     for line in bridge.lines() if bridge is not None else []:
         doc.para(line)
     if base is not None:
-        _what_changed(doc, case_changes(base, compared), base, language)
+        _what_changed(doc, case_changes(base, compared, language), base, compared, language)
     _identity(doc, run, base, language)
     _columns(doc, run, base, config, specs, language, gate)
     _results(doc, run, specs, language)
@@ -162,8 +169,8 @@ class Gate:
 
     @classmethod
     def of(cls, store: Store, base: RunData, run: RunData, configured: GateResult, gates: GatesConfig) -> Gate:
-        path = f"comparisons/{base.run_id}/gate.json"
-        recorded = read_comparison(store, run.run_id, base.run_id, "gate.json")
+        path = artifacts.comparison(base.run_id, artifacts.GATE)
+        recorded = read_comparison(store, run.run_id, base.run_id, artifacts.GATE)
         if recorded is not None and recorded.get("rules") is not None:
             config = recorded.get("config") or {}
             return cls(GateResult.from_json(recorded), True, path, config)
@@ -175,8 +182,9 @@ class Gate:
         return cls(configured, False, path, config)
 
 
-def _what_changed(doc: Doc, changes: Changes, base: RunData, language: str) -> None:
-    """Every case that got worse, then every case that got better, with what both runs did."""
+def _what_changed(doc: Doc, changes: Changes, base: RunData, run: RunData, language: str) -> None:
+    """Every case that got worse, then every case that got better, with what both runs did; the
+    rationales in the report's language, but for runs that kept no code of them (said once)."""
     doc.heading(t("what_changed", language))
     doc.para(
         t(
@@ -219,6 +227,25 @@ def _what_changed(doc: Doc, changes: Changes, base: RunData, language: str) -> N
         doc.table(headers, rows)
         if count > len(listed):
             doc.para(t("more_cases", language, n=count - len(listed)))
+    recorded = _as_recorded(changes, base, run, language)
+    if recorded:
+        doc.para(t("reasons_recorded", language, runs=", ".join(recorded)))
+
+
+def _as_recorded(changes: Changes, base: RunData, run: RunData, language: str) -> list[str]:
+    """The runs (``id (language)``) whose offline rationales the report shows as they were
+    recorded, in another language: runs written before rationales kept their codes."""
+    found = []
+    for side, data in (("baseline", base), ("candidate", run)):
+        written = data.record.tag("language") or "?"
+        if written == language:
+            continue
+        for change in (*changes.worse, *changes.better):
+            recorded = getattr(change, side).recorded
+            if any(m.metric in recorded and m.metric in REASON_KINDS for m in change.moves):
+                found.append(f"{data.run_id} ({written})")
+                break
+    return found
 
 
 def _change_row(change: CaseChange, language: str) -> list[str]:

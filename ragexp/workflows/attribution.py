@@ -54,7 +54,7 @@ CELL_TAG = TAG_PREFIX + "attribution.cell"
 INPUTS_TAG = TAG_PREFIX + "attribution.inputs"
 """The hash of what a cell run replays (:func:`cell_inputs`): a rerun finds its cell run by it."""
 BASELINE_TAG = TAG_PREFIX + "attribution.baseline"
-ARTIFACT = "attribution.json"
+ARTIFACT = artifacts.ATTRIBUTION
 """Kept on the candidate as ``comparisons/<baseline>/attribution.json``."""
 ANSWER_OUTPUTS = frozenset({"response", "citations"})
 """Output fields of the answer stage: a metric reading one of them is split three ways."""

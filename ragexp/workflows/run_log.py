@@ -62,7 +62,7 @@ def log_dataset(plan: Plan, store: Store, run_id: str) -> None:
         store.log_files(run_id, {TRAFFIC_ARTIFACT: traffic_json(plan.traffic)})
 
 
-TRAFFIC_ARTIFACT = "traffic.json"
+TRAFFIC_ARTIFACT = artifacts.TRAFFIC
 
 
 def served_tags(served: str) -> dict[str, str]:

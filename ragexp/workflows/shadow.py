@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ragexp import strict_json
+from ragexp import artifacts, strict_json
 from ragexp.compare.data import load_run
 from ragexp.config.compose import compose
 from ragexp.config.models import RagexpConfig, ReplaySystemConfig
@@ -43,7 +43,7 @@ PAIR_TAG = TAG_PREFIX + "shadow.production"
 """On the candidate: the production run it is compared with."""
 WORST_TAG = TAG_PREFIX + "shadow.worst_stratum"
 """On the candidate: the stratum with the largest credible regression of the first metric."""
-SHADOW_ARTIFACT = "shadow.json"
+SHADOW_ARTIFACT = artifacts.SHADOW
 SUFFIX = "-shadow"
 
 

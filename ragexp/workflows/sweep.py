@@ -33,9 +33,7 @@ from ragexp.report.build import Doc, Report, page
 from ragexp.report.plots import figure_svg
 from ragexp.tracking.store import FINISHED, TAG_PREFIX, Store
 
-SWEEP_JSON = "sweep/sweep.json"
-FRONT_PNG = "sweep/front.png"
-"""What ``ragexp sweep`` logs to the parent run: the analysis (as ``--json`` prints it) and the plot."""
+SWEEP_JSON, FRONT_PNG = artifacts.SWEEP, artifacts.SWEEP_FRONT
 
 
 def sweep_analysis(
@@ -101,10 +99,9 @@ def sweep_analysis(
 
         analysis.confirm = confirm_winner(analysis, confirmation, store, say=say)
     with tempfile.TemporaryDirectory(prefix="ragexp-sweep-") as tmp:
-        folder = Path(tmp) / "sweep"
-        folder.mkdir()
-        (folder / "sweep.json").write_text(strict_json.dumps(analysis.to_json(), indent=2), encoding="utf-8")
-        front_plot(analysis, folder / "front.png")
+        (Path(tmp) / SWEEP_JSON).parent.mkdir()
+        (Path(tmp) / SWEEP_JSON).write_text(strict_json.dumps(analysis.to_json(), indent=2), encoding="utf-8")
+        front_plot(analysis, Path(tmp) / FRONT_PNG)
         store.log_dir(parent, Path(tmp))
     return analysis
 
