@@ -43,11 +43,14 @@ class LazyCommands(TyperGroup):
         return self.commands[cmd_name]
 
     def _built(self, name: str, callback: Any, epilog: str | None = None) -> Any:
-        return get_command_from_info(
+        command = get_command_from_info(
             CommandInfo(name=name, callback=callback, epilog=epilog),
             pretty_exceptions_short=True,
             rich_markup_mode=self.rich_markup_mode,
         )
+        # click cuts a help's first sentence to fit the command list ("..."); given whole, it wraps.
+        command.short_help = " ".join((command.help or "").split("\n\n")[0].split())
+        return command
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         # `ragexp draft review FILE`: a command's MODES are commands of their own, named by two words.
@@ -88,6 +91,9 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
+    # click's plain help: a flag shows no value type, a paragraph rewraps to the terminal, and a long
+    # default wraps instead of being cut to the width of rich's help column.
+    rich_markup_mode=None,
 )
 
 

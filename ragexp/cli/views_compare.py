@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ragexp.cli.render import fmt, signed, table, terminal, to_terminal
+from ragexp.cli.render import fmt, scorer, signed, table, terminal, to_terminal
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
 from ragexp.compare.summary import ledger_line
@@ -104,11 +104,12 @@ def _show_breakdowns(result: DiffResult) -> None:
     """``diff``'s figures beside the metric table: prediction-powered deltas, hops, turn positions."""
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
-        print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
+        by = scorer([name for name, _ in with_ppi])
+        print(f"\nprediction-powered difference ({by} scores corrected by human scores on shared labelled cases):")
         for name, ppi in with_ppi:
             print(
                 f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
-                f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+                f"{by} alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.hops is not None:
         print(f"\nfirst failing hop, cases by baseline (rows) and candidate (columns), {result.hops.paired} paired:")

@@ -198,7 +198,13 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         missing = re.search(r"Could not find '(\w+)/([^']+)'", message)
         if missing:
             message += option_hint(directory, missing.group(1), missing.group(2))
-        if "LexerNoViableAlt" in message or "mismatched input" in message:
+        indexed = _indexed_key(overrides) if unknown or "LexerNoViableAlt" in message else None
+        if indexed:
+            message = (
+                f"{indexed[0]}: an override cannot reach into a list ({indexed[1]}): set the whole list, "
+                f"'{indexed[2]}=[...]' in quotes, or write it in a config file of yours (docs/config.md)"
+            )
+        elif "LexerNoViableAlt" in message or "mismatched input" in message:
             message += " (quote a value with spaces or other special characters: key='value')"
         raise ConfigError(f"config: {message}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -210,6 +216,20 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     for note in replaced_packaged(directory, name, choices if isinstance(choices, dict) else {}):
         sys.stderr.write(note + "\n")
     return plain
+
+
+_INDEX = re.compile(r"(?:\[\d+\]|\.\d+)(?=[.\[]|$)")
+
+
+def _indexed_key(overrides: Sequence[str]) -> tuple[str, str, str] | None:
+    """The first override whose key indexes a list (``metrics.custom[0].path``, ``metrics.custom.0.path``):
+    the override, its key and the list's key. Hydra's grammar has no index, and a list's items are no keys."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        found = _INDEX.search(key)
+        if found:
+            return override, key, key[: found.start()]
+    return None
 
 
 _SAID: set[Path] = set()
