@@ -68,10 +68,13 @@ lint: setup
 	$(BIN)/mypy
 
 bench: setup
-	$(BIN)/python tests/benchmarks/bench_run.py
+	$(BIN)/python tests/benchmarks/bench_run.py $(BENCH_ARGS)
 
+# The tree before issue 45's paired comparison: bench-compare times diff and gate against it on
+# the same store (BENCH_AGAINST= leaves that A/B out; BENCH_ARGS="--ab-only" times only it).
+BENCH_AGAINST ?= f00a93f
 bench-compare: setup
-	$(BIN)/python tests/benchmarks/bench_compare.py
+	$(BIN)/python tests/benchmarks/bench_compare.py $(if $(BENCH_AGAINST),--against $(BENCH_AGAINST)) $(BENCH_ARGS)
 
 bench-runs: setup
 	$(BIN)/python tests/benchmarks/bench_runs.py

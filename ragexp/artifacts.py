@@ -27,6 +27,8 @@ from ragexp.datasets.ledger import case_hashes
 from ragexp.errors import TrackingError
 from ragexp.metrics.custom_spec import spec_from_json, spec_json
 from ragexp.metrics.registry import MetricSpec
+from ragexp.metrics.wording import KEY as RATIONALE_CODES
+from ragexp.metrics.wording import CaseCodes
 from ragexp.records import Case, CaseResult
 
 FORMAT_VERSION = 1
@@ -52,13 +54,30 @@ CUSTOM_METRICS = "custom_metrics.json"
 read the run know its direction, range and definition without the user's config."""
 
 CONVERSATIONS = "conversations.jsonl"
-TRAFFIC = "traffic.json"
-"""A run on production traffic (``dataset=traces``): what was read, left out and sampled, and
-each case's stratum (``strata``)."""
+"""One row per conversation: its turns, whether all were correct, the first that was not."""
 CANARIES = "canaries.json"
 """With ``judge.canaries``: each canary's grade by the run's judge, the human scores, the agreement
 and what served the judge (``--bridge-judge canaries`` reads it)."""
-"""One row per conversation: its turns, whether all were correct, the first that was not."""
+TRAFFIC = "traffic.json"
+"""A run on production traffic (``dataset=traces``): what was read, left out and sampled, and
+each case's stratum (``strata``)."""
+SHADOW = "shadow.json"
+"""``ragexp shadow``'s outcome, on the candidate."""
+DRAFT = "draft.jsonl"
+"""The drafted cases ``ragexp draft`` logged, which ``draft review`` and ``draft accept`` read."""
+SWEEP = "sweep/sweep.json"
+SWEEP_FRONT = "sweep/front.png"
+"""What ``ragexp sweep`` logs to the parent run: the analysis (as ``--json`` prints it) and the plot."""
+GATE = "gate.json"
+DIFF = "diff.json"
+ATTRIBUTION = "attribution.json"
+"""Comparisons, kept on the candidate under :func:`comparison`: every gate and diff of a pair, and
+``diff --attribute``'s result."""
+
+
+def comparison(baseline: str, name: str = "") -> str:
+    """Where the candidate keeps its comparisons with ``baseline`` (``name``: one of them)."""
+    return f"comparisons/{baseline}/{name}" if name else f"comparisons/{baseline}"
 
 
 def nullable(values: np.ndarray) -> list[float | None]:
@@ -116,6 +135,11 @@ def write_cases(
                 row["turn"] = case.turn
             if result.rationale:
                 row["rationale"] = result.rationale
+            codes = result.rationale_codes
+            if codes is not None:
+                said = codes.to_json() if isinstance(codes, CaseCodes) else dict(codes)
+                if said:
+                    row[RATIONALE_CODES] = said
             if spread:
                 row["spread"] = dict(zip(spread_names, spread_values, strict=True))
             chunk.append(dumps(row, option=newline))

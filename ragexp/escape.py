@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import html as _html
 import re
+import unicodedata
+from collections.abc import Iterable
 
 _INVISIBLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069"
+    "\ufeff\ufffe\uffff\ud800-\udfff]"
 )
-"""Controls, bidi marks, overrides and isolates, separators, BOM, non-characters, lone surrogates."""
+"""Controls, soft hyphen, zero-width spaces and joiners, bidi marks, overrides and isolates,
+separators, word joiner and invisible operators, BOM, non-characters, lone surrogates."""
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -46,6 +50,31 @@ def _visible(text: str, keep: str = "") -> str:
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
     return _INVISIBLE.sub(one, text)
+
+
+def folded(text: str) -> str:
+    """``text`` as a reader sees it: NFC, invisible characters dropped. Two names with the same
+    folded form look the same on every screen though they differ (NFC and NFD, a zero-width space)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return unicodedata.normalize("NFC", _INVISIBLE.sub("", text))
+
+
+def code_points(text: str) -> str:
+    """``text`` as its code points (``U+0065 U+0301``): what tells look-alike names apart."""
+    return " ".join(f"U+{ord(ch):04X}" for ch in text)
+
+
+def look_alike(wanted: str, known: Iterable[str]) -> str | None:
+    """The first of ``known`` that looks the same as ``wanted`` (the same :func:`folded` form)
+    though written with other code points; None when there is none."""
+    target = folded(wanted)
+    return next((name for name in known if name != wanted and folded(name) == target), None)
+
+
+def other_code_points(name: str, other: str) -> str:
+    """How two look-alike names differ, for a message."""
+    return f"written with other code points ({code_points(name)}, not {code_points(other)})"
 
 
 def terminal(text: object) -> str:

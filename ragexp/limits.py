@@ -219,6 +219,13 @@ def output_problem(output: SystemOutput) -> str | None:
     store), naming the field; None if every one can. Whatever read the output checked it already:
     this is the last check before anything is written, so a value that slipped through is an
     error for its case, never the run's."""
+    latency, ttft = output.latency_seconds, output.ttft_seconds
+    if (
+        not (output.timings or output.tokens or output.stages)
+        and (latency is None or (type(latency) is float and 0.0 <= latency <= MAX_SECONDS))
+        and (ttft is None or (type(ttft) is float and 0.0 <= ttft <= MAX_SECONDS))
+    ):
+        return None  # the usual output, checked without building the list below: every case passes here
     checks: list[tuple[str, Any, Callable[[Any], str | None]]] = [
         ("latency_seconds", output.latency_seconds, seconds_problem),
         ("ttft_seconds", output.ttft_seconds, seconds_problem),

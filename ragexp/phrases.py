@@ -223,6 +223,11 @@ PHRASES: dict[str, dict[str, str]] = {
     "candidate_answer": {"zh": "候选回答", "en": "Candidate answer"},
     "now_errors": {"zh": "新出错", "en": "now errors"},
     "no_longer_errors": {"zh": "不再出错", "en": "no longer errors"},
+    "reasons_recorded": {
+        "zh": "{runs} 的理由按运行时记录的原文显示：这些运行早于可按阅读者语言重写理由的版本。",
+        "en": "The rationales of {runs} are shown as recorded, in the run's language: those runs were made "
+        "before rationales could be rewritten in the reader's language.",
+    },
     "more_cases": {
         "zh": "另有 {n} 条未列出（两次运行的 cases.jsonl 含全部样本）。",
         "en": "{n} more not listed (both runs' cases.jsonl hold every case).",

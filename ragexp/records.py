@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -274,6 +275,9 @@ class CaseResult:
     rationale: dict[str, str] = field(default_factory=dict)
     """Metric name -> why the case got its score, where the metric says (a rubric's judge, a
     function of the user's returning ``{"score", "rationale"}``)."""
+    rationale_codes: Mapping[str, Any] | None = None
+    """Metric name -> the code its offline rationale was written from
+    (:mod:`ragexp.metrics.wording`), which renders it in another language; None: no offline rationale."""
 
     @property
     def ok(self) -> bool:

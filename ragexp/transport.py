@@ -436,10 +436,37 @@ def _speaks_tls(host: str, port: int, wait: float) -> bool:
         return False
 
 
-def backoff(base: float, attempt: int) -> float:
+def backoff(base: float, attempt: int, cap: float = MAX_BACKOFF) -> float:
     """Exponential backoff with jitter, so failed requests do not come back in lockstep."""
-    delay: float = min(MAX_BACKOFF, base * (2**attempt)) * (0.5 + random.random() / 2)
+    delay: float = min(cap, base * (2**attempt)) * (0.5 + random.random() / 2)
     return delay
+
+
+def retry_within(
+    call: Callable[[], T],
+    *,
+    timeout_s: float,
+    base: float,
+    again: Callable[[Exception], bool],
+    attempts: int | None = None,
+    cap: float = MAX_BACKOFF,
+) -> T:
+    """``call()``, asked again after each failure ``again`` accepts, with :func:`backoff` from
+    ``base`` (no pause longer than ``cap``), for as long as the next pause ends within
+    ``timeout_s`` of the first call and at most ``attempts`` calls in all. The policy of the calls
+    that are not a run's HTTP requests (the tracking store's writes, a promotion's lock); the last
+    failure is raised as it is."""
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            pause = backoff(base, attempt, cap)
+            attempt += 1
+            if not again(exc) or attempt == attempts or time.monotonic() + pause >= deadline:
+                raise
+            time.sleep(pause)
 
 
 def retry_after(value: str | None) -> float | None:

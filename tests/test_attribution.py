@@ -127,7 +127,6 @@ def test_sample_pair_only_the_generator_changed(ragexp: Any, store_uri: str, tmp
     assert _metric(found, "recall_at_k")["total"] == 0.0
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, store_uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -176,7 +175,6 @@ def test_sample_pair_only_retrieval_changed_the_demo_chunking_pair(ragexp: Any, 
     assert gate.json()["candidate"] == cand
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store_uri: str) -> None:
     base = _run(ragexp, "provider=fake")
     cand = _run(ragexp, "provider=fake")
@@ -188,7 +186,6 @@ def test_a_system_that_cannot_generate_is_refused_in_one_line(ragexp: Any, store
     assert plain.code == 0 and "attribution" not in plain.stdout
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_conversations_are_refused_in_one_line_before_any_replay(ragexp: Any, store_uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -234,7 +231,6 @@ def _check_known(found: dict[str, Any]) -> None:
     assert found["replayed"] == 2 and not found["errors"]  # refund and password: shipping kept its retrieval
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("generate", ["generate_candidate", "generate_candidate_async"])
 def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpus_cases: Path, generate: str) -> None:
     common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
@@ -253,7 +249,6 @@ def test_python_pair_with_a_known_interaction(ragexp: Any, store_uri: str, corpu
     _check_known(_attributed(ragexp, base, cand))
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_python_system_without_generate_is_refused_naming_the_key(
     ragexp: Any, store_uri: str, corpus_cases: Path
 ) -> None:
@@ -265,7 +260,6 @@ def test_python_system_without_generate_is_refused_naming_the_key(
     assert found.stderr.strip().count("\n") == 0
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
     from tests.servers.attribution import Handler, serving
 
@@ -289,7 +283,6 @@ def test_http_pair_with_a_generate_endpoint(ragexp: Any, store_uri: str, corpus_
     assert Handler.calls["/baseline/generate"] == 2 and Handler.calls["/candidate/generate"] == 2
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
     common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
     base = _run(
@@ -319,6 +312,28 @@ def test_a_failed_replay_is_an_error_for_its_case_never_zero(ragexp: Any, store_
 
 
 @pytest.mark.system  # a whole run: `make test`, not the edit loop
+def test_a_cell_whose_every_replay_failed_says_why(ragexp: Any, store_uri: str, corpus_cases: Path) -> None:
+    common = ("system=python", "metrics=offline", f"dataset.path={corpus_cases}", "k=2")
+    base = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:baseline",
+        "provider.system.generate=tests.pipelines.attribution:generate_baseline",
+    )
+    cand = _run(
+        ragexp,
+        *common,
+        "provider.system.target=tests.pipelines.attribution:candidate",
+        "provider.system.generate=tests.pipelines.attribution:generate_candidate_down",
+    )
+    found = _attributed(ragexp, base, cand)
+    assert found["replayed"] == 2 and len(found["errors"]) == 2
+    for error in found["errors"]:
+        assert error["error"].startswith("every replay of cell baseline/candidate failed (run ")
+        assert "every case errored (2 of 2; the first: " in error["error"]
+        assert "the model is down (2 contexts)" in error["error"]
+
+
 def test_report_attribute_needs_a_baseline(ragexp: Any, store_uri: str) -> None:
     run = _run(ragexp, "provider=fake")
     found = ragexp("report", run, "--attribute")
@@ -555,7 +570,6 @@ def test_a_sigterm_stops_a_replay_in_its_own_process_and_the_rerun_asks_only_the
         assert row[part] == pytest.approx(value, abs=1e-12)
 
 
-@pytest.mark.system  # whole runs: `make test`, not the edit loop
 def test_runs_leaves_the_cells_out_unless_asked_and_marks_them_by_config_hash(
     ragexp: Any, store_uri: str, corpus_cases: Path
 ) -> None:
@@ -613,7 +627,6 @@ from tests.pipelines.attribution import generate_baseline, generate_candidate
 """
 
 
-@pytest.mark.system  # whole runs: `make test`, not the edit loop
 def test_a_generate_module_changed_since_the_runs_is_refused(
     ragexp: Any, store_uri: str, corpus_cases: Path, tmp_path: Path
 ) -> None:

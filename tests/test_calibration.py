@@ -65,7 +65,6 @@ def test_too_few_labels_give_no_calibration() -> None:
     assert calibrate(judge, human, threshold=0.5) is not None
 
 
-@pytest.mark.system  # ppi-python pulls in numba at import: `make test`, not the edit loop
 def test_ppi_matches_ppi_python() -> None:
     from ppi_py import ppi_mean_ci
 
@@ -130,7 +129,6 @@ def test_calibration_gate_rules_fail_with_the_reason() -> None:
     assert math.isclose(gates.rules["faithfulness"].min_kappa or 0, 0.4)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("n", range(10, 41))
 def test_kappa_is_exactly_zero_when_one_rater_always_says_the_same(n: int) -> None:
     # Every human label 0 (or 1), the judge passing some: no agreement beyond chance, exactly —

@@ -19,7 +19,6 @@ from tests.test_compare import replay_rows, run_replay
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_run_lists_the_worst_cases_it_missed_with_what_was_expected_and_what_came_back(
     ragexp: Any, tmp_path: Path
 ) -> None:
@@ -144,7 +143,6 @@ def test_progress_bar_with_rate_and_eta_on_a_terminal_only(store_uri: str, tmp_p
     assert "evaluating" not in drawn
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 4))
     here = run_replay(ragexp, path, "experiment=elsewhere")
@@ -170,7 +168,6 @@ def test_runs_by_config_hash_searches_every_experiment(ragexp: Any, tmp_path: Pa
     ]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_and_gate_are_library_functions_the_cli_renders(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from ragexp.errors import ConfigError
     from ragexp.workflows.diff import compare_runs
@@ -198,7 +195,6 @@ def test_diff_and_gate_are_library_functions_the_cli_renders(ragexp: Any, store_
         run_gate(base["run_id"], candidate=base["run_id"])
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_phase_without_a_count_shows_a_spinner_and_its_time_after_a_second() -> None:
     import io
 

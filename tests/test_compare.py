@@ -261,7 +261,6 @@ def test_randomization_p_matches_exact_enumeration_on_discrete_scores() -> None:
     assert stats.delta == pytest.approx(-4 / 20)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_reports_cases_counts_and_stage(ragexp: Any, tmp_path: Path) -> None:
     # Candidate: recall unchanged, first relevant pushed from rank 1 to rank 2 in 10 cases
     # (the article's "recall flat, MRR down: fusion or rerank").

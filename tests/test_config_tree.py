@@ -360,7 +360,6 @@ def test_init_writes_a_starter_conf_that_composes(tmp_path: Path, monkeypatch: p
     assert starter.count("#   - name: ") == 2 and "kind: python" in starter and "kind: judge" in starter
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert invoke("init", ".").code == 0
@@ -386,7 +385,6 @@ def test_the_starter_metrics_run_once_uncommented(ragexp: Any, tmp_path: Path, m
     assert rubric.code == 1 and "needs an LLM judge" in rubric.stderr
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(("preset", "dataset"), [("sample", "kb_zh"), ("fake", "kb_zh"), ("replay", "scifacts_zh")])
 def test_presets_without_outside_services_run(preset: str, dataset: str, ragexp: Any) -> None:
     result = ragexp("run", f"provider={preset}", f"dataset={dataset}", "--json")

@@ -168,7 +168,6 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
     return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_target_that_needs_the_history_gets_it_and_is_scored_per_turn(
     ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
 ) -> None:
@@ -199,7 +198,6 @@ def test_a_target_that_needs_the_history_gets_it_and_is_scored_per_turn(
     ]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_same_target_ignoring_the_history_misses_the_follow_ups(
     ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
 ) -> None:
@@ -216,7 +214,6 @@ def test_the_same_target_ignoring_the_history_misses_the_follow_ups(
     assert result.json()["summary"]["recall_at_k"] == pytest.approx(3 / 5)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_history_reference_carries_the_reference_answers(ragexp: Any, chats: Path) -> None:
     result = run_chat(ragexp, chats, "remembers", "conversation.history=reference")
     assert result.code == 0, result.stderr
@@ -238,7 +235,6 @@ def test_history_reference_refuses_a_turn_without_a_reference(ragexp: Any, chats
     assert chat.CALLS == {}
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_failed_turn_is_an_error_for_it_and_the_later_turns(
     ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
 ) -> None:
@@ -255,7 +251,6 @@ def test_a_failed_turn_is_an_error_for_it_and_the_later_turns(
     assert payload["summary"]["recall_at_k"] == 1.0  # over the 3 scored turns, never a 0 for an error
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_resume_asks_a_conversation_cut_in_its_second_turn_again_from_its_first(
     ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
 ) -> None:
@@ -287,7 +282,6 @@ def conversation_rows(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, 
     return {row["conversation"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_per_conversation_figures_all_turns_correct_and_the_first_failed_turn(
     ragexp: Any, store_uri: str, chats: Path, tmp_path: Path
 ) -> None:
@@ -343,7 +337,6 @@ def test_per_conversation_figures_all_turns_correct_and_the_first_failed_turn(
     assert "3 conversations, 7 turns: every turn correct in 1 of 3" in text.stdout
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_judge_reads_each_turn_after_the_conversation_so_far(ragexp: Any, chats: Path) -> None:
     import urllib.request
 
@@ -382,7 +375,6 @@ def test_the_judge_reads_each_turn_after_the_conversation_so_far(ragexp: Any, ch
 # --- the bundled conversations ----------------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_bundled_kb_zh_chat_follow_ups_need_their_history(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from ragexp.config.compose import compose
     from ragexp.datasets.loader import resolve_path
@@ -439,7 +431,6 @@ def test_bundled_kb_zh_chat_follow_ups_need_their_history(ragexp: Any, store_uri
 # --- statistics by conversation -----------------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_diff_gate_and_power_count_and_resample_conversations(ragexp: Any, store_uri: str, chats: Path) -> None:
     from ragexp.stats.paired import paired_differences
 
@@ -468,7 +459,6 @@ def test_diff_gate_and_power_count_and_resample_conversations(ragexp: Any, store
     assert "with 3 conversations" in gate.stdout
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_bundled_conversations_are_paired_by_conversation(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from ragexp.stats.paired import paired_differences
 
@@ -494,7 +484,6 @@ def test_the_bundled_conversations_are_paired_by_conversation(ragexp: Any, store
 # --- MLflow -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_each_turn_is_a_trace_in_its_conversations_session(ragexp: Any, store_uri: str, chats: Path) -> None:
     from mlflow.tracing.constant import TraceMetadataKey
 
@@ -651,7 +640,6 @@ def test_dify_and_ragflow_carry_the_conversation_id_they_issued(
     }
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_id_the_service_never_issued_is_an_error_for_that_conversation(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -708,7 +696,6 @@ def test_a_conversation_id_mapping_that_finds_nothing_is_an_error_and_fails_the_
     assert right.code == 0, right.stdout
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_chat_sends_the_conversation_as_its_messages(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,7 +55,6 @@ def openai_url(monkeypatch: pytest.MonkeyPatch) -> Any:
         yield f"{url}/v1/chat/completions"
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_openai_usage_gives_tokens_and_priced_cost(
     ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str
 ) -> None:
@@ -102,7 +101,6 @@ def test_without_prices_tokens_only_and_cost_alone_is_refused(
     )
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_dify_usage_fields_are_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,7 +144,6 @@ def test_a_system_that_reports_no_usage_cannot_be_priced(
     assert sample.code == 1 and "reports no token usage" in sample.stderr
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_judge_tokens_are_priced(ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGEXP_TEST_JUDGE_KEY", JUDGE_KEY)
     rows = [
@@ -223,7 +220,6 @@ def test_cost_is_diffed_gated_and_reported(ragexp: Any, store_uri: str, tmp_path
     assert "cost" in markdown
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_priced_system_with_replies_missing_usage_logs_no_cost(
     ragexp: Any, store_uri: str, tmp_path: Path, openai_url: str
 ) -> None:
@@ -244,7 +240,6 @@ def test_a_priced_system_with_replies_missing_usage_logs_no_cost(
     assert "cost" not in metrics_of(store_uri, result.json()["run_id"])
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(
     "usage",
     [

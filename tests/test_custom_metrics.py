@@ -171,7 +171,6 @@ def test_a_raising_a_wrong_and_an_out_of_range_value_are_errors_never_zero(
     ]
 
 
-@pytest.mark.system
 def test_a_slow_call_times_out_prints_go_to_stderr_and_calls_run_on_worker_threads(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -197,7 +196,6 @@ def test_a_slow_call_times_out_prints_go_to_stderr_and_calls_run_on_worker_threa
     assert threading.current_thread().name not in rules.SEEN.values()
 
 
-@pytest.mark.system
 def test_a_rationale_is_recorded_in_cases_and_on_the_trace(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", rows(2))
     payload = run_json(ragexp, data, custom("{name: graded, kind: python, target: 'tests.pipelines.rules:graded'}"))
@@ -209,7 +207,6 @@ def test_a_rationale_is_recorded_in_cases_and_on_the_trace(ragexp: Any, store_ur
     assert traces["case-0"]["graded"].rationale == "quotes 1 of 1 facts"
 
 
-@pytest.mark.system
 def test_an_mlflow_scorer_is_called_as_mlflow_calls_it(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from tests.pipelines import mlflow_rules
 
@@ -695,7 +692,6 @@ def test_a_metric_that_changes_what_it_is_given_is_its_error_and_the_change_is_u
     assert scored["case-2"]["metrics"]["meddling"] == 1.0
 
 
-@pytest.mark.system  # a judge server and whole runs
 def test_a_rubric_score_given_as_a_bool_or_a_string_is_an_error_and_a_refusal_says_why(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

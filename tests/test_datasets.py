@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ragexp.datasets.loader import load_dataset
-from ragexp.errors import DatasetErrors
+from ragexp.datasets.loader import load_dataset, only_cases
+from ragexp.errors import ConfigError, DatasetErrors
+from ragexp.escape import terminal
 from tests.conftest import ROOT, write_jsonl
 
 GOOD = {"id": "a", "question": "退款多久到账？", "relevant_ids": ["refund-arrival"], "expected_facts": ["1-3 个工作日"]}
@@ -155,3 +156,30 @@ def test_citations_are_a_list_of_positions_or_absent(tmp_path: Path, value: obje
     for absent in (None, []):
         case = load_dataset(write_jsonl(tmp_path / "ok.jsonl", [{**GOOD, "citations": absent}])).cases[0]
         assert case.recorded is None if absent is None else case.recorded is not None
+
+
+def test_ids_that_look_the_same_but_differ_in_code_points_are_told_apart(tmp_path: Path) -> None:
+    nfc, nfd, spaced = "caf\u00e9", "cafe\u0301", "chat\u200b-1"
+    rows = [{"id": i, "question": "q", "relevant_ids": ["d"]} for i in (nfc, nfd, "chat-1", spaced)]
+    with pytest.raises(DatasetErrors) as refused:
+        load_dataset(write_jsonl(tmp_path / "set.jsonl", rows))
+    assert [str(error) for error in refused.value.errors] == [
+        f"{tmp_path / 'set.jsonl'}:2: field 'id': id {nfd!r} looks the same as the id on line 1 ({nfc!r}) but is "
+        "written with other code points (U+0063 U+0061 U+0066 U+0065 U+0301, not U+0063 U+0061 U+0066 U+00E9)",
+        f"{tmp_path / 'set.jsonl'}:4: field 'id': id 'chat\\u200b-1' looks the same as the id on line 3 ('chat-1') "
+        "but is written with other code points (U+0063 U+0068 U+0061 U+0074 U+200B U+002D U+0031, not U+0063 "
+        "U+0068 U+0061 U+0074 U+002D U+0031)",
+    ]
+    # A subset naming a case in another form than the file's says which id it looks like.
+    rows = [{"id": i, "question": "q", "relevant_ids": ["refund-policy"]} for i in (nfd, "chat-1")]
+    path = write_jsonl(tmp_path / "ok.jsonl", rows)
+    with pytest.raises(ConfigError) as chosen:
+        only_cases(load_dataset(path), [nfc])
+    assert str(chosen.value) == (
+        f"config: dataset.case_ids: no case {nfc!r} in {path}; it has {nfd!r}, which looks the same, "
+        "written with other code points (U+0063 U+0061 U+0066 U+0065 U+0301, not U+0063 U+0061 U+0066 U+00E9)"
+    )
+    with pytest.raises(ConfigError) as hidden:
+        only_cases(load_dataset(path), ["chat\u200b-1"])
+    assert "no case 'chat\\u200b-1'" in str(hidden.value) and "looks the same" in str(hidden.value)
+    assert terminal("chat\u200b-1 \u00ad\u2060") == "chat\\u200b-1 \\xad\\u2060"

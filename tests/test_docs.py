@@ -397,7 +397,6 @@ def test_every_config_key_the_config_page_lists_is_a_typed_field_with_its_defaul
     assert set(fields) - nested - set(documented) == set(), "typed keys the config page does not list"
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_run_writes_only_names_the_docs_list(ragexp: Any, store_uri: str) -> None:
     """What a real run logs (the sample system, with its stage timings) against the lists above:
     its tags are ones the scan finds, its metrics are registry metrics or documented figures, its
@@ -492,7 +491,6 @@ def test_a_metric_sets_limit_is_the_registrys_and_every_packaged_set_keeps_it() 
         assert counted is None or int(counted.group(1)) == len(names), path.name
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -537,3 +535,62 @@ def test_a_runs_params_are_the_hashed_keys_the_config_page_lists_both_ways(
     blocks = {key for key, text in params.items() if text == "{}" and isinstance(value(key), dict)}
     assert blocks and "gates.rules" in params and "dataset.name" in params
     assert set(params) - blocks - {"gates.rules", "dataset.name"} == expected
+
+
+def _artifacts_bullet() -> str:
+    """docs/mlflow.md's ``artifacts`` bullet, up to the paragraph after it."""
+    text = _prose((ROOT / "docs/mlflow.md").read_text(encoding="utf-8"))
+    bullet = text[text.index("- artifacts") :]
+    return bullet[: bullet.index("\n\n")]
+
+
+def _artifact_constants() -> set[str]:
+    """The file names ``ragexp/artifacts.py`` defines (its constants that name a file)."""
+    from ragexp import artifacts
+
+    return {
+        value
+        for name, value in vars(artifacts).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[\w/]+\.\w+", value)
+    }
+
+
+def test_the_mlflow_pages_artifacts_are_the_artifact_modules_both_ways(ragexp: Any, store_uri: str) -> None:
+    from ragexp import artifacts
+
+    named = set(re.findall(r"`([^`\s]+\.(?:jsonl?|yaml|png))`", _artifacts_bullet()))
+    comparison = artifacts.comparison("<baseline>")
+    listed = {name.removeprefix(comparison + "/") for name in named if not name.startswith("ragexp/")}
+    assert {"cases.jsonl", "traffic.json", "gate.json", "sweep/sweep.json"} <= listed
+    assert listed == _artifact_constants()
+    # and what a real run writes is among them
+    from mlflow.tracking import MlflowClient
+
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    written = {item.path for item in MlflowClient(store_uri).list_artifacts(done.json()["run_id"])}
+    assert {artifacts.CASES, artifacts.SCORES, artifacts.TIMINGS} <= written <= listed
+
+
+def test_the_configs_comment_on_the_run_name_is_the_name_a_run_gets(ragexp: Any, store_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    line = next(
+        line
+        for line in (ROOT / "conf/config.yaml").read_text(encoding="utf-8").splitlines()
+        if line.startswith("run_name:")
+    )
+    shown, example = re.findall(r"null: (.+?), e\.g\. (\S+)", line)[0]
+    done = ragexp("run", "--json")
+    assert done.code == 0, done.stderr
+    run = MlflowClient(store_uri).get_run(done.json()["run_id"])
+    filled = {
+        "<config hash[:12]>": run.data.tags["ragexp.config_hash"][:12],
+        "<provider.name>": "sample",
+        "<dataset.name>": run.data.params["dataset.name"],
+        "<k>": run.data.params["k"],
+    }
+    for placeholder, value in filled.items():
+        shown = shown.replace(placeholder, value)
+    assert run.info.run_name == shown
+    assert re.fullmatch(r"[0-9a-f]{12}-sample-kb_zh-k5", example) and shown.endswith("-sample-kb_zh-k5")

@@ -176,7 +176,6 @@ def test_review_queue_round_trip_on_the_tracking_server(
     review_and_accept(ragexp, server, draft, tmp_path)
 
 
-@pytest.mark.system
 def test_review_and_accept_refuse_bad_input_in_one_line(
     ragexp: Any,
     drafter: str,  # noqa: F811
@@ -217,7 +216,6 @@ def test_review_and_accept_refuse_bad_input_in_one_line(
     assert again.code == 1 and "exists" in again.stderr
 
 
-@pytest.mark.system
 def test_english_draft_with_screened_cases_passing_through(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
     corpus = write_jsonl(
         tmp_path / "chunks.jsonl",

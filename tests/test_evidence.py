@@ -17,7 +17,7 @@ from ragexp.config.compose import compose
 from ragexp.config.models import MatchConfig, ResponseMapping
 from ragexp.datasets.audit import load_chunks
 from ragexp.datasets.evidence import anchor_span, resolve_evidence, sentences
-from ragexp.datasets.loader import load_dataset
+from ragexp.datasets.loader import MAX_ERRORS, load_dataset
 from ragexp.errors import DatasetErrors, MetricError
 from ragexp.metrics.evidence import Matcher
 from ragexp.metrics.offline import build_inputs, score_citation_precision, score_mrr, score_ndcg, score_recall
@@ -156,7 +156,6 @@ def test_documents_decide_when_the_system_names_them() -> None:
     assert (mixed["recall"], mixed["mrr"]) == (1.0, 0.5)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_matching_by_text_agrees_with_positions_in_the_documents_on_random_windows() -> None:
     """Windows and spans are pieces of documents of distinct-enough characters: whether a window
     matches a span follows from where both lie in the document, which a plain per-case
@@ -337,7 +336,6 @@ def documents(tmp_path: Path) -> Path:
     )
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_documents_refuse_what_cannot_be_right_and_nothing_runs(ragexp: Any, tmp_path: Path, store_uri: str) -> None:
     docs = documents(tmp_path)
     rows = [
@@ -400,6 +398,36 @@ def test_offsets_are_read_into_text_and_the_hash_covers_evidence_and_rule(tmp_pa
     assert "relevant" not in ids.cases[0].labels()
 
 
+def test_spans_against_a_large_document_normalise_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 40 spans written in another width than the document (a 4 MB one, and one given as 3 chunks):
+    # each is refused, and each document's text is normalised once, not once per span.
+    import ragexp.datasets.evidence as evidence
+
+    filler = "退款审核通过后原路退回，银行卡三到七个工作日到账。" * 160_000
+    spans = [f"ＳＫＵ-{n:03d}" for n in range(40)]
+    big = filler + "".join(f"SKU-{n:03d}。" for n in range(40))
+    parts = [filler[:1000] + "SKU-000。", "SKU-001。" + filler[:1000], "SKU-002。"]
+    rows = [{"id": "big", "text": big}] + [{"id": f"p{i}", "doc": "parted", "text": t} for i, t in enumerate(parts)]
+    corpus = load_chunks(write_jsonl(tmp_path / "docs.jsonl", rows))
+    named = [("big", span) for span in spans] + [("parted", span) for span in spans[:3]]
+    cases = [{"id": f"c{n}", "question": "q", "relevant": [{"doc": d, "span": s}]} for n, (d, s) in enumerate(named)]
+    data = load_dataset(write_jsonl(tmp_path / "set.jsonl", cases))
+    normalised: list[int] = []
+
+    def counted(text: str) -> str:
+        normalised.append(len(text))
+        return evidence_normalize(text)
+
+    evidence_normalize = evidence.normalize
+    monkeypatch.setattr(evidence, "normalize", counted)
+    with pytest.raises(DatasetErrors) as refused:
+        resolve_evidence(data, corpus, MatchConfig(), corpus_key="dataset.corpus")
+    assert normalised.count(len(big)) == 1
+    assert sorted(n for n in normalised if n > len("ＳＫＵ-000")) == sorted([len(big), *map(len, parts)])
+    assert len(refused.value.errors) == min(43, MAX_ERRORS)
+    assert all("differs in white space, width or case" in error.reason for error in refused.value.errors)
+
+
 def test_a_system_without_texts_is_refused_for_evidence(ragexp: Any, tmp_path: Path) -> None:
     rows = [
         {"id": "c", "question": "q", "relevant": [{"doc": "d", "span": "x"}], "retrieved_ids": ["d"], "response": "x"}
@@ -418,7 +446,6 @@ def test_a_system_without_texts_is_refused_for_evidence(ragexp: Any, tmp_path: P
 # --- services, pipelines and replays that give texts and documents -------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_replay_of_texts_without_ids_scores_evidence_and_doc_ids_round_trip(
     ragexp: Any, tmp_path: Path, store_uri: str
 ) -> None:
@@ -459,7 +486,6 @@ def test_a_replay_of_texts_without_ids_scores_evidence_and_doc_ids_round_trip(
     assert "doc_ids" not in SystemOutput(["a"]).to_json()
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_reply_naming_chunks_without_their_texts_is_an_error_not_a_zero(ragexp: Any, tmp_path: Path) -> None:
     pipeline = tmp_path / "textless_rag.py"
     pipeline.write_text(
@@ -481,7 +507,6 @@ def test_a_reply_naming_chunks_without_their_texts_is_an_error_not_a_zero(ragexp
     assert payload["error_count"] == 1 and payload["summary"]["recall_at_k"] == 1.0  # the blind case is no 0
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_document_ids_of_another_kind_are_warned_about(ragexp: Any, tmp_path: Path) -> None:
     rows = [
         {
@@ -583,7 +608,6 @@ def test_runs_of_different_chunkings_on_the_same_evidence_are_comparable(ragexp:
     assert ragexp("diff", doc.json()["run_id"], strict.json()["run_id"]).code == 3
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_fake_system_proves_the_evidence_chain(ragexp: Any) -> None:
     result = ragexp("run", "dataset=kb_zh_spans", "provider=fake", "--json")
     assert result.code == 0, result.stderr
@@ -593,7 +617,6 @@ def test_the_fake_system_proves_the_evidence_chain(ragexp: Any) -> None:
 # --- from chunk ids to evidence ---------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_anchoring_round_trip_on_kb_zh(ragexp: Any, tmp_path: Path) -> None:
     out = tmp_path / "anchored.jsonl"
     result = ragexp("validate", "dataset=kb_zh", "--anchor", "--out", str(out), "--json")
@@ -734,6 +757,8 @@ def test_anchor_span_is_the_sentences_holding_the_facts() -> None:
     assert anchor_span(text, ["1-3 个工作日"]) == "退款 1-3 个工作日到账；"
     assert anchor_span(text, ["1-3 个工作日", "3-7"]) == "退款 1-3 个工作日到账；银行卡 3-7 个工作日。"
     assert anchor_span(text, ["不在"]) == text
+    # A fact written over two sentences is held whole by the span, beside a fact in one sentence.
+    assert anchor_span(text, ["到账；银行卡", "第一句"]) == "第一句。退款 1-3 个工作日到账；银行卡 3-7 个工作日。"
     english = "Refunds take 3.5 days. Cards are slower! Done"
     assert [english[a:b] for a, b in sentences(english)] == ["Refunds take 3.5 days.", "Cards are slower!", "Done"]
 
@@ -804,7 +829,6 @@ def test_a_reindexed_service_keeps_its_scores_on_evidence(
     assert diff.code == 0 and diff.json()["comparable"] is True
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(
     ("preset", "target", "doc_of"),
     [

@@ -336,7 +336,6 @@ def test_bom_and_crlf_files_load_the_same_cases(tmp_path: Path) -> None:
 
 
 # Counts around the hash's chunk of 4,096 cases: the digest must not depend on how it is fed.
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("count", [0, 1, 4096, 4097, 8195])
 def test_dataset_hash_is_the_hash_of_the_sorted_labels(count: int) -> None:
     cases = [

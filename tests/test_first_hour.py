@@ -4,6 +4,7 @@ run prints run as printed, and the README's commands start what they need."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -202,7 +203,15 @@ def test_a_newcomers_walk_through_pasted_from_the_hints_runs(tmp_path: Path) -> 
         assert done.returncode != 127, (command, done.stderr)
         return done
 
-    baseline = paste(f"{exe} run")  # what `make run` runs, in a fresh folder
+    # The README's first commands: `make demo` and `make run` set up, then run these.
+    make = ["make", "--no-print-directory", "-n", "demo", "run"]
+    made = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert [line for line in made.stdout.splitlines() if "bin/ragexp" in line][-2:] == [
+        ".venv/bin/ragexp demo",
+        ".venv/bin/ragexp run",
+    ]
+    assert paste(f"{exe} demo").returncode == 0  # its store is its own (./ragexp-demo)
+    baseline = paste(f"{exe} run")  # in a fresh folder
     assert baseline.returncode == 0, baseline.stderr
     first = _next_commands(baseline.stdout)
     candidate = paste(first[0])
@@ -402,10 +411,11 @@ def test_the_language_is_a_user_setting_every_command_reads(
 ) -> None:
     zh_base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()["run_id"]
     zh_cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "--json").json()["run_id"]
-    # diff's output is English: the Chinese reasons of runs made in Chinese are not mixed in, said once.
+    # diff's output is English: the reasons of runs made in Chinese are shown in English.
     shown = ragexp("diff", zh_base, zh_cand).stdout
-    assert "the runs wrote their reasons in zh" in shown
-    assert not [line for line in shown.splitlines() if line.startswith("      recall_at_k: ")]
+    reasons = [line for line in shown.splitlines() if line.startswith("      recall_at_k: ")]
+    assert any("relevant ids in the top" in line for line in reasons)
+    assert not re.search(r"[\u4e00-\u9fff]", "".join(reasons))
     monkeypatch.setenv("RAGEXP_LANGUAGE", "en")
     base = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()["run_id"]
     cand = ragexp("run", "dataset=scifacts_zh", "provider=replay", "--json").json()["run_id"]
@@ -470,6 +480,113 @@ def test_h_is_help_for_every_command(ragexp: Any) -> None:
         assert shown.code == 0 and "Usage: " in shown.stdout and "Options" in shown.stdout, args
 
 
+def test_help_shows_no_value_for_flags_and_cuts_nothing(ragexp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragexp.cli.commands import COMMANDS
+
+    monkeypatch.setenv("COLUMNS", "72")  # a narrow terminal: where rich's panels cut words
+    top = ragexp("-h")
+    flat = " ".join(top.stdout.split())
+    for name in COMMANDS:
+        listed = ragexp(name, "-h")
+        assert listed.code == 0, name
+        shown = listed.stdout
+        assert "<bool>" not in shown and "…" not in shown and "╭" not in shown, name
+        # The first paragraph of the command's help, whole in the list (not cut to one line with "...").
+        first = " ".join(shown.split("\n\n")[1].split())
+        assert first in flat, name
+    run = " ".join(ragexp("run", "-h").stdout.split())
+    assert "--json Print exactly one JSON object" in run  # a flag: no value type after it
+    assert "else sqlite:///mlruns/mlflow.db)." in run  # the default, whole
+    assert "--top <int range> How many of the most regressed cases to show. [default: 10; x>=0]" in " ".join(
+        ragexp("diff", "-h").stdout.split()
+    )
+
+
+def test_an_override_into_a_list_is_told_to_set_the_whole_list(ragexp: Any) -> None:
+    for override in ("metrics.custom[0].target=my_rules:fn", "metrics.custom.0.target=my_rules:fn"):
+        refused = ragexp("validate", override)
+        assert refused.code == 1, override
+        assert f"config: {override}: an override cannot reach into a list" in refused.stderr
+        assert "'metrics.custom=[...]' in quotes" in refused.stderr and "quote a value" not in refused.stderr
+    # What it points to runs: the whole list, in quotes.
+    whole = ragexp("run", "provider=fake", "metrics.custom=[{name: t, kind: python, target: 'os.path:isabs'}]")
+    assert "metrics.custom[0].target: cannot call 'os.path:isabs(s)' as (case, output)" in whole.stderr
+    spaced = ragexp("validate", "experiment=a)b")  # a value's special characters keep their own hint
+    assert spaced.code == 1 and "quote a value with spaces or other special characters" in spaced.stderr
+
+
+def test_a_run_without_a_judge_is_not_said_to_have_one(ragexp: Any) -> None:
+    from ragexp.cli.render import trust_lines
+    from ragexp.metrics.calibration import Calibration, PpiEstimate, Trust
+
+    run = ragexp("run")  # the sample system: answer_accuracy is a fact match, no judge anywhere
+    assert run.code == 0, run.stderr
+    assert "prediction-powered means (automatic scores corrected by human scores):" in run.stdout
+    assert "automatic mean" in run.stdout.split("prediction-powered means")[1]
+    assert "judge" not in run.stdout.split("automatic score vs human scores")[1].split("label audit")[0]
+    # A judge's metrics are called the judge's; a mix is not.
+    same = Calibration(12, 0.1, 0.0, None, 1.0, None, None, None)
+    estimate = PpiEstimate(0.8, 0.7, 0.9, 12, 35, 0.75)
+    judged = "\n".join(trust_lines(Trust({"faithfulness": same}, {"faithfulness": estimate}), 0.5, None))
+    assert "(judge scores corrected by human scores)" in judged and "judge mean" in judged
+    assert "the judge scores or the people's are all the same" in judged
+    mixed = Trust({}, {"faithfulness": estimate, "answer_accuracy": estimate})
+    assert "(automatic scores corrected by human scores)" in "\n".join(trust_lines(mixed, 0.5, None))
+
+
+def test_the_attribution_refusal_gives_its_reason_once(ragexp: Any) -> None:
+    ids = [ragexp("run", "provider=fake", "--json").json()["run_id"] for _ in range(2)]
+    refused = ragexp("diff", *ids, "--attribute")
+    assert refused.code == 1
+    line = refused.stderr.strip()
+    assert line.startswith(f"ragexp: error: --attribute: the baseline's system (run {ids[0]}, provider fake)")
+    assert line.count("answer from given contexts") == 1 and line.count("fake") == 2
+    assert "no answer stage of its own to call" in line and "provider.system.generate" in line
+
+
+def test_a_sweeps_tables_show_what_varies_as_typed_without_hydras_escapes(ragexp: Any) -> None:
+    from ragexp.compare.sweeps import override_words, shown_override
+
+    swept = ragexp("run", "-m", "provider=fake", "k=3", r"run_name=x\,y,z")
+    assert swept.code == 0, swept.stderr
+    lines = swept.stdout.splitlines()
+    assert "every point: provider=fake k=3" in lines
+    rows = [line.split()[:2] for line in lines if line[:2] in ("0 ", "1 ")]
+    assert rows == [["0", "run_name=x,y"], ["1", "run_name=z"]]
+    parent = swept.stdout.split("\nsweep ", 1)[1].split(":")[0]
+    analysed = ragexp("sweep", parent)
+    assert analysed.code == 0, analysed.stderr
+    assert "front over recall_at_k: point 0 [run_name=x,y], point 1 [run_name=z]" in analysed.stdout
+    assert "provider=fake" not in analysed.stdout and "\\," not in analysed.stdout
+    # The JSON keeps the override as a command takes it.
+    assert ragexp("sweep", parent, "--json").json()["points"][0]["overrides"] == r"run_name=x\,y"
+    # A quoted or escaped space stays inside its override; a quoted value is shown as quoted.
+    words = override_words(r"a='p q' b=r\ s c=t")
+    assert words == ["a='p q'", r"b=r\ s", "c=t"]
+    assert [shown_override(word) for word in words] == ["a='p q'", "b=r s", "c=t"]
+
+
+def test_one_dataset_has_one_dataset_hash_wherever_it_is_shown(ragexp: Any, store_uri: str) -> None:
+    from mlflow import MlflowClient
+
+    checked = ragexp("validate", "--json").json()  # kb_zh: its human scores enter the hash
+    full = checked["dataset_hash"]
+    assert f"dataset hash {full[:12]}" in ragexp("validate").stdout
+    run = ragexp("run", "provider=fake")
+    run_id = run.stdout.split("\nrun ", 1)[1].split()[0]
+    assert f"dataset kb_zh (35 cases, {full[:12]})" in run.stdout
+    recorded = MlflowClient(store_uri).get_run(run_id)
+    assert recorded.data.tags["ragexp.dataset_hash"] == full
+    assert recorded.inputs.dataset_inputs[0].dataset.digest == full[:12]  # the UI's Datasets column
+    other = ragexp("run", "dataset=scifacts_zh", "provider=fake", "--json").json()
+    refused = ragexp("diff", run_id, other["run_id"])
+    assert refused.code == 3
+    # Compared without human scores, but named by the hashes the runs printed.
+    said = f"dataset content hash differs ({full[:12]} vs {other['dataset_hash'][:12]}, human scores aside)"
+    assert said in refused.stderr
+    assert recorded.data.tags["ragexp.cases_hash"][:12] not in refused.stderr
+
+
 def test_small_wording_fixes(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
@@ -492,7 +609,7 @@ def test_report_out_folder_is_ignored_and_the_run_name_comment_is_true() -> None
     comment = next(line for line in (ROOT / "conf/config.yaml").read_text().splitlines() if line.startswith("run_name"))
     plan = plan_run(compose(["provider=fake"]))
     assert plan.run_name().startswith(plan.config_hash[:12] + "-fake-kb_zh-k5")
-    assert "<config hash, 12 characters>-provider-dataset-kK" in comment
+    assert "<config hash[:12]>-<provider.name>-<dataset.name>-k<k>" in comment
 
 
 def test_diff_of_two_unknown_runs_names_both(ragexp: Any) -> None:

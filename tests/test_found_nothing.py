@@ -151,7 +151,6 @@ def test_a_mapped_service_whose_expression_misses_is_an_error_not_a_zero(
     assert report["error"].startswith("contract: ranked_ids: 'result.hits[].id' found nothing in 2 of the 2 items")
 
 
-@pytest.mark.system
 def test_the_probe_marks_an_output_no_chosen_metric_reads_and_passes(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,7 +170,6 @@ def test_the_probe_marks_an_output_no_chosen_metric_reads_and_passes(
     assert report["error"] is None and report["output"]["ranked_ids"] == ["seg-3", "seg-3-x"]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_output_declared_absent_refuses_the_metrics_that_need_it_before_the_run(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,7 +335,6 @@ def test_an_ndjson_stream_cut_mid_line_is_asked_again_by_resume(
     assert "connection failed (RemoteProtocolError: the stream ended in the middle of a line)" in first.stderr
 
 
-@pytest.mark.system
 def test_a_json_reply_after_a_byte_order_mark_is_read(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

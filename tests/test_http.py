@@ -45,7 +45,6 @@ def cases_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str,
     return {row["id"]: row for row in map(json.loads, Path(path).read_text().splitlines())}
 
 
-@pytest.mark.system
 def test_sample_service_end_to_end(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     with serve(SAMPLE) as url:
         result = http_run(ragexp, url, "--json")
@@ -123,7 +122,6 @@ def count_runs(store_uri: str) -> int:
     return 0 if experiment is None else len(client.search_runs([experiment.experiment_id]))
 
 
-@pytest.mark.system
 def test_unreachable_service_is_one_line_and_no_run(ragexp: Any, store_uri: str) -> None:
     with serve(FAULTY) as url:
         pass  # started and stopped: nothing listens on its port any more
@@ -266,7 +264,6 @@ def test_secrets_never_reach_the_store_or_the_terminal(
     assert run.data.params["provider.system.headers_env.Authorization"] == "RAGEXP_SYSTEM_AUTH"
 
 
-@pytest.mark.system
 def test_missing_secret_variable_is_an_error_before_any_work(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -281,7 +278,6 @@ def test_missing_secret_variable_is_an_error_before_any_work(
     assert count_runs(store_uri) == 0
 
 
-@pytest.mark.system
 def test_tls_with_a_private_ca(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     from tests.tls import make_ca_and_server_cert
 

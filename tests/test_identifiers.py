@@ -211,7 +211,6 @@ def test_stage_names_mlflow_refuses_finish_the_run_under_safe_metric_keys(
         assert not any(spelling in text for text in texts), spelling
 
 
-@pytest.mark.system
 def test_a_token_echoed_as_a_stage_name_is_masked_in_the_checkpoint(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,7 +273,6 @@ def test_hostile_config_values_are_refused_before_any_work(
     assert found is None or not client.search_runs([found.experiment_id])  # no run was created
 
 
-@pytest.mark.system
 @needs_server
 def test_values_at_every_limit_are_written_whole_on_the_team_server(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -309,7 +307,6 @@ def test_values_at_every_limit_are_written_whole_on_the_team_server(
     assert client.get_run(named.json()["run_id"]).info.run_name == "名" * 250
 
 
-@pytest.mark.system
 @needs_server
 def test_a_sweep_with_long_points_lands_on_the_team_server(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -330,7 +327,6 @@ def test_a_sweep_with_long_points_lands_on_the_team_server(
     assert len(points) == 2 and all(p.data.tags["note"] == long_note for p in points)
 
 
-@pytest.mark.system
 @pytest.mark.parametrize(
     ("options", "said"),
     [

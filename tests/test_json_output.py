@@ -157,7 +157,6 @@ def test_power_refuses_effects_no_metric_can_show_in_one_line(ragexp: Any, effec
         assert result.stderr.splitlines() == [f"ragexp: error: {said}"]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_power_says_why_a_figure_is_missing(ragexp: Any, tmp_path: Path) -> None:
     # 20 cases: no case errors (no spread), the relevant id at rank 1 or 2 in turn (MRR .75), and
     # 4 wrong answers (a pass/fail metric whose cases differ in a share of about .34).
@@ -204,7 +203,6 @@ def dashes_explained(text: str) -> None:
             assert "why a figure is missing" in after or "— means" in after or "— in " in after, line
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_dash_a_comparison_shows_is_explained(ragexp: Any, tmp_path: Path) -> None:
     # The candidate measures fewer metrics (compared anyway), three pairs detect nothing, P95 is a
     # run-level figure: each — of diff, gate and runs says why, under its table.

@@ -330,7 +330,6 @@ def test_requirements_and_limits_refused_before_any_call(
     assert calls["chat"] == 0 and calls["embeddings"] == 0
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_judge_that_fails_everything_stops_the_run(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

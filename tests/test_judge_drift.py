@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ragexp.escape import markdown
 from ragexp.metrics.canaries import agreement, agreement_change, bridged_delta
 from tests.conftest import ROOT, write_jsonl
 from tests.judge_drift_sim import simulate
@@ -88,6 +90,9 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
         calls_b = stats(url_b)["chat"]
     with serve(JUDGE, *same, "--fingerprint", "fp_a") as url_back:
         back, _ = run(ragexp, data, url_back)
+    # The alias now served by another model snapshot, the fingerprint as before.
+    with serve(JUDGE, "--served-model", "judge-model-2026-02", "--fingerprint", "fp_a") as url_model:
+        other_model, _ = run(ragexp, data, url_model)
 
     tags_1, metrics_1 = tags_and_metrics(store_uri, first["run_id"])
     tags_2, metrics_2 = tags_and_metrics(store_uri, again["run_id"])
@@ -100,6 +105,10 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert first["config_hash"] == swapped["config_hash"] and tags_1["ragexp.judge"] == tags_3["ragexp.judge"]
     assert tags_1["ragexp.judge.served"] == tags_2["ragexp.judge.served"] == tags_4["ragexp.judge.served"] == served_a
     assert tags_3["ragexp.judge.served"] == served_b and tags_3["ragexp.judge.served_count"] == "1"
+    # The params say the same (params are what MLflow's run comparison lines up).
+    params = {key: MlflowClient(store_uri).get_run(key).data.params for key in (first["run_id"], swapped["run_id"])}
+    assert params[first["run_id"]]["judge.served"] == served_a and params[swapped["run_id"]]["judge.served"] == served_b
+    assert params[first["run_id"]]["judge.served_count"] == params[swapped["run_id"]]["judge.served_count"] == "1"
 
     # First run: every grade fresh. A rerun on the same judge: one grade asked afresh to learn who
     # serves, the rest from the cache.
@@ -111,6 +120,10 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert calls_a == metrics_1["judge.chat_calls"] + metrics_2["judge.chat_calls"]
     # Swapped back: the first judge's grades are still kept under its identity.
     assert metrics_4["judge.cache_hits"] == n - 1 and metrics_4["judge.cache_refused"] == 0
+    # Another served model behind the same name and fingerprint: not one grade reused either.
+    tags_5, metrics_5 = tags_and_metrics(store_uri, other_model["run_id"])
+    assert tags_5["ragexp.judge.served"] == f"chat=judge-model-2026-02@fp_a|prompts={prompts}"
+    assert metrics_5["judge.cache_hits"] == 0 and metrics_5["judge.cache_refused"] == n - 1
     assert first["summary"] == swapped["summary"] == back["summary"]  # the stand-ins grade alike
 
     # Runs judged by different served identities are not comparable: exit 3, naming both.
@@ -123,7 +136,6 @@ def test_a_swapped_judge_is_seen_never_served_another_models_grades_and_its_runs
     assert same_judge.code == 0, same_judge.stderr
 
 
-@pytest.mark.system
 def test_a_judge_redeployed_mid_run_is_said_and_recorded(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES)
     args = ("--served-model", "judge-model-2026-01", "--fingerprint", "fp_a")
@@ -138,10 +150,11 @@ def test_a_judge_redeployed_mid_run_is_said_and_recorded(ragexp: Any, store_uri:
         "chat=judge-model-2026-01@fp_c",
     ]
     assert tags["ragexp.judge.served_count"] == "2"
+    params = MlflowClient(store_uri).get_run(payload["run_id"]).data.params
+    assert params["judge.served"] == tags["ragexp.judge.served"] and params["judge.served_count"] == "2"
     assert "the judge's grades were served by 2 identities" in result.stderr
 
 
-@pytest.mark.system
 def test_mindie_and_tei_report_what_they_are(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", CASES[:2])
     with serve(JUDGE, "--version", "2.0.RC1", "--fingerprint", "rev-7") as url:
@@ -304,6 +317,13 @@ def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_th
         again = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
         assert again.code == 0, again.stderr
         calls_again = stats(url_b)["chat"] - before - calls
+        # report --baseline refuses the pair as diff does, and bridges it as diff does.
+        assert ragexp("report", cand["run_id"], "--baseline", base["run_id"], "--out", str(tmp_path / "r0")).code == 3
+        out = tmp_path / "rejudged"
+        args = ("report", cand["run_id"], "--baseline", base["run_id"], "--language", "en", "--out", str(out))
+        reported = ragexp(*args, "--bridge-judge", "rejudge")
+        assert reported.code == 0, reported.stderr
+        rejudged_md = (out / "report.md").read_text(encoding="utf-8")
 
     payload = bridged.json()
     bridge = payload["bridge"]
@@ -333,6 +353,18 @@ def test_bridged_comparisons_rejudge_only_the_baselines_outputs_or_correct_by_th
     assert metric["correction"] == 0.0 and metric["delta"] == pytest.approx(raw)  # the judges grade alike
     assert metric["ci_low"] < metric["delta"] < metric["ci_high"] and metric["canaries"] == 12
     assert "judge bridged (canaries): faithfulness delta" in by_canaries.stderr
+    said = f"judge bridged (rejudge): the baseline's outputs graded by the candidate's judge, {len(CASES)} grades ("
+    assert markdown(said) in rejudged_md
+    out = tmp_path / "by_canaries"
+    reported = ragexp(
+        "report", cand["run_id"], "--baseline", base["run_id"], "--bridge-judge", "canaries", "--out", str(out)
+    )
+    assert reported.code == 0, reported.stderr
+    said = (
+        f"judge bridged (canaries): faithfulness delta {metric['delta']:+.4f} [{metric['ci_low']:+.4f}, "
+        f"{metric['ci_high']:+.4f}] (raw {metric['raw']:+.4f}, canary correction +0.0000; 6 cases, 12 canaries)"
+    )
+    assert markdown(said) in (out / "report.md").read_text(encoding="utf-8")
 
     rules = "gates.rules={faithfulness:{max_drop:0.5}}"
     gate = ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], rules, "--json")
@@ -384,6 +416,19 @@ def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fa
     [row] = diff.json()["judge_agreement"]
     assert row["bias_change"] == pytest.approx(2 / 12) and row["kappa_change"] == 0.0 and row["same_canaries"]
     assert "judge agreement on the canaries, faithfulness: κ 0.67 -> 0.67 (+0.00), bias +0.083 -> +0.250" in diff.stderr
+    # The same 12 canaries in both runs, paired: four canaries each moved +0.5 (grade and error alike).
+    shifts = np.array([0.5] * 4 + [0.0] * 8)
+    se = shifts.std(ddof=1) / np.sqrt(12)
+    p_value = 2 * (1 - NormalDist().cdf((2 / 12) / se))
+    paired = row["paired"]
+    assert paired["n"] == 12 and paired["change"] == pytest.approx(2 / 12) and paired["confidence"] == 0.95
+    assert paired["ci_low"] == pytest.approx(2 / 12 - 1.959964 * se, abs=1e-6)
+    assert paired["p_value"] == pytest.approx(p_value)
+    assert paired["mae_change"] == pytest.approx(2 / 12) and paired["mae_p_value"] == pytest.approx(p_value)
+    # Every canary's pass/fail is the same for both judges, so κ moved by exactly 0 in every resample.
+    assert paired["kappa_change"] == 0.0 and paired["kappa_ci_low"] == 0.0 and paired["kappa_ci_high"] == 0.0
+    assert f"paired on 12 canaries (95% intervals): bias +0.167 [{paired['ci_low']:+.3f}, " in diff.stderr
+    assert f"p={p_value:.3g}, MAE +0.167" in diff.stderr
     [bridged] = diff.json()["bridge"]["metrics"]
     # The same outputs: raw +1/12 (case c1's Mars sentence now supported); the canaries correct by
     # the judges' gap on them, -4 x 0.5 / 12.
@@ -410,9 +455,134 @@ def test_a_judge_turned_lenient_shows_in_its_canary_agreement_in_diff_and_can_fa
     assert gate.code == 2, gate.stderr
     by_rule = {r["rule"]: r for r in gate.json()["rules"] if r["rule"].startswith("judge_")}
     assert by_rule["judge_bias.max_change"]["outcome"] == "failed"
-    assert (
-        "bias on the canaries +0.083 -> +0.250, moved +0.167 (allowed 0.1): the judge changed"
-        in (by_rule["judge_bias.max_change"]["message"])
+    assert by_rule["judge_bias.max_change"]["message"] == (
+        f"faithfulness: bias on the canaries +0.083 -> +0.250, moved +0.167 [{paired['ci_low']:+.3f}, "
+        f"{paired['ci_high']:+.3f}] paired on 12 canaries, p={p_value:.3g} (allowed 0.1): the judge changed"
     )
     assert by_rule["judge_agreement.min_kappa"]["outcome"] == "passed"
     assert by_rule["judge_bias.max_abs"]["outcome"] == "passed"
+
+    # At 99% the paired test cannot tell this move (p about 0.02) from noise: the rule passes saying
+    # so, and gates.on_underpowered=fail makes that a failure.
+    def judge_gate(*extra: str) -> Any:
+        return ragexp("gate", "--baseline", base["run_id"], "--candidate", cand["run_id"], *extra, "--json")
+
+    strict = ("gates.judge_bias.max_change=0.1", "gates.confidence=0.99", "--bridge-judge", "canaries")
+    cannot = judge_gate("gates.rules={faithfulness:{max_drop:0.5}}", *strict)
+    [rule] = [r for r in cannot.json()["rules"] if r["rule"] == "judge_bias.max_change"]
+    assert rule["outcome"] == "passed" and rule["underpowered"]
+    assert rule["message"].endswith("(allowed 0.1): beyond the bound, but not told from noise at 99%: it cannot tell")
+    failing = judge_gate("gates.rules={faithfulness:{max_drop:0.5}}", *strict, "gates.on_underpowered=fail")
+    [rule] = [r for r in failing.json()["rules"] if r["rule"] == "judge_bias.max_change"]
+    assert rule["outcome"] == "failed"
+
+    # A gate of judge rules alone (no metric bound) is a gate: it checks the judge.
+    only_judge = judge_gate("~gates.rules", "gates.judge_bias.max_change=0.1", "--bridge-judge", "canaries")
+    assert only_judge.code == 2, only_judge.stderr
+    assert [f["rule"] for f in only_judge.json()["failures"]] == ["judge_bias.max_change"]
+    passing = judge_gate("~gates.rules", "gates.judge_agreement.min_kappa=0.5", "--bridge-judge", "canaries")
+    assert passing.code == 0, passing.stderr
+    assert {r["rule"] for r in passing.json()["rules"]} == {"max_error_rate", "judge_agreement.min_kappa"}
+
+
+CHATS = [
+    {"id": "alone", "question": "满多少包邮？", "relevant_ids": ["shipping-fee"]},
+    {
+        "id": "conv-ret",
+        "turns": [
+            {"question": "退货怎么办？", "relevant_ids": ["return-policy"], "reference": "签收后七天内可退货。"},
+            {"question": "那运费呢？", "relevant_ids": ["return-fee"], "reference": "退货运费由买家承担。"},
+        ],
+    },
+    {
+        "id": "conv-inv",
+        "turns": [
+            {"question": "怎么开发票？", "relevant_ids": ["invoice-types"], "reference": "可开电子普通发票。"},
+            {"question": "多久能收到？", "relevant_ids": ["invoice-time"]},
+        ],
+    },
+]
+"""Conversations in the bundled kb_zh_chat's shape: follow-ups that mean nothing without their history."""
+ON_TOPIC = "{name: on_topic, kind: judge, rubric: 'the answer is about what the user asks', needs: [question, answer]}"
+
+
+@pytest.mark.system
+def test_rejudge_grades_each_baseline_turn_after_the_same_history_its_own_judge_read(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    from tests.pipelines import chat
+
+    data = write_jsonl(tmp_path / "chats.jsonl", CHATS)
+
+    def chat_run(target: str, url: str) -> dict[str, Any]:
+        done = ragexp(
+            "run",
+            f"dataset.path={data}",
+            "system=python",
+            f"provider.system.target=tests.pipelines.chat:{target}",
+            "metrics.names=[recall_at_k]",
+            "k=1",
+            "judge=openai",
+            f"provider.judge.base_url={url}",
+            "provider.judge.api_key_env=null",
+            "provider.judge.max_retries=0",
+            f"metrics.custom=[{ON_TOPIC}]",
+            "--json",
+        )
+        assert done.code == 0, done.stderr
+        found: dict[str, Any] = done.json()
+        return found
+
+    def question(prompt: str) -> str:
+        found: str = json.loads(prompt.split("input: ", 1)[1])["question"]
+        return found
+
+    with serve(JUDGE, "--fingerprint", "fp_a") as url_a:
+        base = chat_run("remembers", url_a)
+        original = [question(p) for p in prompts(url_a) if "那运费呢？" in p]
+    with serve(JUDGE, "--fingerprint", "fp_b") as url_b:
+        cand = chat_run("forgets", url_b)
+        asked = len(prompts(url_b))
+        bridged = ragexp("diff", base["run_id"], cand["run_id"], "--bridge-judge", "rejudge", "--json")
+        assert bridged.code == 0, bridged.stderr
+        rejudged = [question(p) for p in prompts(url_b)[asked:] if "那运费呢？" in p]
+    # The baseline's follow-up was judged after its first turn and the baseline's answer to it;
+    # graded again by the candidate's judge, it is read after the very same conversation.
+    first = chat.DOCS["return-policy"]
+    history = f"[conversation so far]\nuser: 退货怎么办？\nassistant: {first}\n[question]\n那运费呢？"
+    assert original == [history] and rejudged == [history]
+    on_topic = next(m for m in bridged.json()["metrics"] if m["name"] == "on_topic")
+    assert on_topic["baseline"] == pytest.approx(base["summary"]["on_topic"])  # the stand-ins grade alike
+
+
+def test_the_served_identities_param_always_fits_and_keeps_two_sets_apart() -> None:
+    from ragexp import limits
+    from ragexp.workflows.run_log import served_params
+
+    one = "; ".join(f"chat=judge-{i}@fp_{i}|prompts=abc" for i in range(400))  # about 12,000 characters
+    other = one.replace("judge-399", "judge-x")
+    found, apart = served_params(one), served_params(other)
+    assert len(one) > limits.PARAM_VALUE.chars and found["judge.served_count"] == "400"
+    for key, value in found.items():
+        assert limits.problem(limits.PARAM_KEY, key) is None and limits.problem(limits.PARAM_VALUE, value) is None
+    assert found["judge.served"].startswith(one[:1000]) and found["judge.served"] != apart["judge.served"]
+    small = served_params("chat=m@fp|prompts=abc")
+    assert small == {"judge.served": "chat=m@fp|prompts=abc", "judge.served_count": "1"}
+
+
+def test_a_resumed_run_keeps_the_served_params_its_first_attempt_logged(
+    store_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragexp.errors import TrackingError
+    from ragexp.tracking.store import Store
+    from ragexp.workflows.run_log import log_served_params
+
+    store = Store(store_uri)
+    run_id = store.create_run("resumed", "r", {}, {"k": "5"})
+    log_served_params(store, run_id, "chat=m@fp_a|prompts=ab", resumed=False)
+    # The second attempt heard another identity: the params stay (a param cannot change), it says so.
+    log_served_params(store, run_id, "chat=m@fp_b|prompts=ab", resumed=True)
+    assert Store(store_uri).get_run(run_id).params["judge.served"] == "chat=m@fp_a|prompts=ab"
+    assert "keeps the judge's served identities its first attempt recorded" in capsys.readouterr().err
+    with pytest.raises(TrackingError, match="judge"):
+        log_served_params(store, run_id, "chat=m@fp_b|prompts=ab", resumed=False)

@@ -214,7 +214,6 @@ def test_run_reports_calibration_ppi_and_audit(ragexp: Any, store_uri: str, tmp_
     assert (out / "plots/human_answer_accuracy.svg").exists()
 
 
-@pytest.mark.system
 def test_a_corpus_of_another_dataset_is_not_audited_against(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", replay_labelled(5, [True] * 5, {}))
     result = ragexp("run", f"dataset.path={data}", "provider=replay", "k=3", "--json")  # kb_zh's corpus

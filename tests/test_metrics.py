@@ -134,7 +134,6 @@ def plain_citation(ranked: list[str], citations: list[int], relevant: set[str]) 
     return sum(1 for c in citations if 0 < c <= len(ranked) and ranked[c - 1] in relevant) / len(citations)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_numpy_kernels_match_plain_loop_on_random_cases(k: int) -> None:
     rng = random.Random(k)

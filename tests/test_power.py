@@ -93,7 +93,6 @@ def pass_fail_draw(effect: float, discordant: float) -> Any:
     return lambda rng, size: rng.choice(np.array([1.0, -1.0, 0.0]), size=size, p=shares)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 @pytest.mark.parametrize(("n", "discordant"), [(35, 0.3), (35, 0.6), (100, 0.1), (100, 0.3), (400, 0.05), (400, 0.2)])
 def test_sign_flip_test_detects_the_detectable_effect_four_times_in_five_pass_fail(n: int, discordant: float) -> None:
     found = paired_power(pass_fail_draw(0.0, discordant)(np.random.default_rng(7), n), confidence=0.95)
@@ -146,7 +145,6 @@ def seeded_runs(ragexp: Any, tmp_path: Path) -> tuple[str, str, np.ndarray, np.n
     return base["run_id"], cand["run_id"], per_case_mrr(base_specs), per_case_mrr(cand_specs)
 
 
-@pytest.mark.system
 def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragexp: Any, tmp_path: Path) -> None:
     base, cand, b_mrr, c_mrr = seeded_runs(ragexp, tmp_path)
     expected = textbook(float(np.std(c_mrr - b_mrr, ddof=1)), 50, 0.95)
@@ -195,7 +193,6 @@ def test_diff_and_gate_say_what_they_can_detect_without_changing_a_verdict(ragex
     assert {(r["metric"], r["rule"]): r["underpowered"] for r in tight.json()["rules"]}[("mrr", "max_drop")] is True
 
 
-@pytest.mark.system
 def test_junit_and_summary_flag_an_underpowered_rule(ragexp: Any, tmp_path: Path) -> None:
     base, cand, b_mrr, c_mrr = seeded_runs(ragexp, tmp_path)
     expected = textbook(float(np.std(c_mrr - b_mrr, ddof=1)), 50, 0.95)

@@ -52,7 +52,6 @@ def expected_output(question: str, k: int = 2) -> dict[str, Any]:
 # --- calling rules ----------------------------------------------------------------------------
 
 
-@pytest.mark.system
 def test_keyword_function_gets_every_case_value_and_its_output_is_recorded(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -83,7 +82,6 @@ def test_keyword_function_gets_every_case_value_and_its_output_is_recorded(
     assert metrics["timing.retrieve.p50_seconds"] == pytest.approx(0.001)
 
 
-@pytest.mark.system
 def test_one_positional_parameter_gets_the_question_and_a_dataclass_is_mapped(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -103,7 +101,6 @@ def test_one_positional_parameter_gets_the_question_and_a_dataclass_is_mapped(
         assert recorded[row["id"]]["metrics"]["recall_at_k"] == 1.0
 
 
-@pytest.mark.system
 def test_input_template_is_the_one_argument(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -123,7 +120,6 @@ def test_input_template_is_the_one_argument(ragexp: Any, store_uri: str, cases: 
         assert recorded[row["id"]]["output"] == {**expected_output(row["question"]), "citations": []}
 
 
-@pytest.mark.system
 def test_async_function_returning_a_pydantic_model(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -142,7 +138,6 @@ def test_async_function_returning_a_pydantic_model(ragexp: Any, store_uri: str, 
         assert recorded[row["id"]]["latency_seconds"] >= 0.01  # the call's own await is measured
 
 
-@pytest.mark.system
 def test_langchain_retrieval_chain_through_its_preset(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     from tests.pipelines.chains import chain
 
@@ -178,7 +173,6 @@ def test_langchain_preset_reads_ids_from_metadata_when_documents_have_none(tmp_p
     assert (output.ranked_ids, output.contexts, output.answer) == (["m1", "i2"], ["x", "y"], "A")
 
 
-@pytest.mark.system
 def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     from tests.pipelines.llama import NodeRelationship, engine
 
@@ -205,7 +199,6 @@ def test_llamaindex_query_engine_through_its_preset(ragexp: Any, store_uri: str,
 # --- failures are per case --------------------------------------------------------------------
 
 
-@pytest.mark.system
 def test_an_exception_is_an_error_for_its_case_with_secrets_masked(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -221,7 +214,6 @@ def test_an_exception_is_an_error_for_its_case_with_secrets_masked(
     assert recorded["refund"]["error"] is None and recorded["refund"]["metrics"]["recall_at_k"] == 1.0
 
 
-@pytest.mark.system
 def test_a_field_of_the_wrong_type_is_an_error_naming_field_and_expression(
     ragexp: Any, store_uri: str, cases: Path, tmp_path: Path
 ) -> None:
@@ -230,7 +222,6 @@ def test_a_field_of_the_wrong_type_is_an_error_naming_field_and_expression(
     assert "ranked_ids: 'ranked_ids' gave a string, not a list of strings" in result.stderr
 
 
-@pytest.mark.system
 def test_a_slow_call_times_out_and_the_run_goes_on(ragexp: Any, store_uri: str, cases: Path, tmp_path: Path) -> None:
     result = run(
         ragexp,
@@ -320,7 +311,6 @@ def test_an_async_target_that_blocks_its_loop_ends_the_run(
 # --- bad targets are refused before any run ---------------------------------------------------
 
 
-@pytest.mark.system
 @pytest.mark.parametrize(
     ("target", "message"),
     [
@@ -388,7 +378,6 @@ def test_runnables_prefer_ainvoke_and_functions_are_classified() -> None:
 # --- the config hash --------------------------------------------------------------------------
 
 
-@pytest.mark.system
 def test_config_hash_follows_the_target_file(ragexp: Any, cases: Path, tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()

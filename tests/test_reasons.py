@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ragexp.metrics.wording import rendered
 from ragexp.phrases import t
 from tests.conftest import write_jsonl
 from tests.test_traces import RETRIEVAL, case_id, feedback, rows_of, traces_of
@@ -58,7 +59,6 @@ def replay_cases() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -115,7 +115,6 @@ def test_every_offline_metric_says_why_in_cases_jsonl_and_on_the_trace(
     assert outside["mixed"] is None and outside["perfect"] is None
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_evidence_anchored_recall_names_the_spans_covered_and_not_by_document(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -200,21 +199,21 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
         else:
             assert outside[case] is None, case
 
-    # diff --json: each side of a per-case row has its run's rationale.
+    # diff --json: each side of a per-case row has its run's rationale, in diff's language
+    # (English), rendered from the code the run kept beside the Chinese text.
     diff = ragexp("diff", base_id, cand_id, "--json")
     assert diff.code == 0, diff.stderr
     cases = diff.json()["cases"]
     assert cases
     for entry in cases:
         for side, rows in (("baseline", base_rows), ("candidate", cand_rows)):
-            assert entry[side]["rationale"] == rows[entry["id"]]["rationale"], (entry["id"], side)
-    # The terminal rows are English: they name the language the runs wrote their reasons in and
-    # where to read them, and do not mix the Chinese reasons in.
+            assert entry[side]["rationale"] == rendered(rows[entry["id"]], "en")[0], (entry["id"], side)
+    # The terminal rows are English: the English reasons, not the Chinese ones.
     shown = ragexp("diff", base_id, cand_id)
     first = cases[0]
     moved = next(n for n, v in first["metrics"].items() if v["baseline"] != v["candidate"])
-    assert "the runs wrote their reasons in zh" in shown.stdout
-    assert first["candidate"]["rationale"][moved] not in shown.stdout
+    assert f"{moved}: {first['candidate']['rationale'][moved]}" in shown.stdout
+    assert cand_rows[first["id"]]["rationale"][moved] not in shown.stdout
 
     # The report's "what changed" carries the candidate's words for a case that moved.
     out = tmp_path / "report"
@@ -224,4 +223,4 @@ def test_kb_zh_rationales_in_chinese_reach_traces_and_diff(ragexp: Any, store_ur
     sections = re.split(r"^## ", md, flags=re.M)
     # The verdict comes first; "what changed" is a section of its own after it.
     (changed,) = [section for section in sections[1:] if section.startswith(t("what_changed", "zh"))]
-    assert f"{moved}: {first['candidate']['rationale'][moved]}" in changed
+    assert f"{moved}: {cand_rows[first['id']]['rationale'][moved]}" in changed

@@ -54,7 +54,6 @@ def cli(*args: str, uri: str, cwd: Path | None = None) -> subprocess.CompletedPr
 # --- which runs are compared -----------------------------------------------------------------------
 
 
-@pytest.mark.system
 def test_default_candidate_is_the_newest_comparable_run_after_the_baseline(ragexp: Any, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "a.jsonl", replay_rows([{"rank": 1}] * 8 + [{"rank": 2}] * 2))
     older = run_replay(ragexp, path)["run_id"]
@@ -205,7 +204,6 @@ def unanswerable_rows(count: int) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.system
 def test_a_gate_reason_names_the_cases_its_mean_or_change_is_over(ragexp: Any, tmp_path: Path) -> None:
     """Issue 32 §3: a figure quoted in a rule's why text carries its population, the same words as
     the population column, in the terminal and in --json; a run-level figure carries none."""
@@ -261,7 +259,6 @@ def regressed_pair(ragexp: Any, tmp_path: Path) -> tuple[str, str]:
     return base["run_id"], cand["run_id"]
 
 
-@pytest.mark.system
 def test_junit_report_validates_and_carries_every_rule(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str, tmp_path: Path
 ) -> None:
@@ -337,7 +334,6 @@ def test_junit_report_validates_and_carries_every_rule(
     assert len(root.findall("testsuite/testcase")) == 6
 
 
-@pytest.mark.system
 def test_summary_of_gate_and_diff_in_both_languages(
     ragexp: Any, regressed_pair: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -382,7 +378,6 @@ def test_summary_of_gate_and_diff_in_both_languages(
     assert "alice" not in text and "pw@" not in text
 
 
-@pytest.mark.system
 def test_unwritable_outputs_are_refused_before_any_work(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str, tmp_path: Path
 ) -> None:
@@ -412,7 +407,6 @@ def holders(uri: str, experiment_id: str) -> list[str]:
     return sorted(run.info.run_id for run in runs)
 
 
-@pytest.mark.system
 def test_promote_moves_the_tag_only_when_the_gate_passes(
     ragexp: Any, regressed_pair: tuple[str, str], store_uri: str
 ) -> None:

@@ -83,7 +83,6 @@ def only_run(store_uri: str, experiment: str = "ragexp") -> Any:
 # --- secrets -----------------------------------------------------------------------------------
 
 
-@pytest.mark.system
 @pytest.mark.parametrize("ending", ["\r\n", "\n", " \t"])
 def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str
@@ -114,7 +113,6 @@ def test_a_secret_with_a_line_ending_is_stripped_and_never_recorded(
     assert kept["leak-3"]["error"] == "contract: response is not JSON (oops ***)"
 
 
-@pytest.mark.system
 @pytest.mark.parametrize(
     ("value", "what"),
     [("Bearer ab\x01cd", "a control character"), ("Bearer tök€n", "a non-ASCII character")],
@@ -136,7 +134,6 @@ def test_a_secret_that_cannot_be_a_header_is_refused_naming_the_variable(
     assert MlflowClient(store_uri).get_experiment_by_name("ragexp") is None  # no run was created
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_url_credentials_are_masked_everywhere_and_the_header_wins(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,7 +171,6 @@ def test_url_credentials_are_masked_everywhere_and_the_header_wins(
         assert not any(secret in text for text in texts), secret
 
 
-@pytest.mark.system
 def test_the_judge_key_is_stripped_scrubbed_and_never_recorded(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -216,7 +212,6 @@ def test_the_judge_key_is_stripped_scrubbed_and_never_recorded(
 # --- no hangs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.system
 def test_the_timeout_is_a_deadline_for_the_whole_attempt(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(["ok-1", "trickle-2", "ok-3"]))
     with serve(FAULTY) as url:
@@ -240,7 +235,6 @@ def test_the_timeout_is_a_deadline_for_the_whole_attempt(ragexp: Any, store_uri:
     assert rows["trickle-2"]["error"] == "timed out after 1 s after 2 attempts"
 
 
-@pytest.mark.system
 def test_a_service_that_never_answers_aborts_the_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"hang-{i}" for i in range(35)]))
     with serve(FAULTY) as url:
@@ -264,7 +258,6 @@ def test_a_service_that_never_answers_aborts_the_run(ragexp: Any, store_uri: str
     assert run.info.status == "FAILED" and run.data.tags["ragexp.status"] == "aborted"
 
 
-@pytest.mark.system
 def test_a_failing_judge_aborts_after_its_configured_number_of_calls(
     ragexp: Any, store_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -383,7 +376,6 @@ def test_kill9_then_resume_asks_no_answered_case_again(ragexp: Any, store_uri: s
     assert 400 <= requests <= 404
 
 
-@pytest.mark.system
 def test_resume_retries_transport_failures_and_brings_the_tags_up_to_date(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -415,7 +407,6 @@ def test_resume_retries_transport_failures_and_brings_the_tags_up_to_date(
     } | {"p95_seconds": resumed.json()["summary"]["p95_seconds"]}
 
 
-@pytest.mark.system
 def test_retry_errors_asks_the_other_failures_again(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = ["ok-1", "contract-2", "bad400-3", "dropall-4", "dropall-5"]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -486,7 +477,6 @@ def test_an_interrupted_run_says_how_to_resume_it(store_uri: str, tmp_path: Path
         assert out == ""
 
 
-@pytest.mark.system
 def test_a_run_where_every_case_errored_exits_1_and_stays_marked(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "cases.jsonl", labelled([f"notimpl-{i}" for i in range(5)]))
     with serve(FAULTY) as url:
@@ -498,7 +488,6 @@ def test_a_run_where_every_case_errored_exits_1_and_stays_marked(ragexp: Any, st
     assert run.data.metrics["error_count"] == 5  # everything was logged all the same
 
 
-@pytest.mark.system
 def test_replies_the_code_cannot_hold_are_contract_errors(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     ids = ["ok-1", "inf-2", "bigint-3", "deep-4", "huge-5"]
     data = write_jsonl(tmp_path / "cases.jsonl", labelled(ids))
@@ -642,6 +631,8 @@ def test_each_run_keeps_its_own_space_reserve_and_leaves_no_lock_file(store_uri:
 def read_only_view(source: Path, view: Path) -> Iterator[Path]:
     view.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(view)], capture_output=True)
+    if mounted.returncode == 0:  # a bind mount takes "ro" only when mounted again
+        mounted = subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot bind-mount read-only here ({mounted.stderr.decode().strip() or 'not root'})")
     try:
@@ -670,6 +661,24 @@ def test_a_read_only_store_can_be_read_but_not_run_into(ragexp: Any, store_uri: 
     assert "warning: the verdict is not recorded" in gated.stderr
     assert refused.code == 1 and refused.stderr.count("\n") == 1
     assert f"tracking store {view}/mlflow.db is read-only" in refused.stderr
+
+
+@pytest.mark.system
+def test_report_on_a_read_only_store_says_in_one_line_where_it_is_and_that_it_is_not_logged(
+    ragexp: Any, store_uri: str, tmp_path: Path
+) -> None:
+    run = ragexp("run", "provider=fake", "--json").json()["run_id"]
+    folder = Path(store_uri.removeprefix("sqlite:///")).parent
+    # The store's folder, its artifacts too, made read-only where it is.
+    with read_only_view(folder, folder):
+        made = ragexp("report", run, "--out", str(tmp_path / "report"))
+    assert made.code == 0, made.stderr
+    assert made.stderr == ""
+    assert made.stdout.splitlines() == [
+        f"report (zh) written to {tmp_path}/report/report.html and {tmp_path}/report/report.md; not logged to run "
+        f"{run} (logging artifacts of run {run}: tracking store {store_uri} is on a read-only file system)"
+    ]
+    assert (tmp_path / "report" / "report.md").is_file()
 
 
 def test_reading_a_store_that_does_not_exist_creates_nothing(ragexp: Any, tmp_path: Path) -> None:
@@ -708,7 +717,6 @@ def test_a_dataset_with_a_byte_order_mark_is_accepted(ragexp: Any, tmp_path: Pat
     assert second.json()["dataset_hash"] == first.json()["dataset_hash"]
 
 
-@pytest.mark.system
 def test_k_must_be_an_integer_and_unicode_values_need_no_quotes(ragexp: Any, store_uri: str) -> None:
     boolean = ragexp("run", "k=true")
     assert boolean.code == 1 and "config: k: Input should be a valid integer (got True)" in boolean.stderr
@@ -719,7 +727,6 @@ def test_k_must_be_an_integer_and_unicode_values_need_no_quotes(ragexp: Any, sto
     assert [run["run_id"] for run in listed.json()["runs"]] == [named.json()["run_id"]]
 
 
-@pytest.mark.system
 def test_all_zero_judge_embeddings_are_a_case_error_not_a_warning(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     with serve(JUDGE, "--zero-embeddings") as url:
         result = ragexp(

@@ -20,7 +20,6 @@ def artifact(client: MlflowClient, run_id: str, path: str, tmp: Path) -> str:
     return Path(client.download_artifacts(run_id, path, str(tmp))).read_text(encoding="utf-8")
 
 
-@pytest.mark.system
 def test_default_run_logs_everything(ragexp, store_uri: str, tmp_path: Path) -> None:
     result: Result = ragexp("run", "provider=fake", "--json")
     assert result.code == 0, result.stderr
@@ -115,7 +114,6 @@ def plain_summary(path: Path, k: int) -> dict[str, float]:
     }
 
 
-@pytest.mark.system
 @pytest.mark.parametrize("k", [1, 3])
 def test_replay_values_match_an_independent_computation(ragexp, k: int) -> None:
     result = ragexp("run", "dataset=scifacts_zh", "provider=replay", f"k={k}", "--json")
@@ -132,7 +130,6 @@ def count_runs(store_uri: str) -> int:
     return 0 if experiment is None else len(client.search_runs([experiment.experiment_id]))
 
 
-@pytest.mark.system
 def test_invalid_dataset_creates_no_run(ragexp, store_uri: str, tmp_path: Path) -> None:
     assert ragexp("run", "--json").code == 0
     bad = write_jsonl(
@@ -146,7 +143,6 @@ def test_invalid_dataset_creates_no_run(ragexp, store_uri: str, tmp_path: Path) 
     assert count_runs(store_uri) == 1  # the earlier run is untouched and no new one exists
 
 
-@pytest.mark.system
 def test_metric_needing_missing_field_is_refused_before_any_run(ragexp, store_uri: str) -> None:
     result = ragexp("run", "dataset=scifacts_columns", "provider=replay")
     assert result.code == 1
@@ -163,7 +159,6 @@ def test_bad_override_is_one_line_exit_1(ragexp) -> None:
     ]
 
 
-@pytest.mark.system
 def test_terminal_summary_and_runs_listing(ragexp) -> None:
     first = ragexp("run", "dataset=scifacts_zh", "provider=replay")
     assert first.code == 0

@@ -30,7 +30,6 @@ def rows_of(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[str, 
     return {row["id"]: row for row in map(json.loads, Path(path).read_text(encoding="utf-8").splitlines())}
 
 
-@pytest.mark.system
 def test_default_run_is_the_sample_system_with_explainable_misses(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     text = ragexp("run")
     assert text.code == 0, text.stderr
@@ -66,7 +65,6 @@ def test_default_run_is_the_sample_system_with_explainable_misses(ragexp: Any, s
     assert all(row["latency_seconds"] > 0 for row in rows.values())
 
 
-@pytest.mark.system
 def test_deterministic_and_same_hash(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     first = ragexp("run", "--json").json()
     second = ragexp("run", "--json").json()
@@ -77,7 +75,6 @@ def test_deterministic_and_same_hash(ragexp: Any, store_uri: str, tmp_path: Path
             assert a[case]["output"][key] == b[case]["output"][key]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_knobs_change_outputs_and_the_config_hash(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     base = ragexp("run", "--json").json()
     every = ragexp("run", "provider.system.sample.citations=all", "--json").json()
@@ -100,7 +97,6 @@ def test_knobs_change_outputs_and_the_config_hash(ragexp: Any, store_uri: str, t
     assert top1["summary"]["recall_at_k"] == pytest.approx(26 / 30)  # cancel-refund's second id is gone
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_docs_content_not_location_is_identity(tmp_path: Path) -> None:
     base = plan_run(compose([])).config_hash
     copy = tmp_path / "docs.jsonl"
@@ -124,7 +120,6 @@ def test_config_defaults_match_the_system_defaults() -> None:
     assert compose([]).provider.system.sample == knobs
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     missing = ragexp("run", f"provider.system.sample.docs={tmp_path / 'nope.jsonl'}")
     assert missing.code == 1
@@ -153,7 +148,6 @@ def test_bad_docs_and_foreign_dataset_are_refused_before_any_run(ragexp: Any, st
     assert own.json()["summary"]["recall_at_k"] == 1.0 and own.json()["summary"]["answer_accuracy"] == 1.0
 
 
-@pytest.mark.system
 @pytest.mark.parametrize(
     ("flags", "knobs"),
     [

@@ -33,12 +33,11 @@ def cases_jsonl(store_uri: str, run_id: str, tmp_path: Path) -> dict[str, dict[s
 # --- §2 labels on the answers they graded ---------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_fake_system_on_kb_zh_prints_no_calibration_and_counts_the_unmatched_labels(ragexp: Any) -> None:
     result = ragexp("run", "provider=fake")
     assert result.code == 0, result.stderr
     assert "automatic score vs human scores" not in result.stdout
-    assert "prediction-powered means (judge corrected" not in result.stdout
+    assert "prediction-powered means (" not in result.stdout
     # Said once, where human scores would be used, with what to do; not a warning on stderr.
     run_id = result.stdout.split("\nrun ", 1)[1].split()[0]
     lines = [line for line in result.stdout.splitlines() if line.startswith("human scores in the dataset")]
@@ -53,7 +52,6 @@ def test_a_fake_system_on_kb_zh_prints_no_calibration_and_counts_the_unmatched_l
     assert payload["labels_note"].startswith("human scores in the dataset: 17 of 17 labelled cases left out")
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_the_sample_system_on_kb_zh_is_calibrated_on_the_answers_its_labels_graded(ragexp: Any) -> None:
     result = ragexp("run", "--json")
     assert result.code == 0, result.stderr
@@ -79,7 +77,6 @@ def test_every_bundled_label_names_the_output_it_graded() -> None:
             assert case.graded == graded_hash(output.answer, output.contexts)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_graded_is_a_hash_or_the_output_and_a_replay_rows_labels_grade_its_answer(ragexp: Any, tmp_path: Path) -> None:
     rows = []
     for i in range(12):
@@ -198,7 +195,6 @@ def test_one_population_for_answerable_metrics_in_table_json_mlflow_traces_diff_
 # --- §8 time to first token ---------------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_ttft_is_a_registry_metric_in_json_diff_gate_and_report(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,7 +240,6 @@ def test_ttft_is_a_registry_metric_in_json_diff_gate_and_report(
     assert "ttft_p95_seconds" in (out / "report.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_ttft_metrics_are_refused_for_a_system_that_does_not_stream(ragexp: Any) -> None:
     result = ragexp("run", "metrics.names=[recall_at_k,ttft_p95_seconds]")
     assert result.code == 1

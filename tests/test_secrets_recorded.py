@@ -20,7 +20,6 @@ ENV = "${oc.env:RAGEXP_SYSTEM_AUTH}"
 AUTH = "+provider.system.headers_env.Authorization=RAGEXP_SYSTEM_AUTH"
 
 
-@pytest.mark.system
 def test_a_secret_reached_through_oc_env_is_masked_in_params_tags_name_and_artifacts(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

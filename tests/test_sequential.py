@@ -74,7 +74,6 @@ def test_the_sequence_holds_the_true_mean_at_every_look_at_once() -> None:
     assert missed / trials <= ALPHA + 0.02
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_drop_twice_the_margin_is_found_with_at_most_forty_percent_of_the_cases() -> None:
     # The issue's 500 pairs (a differences' sd of 0.15, a margin of 0.05), over fewer trials than
     # the benchmark's.
@@ -128,7 +127,6 @@ def tags_of(store_uri: str, run_id: str) -> dict[str, str]:
     return dict(MlflowClient(store_uri).get_run(run_id).data.tags)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_large_drop_stops_early_and_fails_its_gate_on_the_same_bounds(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -166,7 +164,6 @@ def test_a_large_drop_stops_early_and_fails_its_gate_on_the_same_bounds(
     assert json.loads(Path(recorded).read_text()) == sequential
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_an_unchanged_candidate_passes_before_every_case_is_evaluated(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -192,7 +189,6 @@ def only_candidate(store_uri: str, baseline: str) -> str:
     return str(found)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_cases_running_out_leave_a_rule_inconclusive_which_on_underpowered_fail_makes_a_failure(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -217,7 +213,6 @@ def test_cases_running_out_leave_a_rule_inconclusive_which_on_underpowered_fail_
     assert "gates.on_underpowered=fail" in failed.stdout
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_on_underpowered_fail_fails_an_underpowered_rule_of_an_ordinary_run(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -248,7 +243,6 @@ def test_on_underpowered_fail_fails_an_underpowered_rule_of_an_ordinary_run(
     assert mrr["outcome"] == "failed" and "cannot tell" in mrr["message"]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_bad_sequential_input_is_one_line_and_no_run(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "cases.jsonl", replay_rows([{"rank": 1}] * 20))
     baseline = replay(ragexp, path, "--json").json()["run_id"]
@@ -337,7 +331,6 @@ def test_errors_count_among_the_evaluated_cases_and_resume_continues_the_stopped
     assert metrics["error_rate"] == pytest.approx(payload["error_count"] / evaluated)
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_conversations_are_sampled_batched_and_stopped_whole_with_their_history(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:
@@ -379,7 +372,6 @@ def test_conversations_are_sampled_batched_and_stopped_whole_with_their_history(
             assert rule["sequential"]["low"] == recorded[(rule["metric"], rule["rule"])]["low"]
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_plain_resume_of_an_interrupted_sequential_run_is_refused_in_one_line(
     ragexp: Any, store_uri: str, tmp_path: Path
 ) -> None:

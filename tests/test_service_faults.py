@@ -51,7 +51,6 @@ def faulty_cases(tmp_path: Path, *ids: str) -> Path:
     )
 
 
-@pytest.mark.system
 def test_a_reply_that_cannot_be_decoded_is_that_cases_error(ragexp: Any, store_uri: str, tmp_path: Path) -> None:
     data = faulty_cases(tmp_path, "badgzip-1", "ok-2")
     with serve(FAULTY) as url:
@@ -70,7 +69,6 @@ def test_a_reply_that_cannot_be_decoded_is_that_cases_error(ragexp: Any, store_u
     assert "  error: contract: the reply could not be decoded (DecodingError: " in probed.stdout
 
 
-@pytest.mark.system
 def test_a_4xx_shows_the_servers_reason_masked(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -102,7 +100,6 @@ def test_a_servers_reason_is_one_line_of_at_most_200_characters() -> None:
     assert server_reason(b"") == server_reason(b"  \n") == ""
 
 
-@pytest.mark.system
 def test_the_probe_reads_an_error_stream_as_the_run_does(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,7 +152,6 @@ STANDINS = {
 }
 
 
-@pytest.mark.system
 @pytest.mark.parametrize("preset", sorted(STANDINS))
 def test_a_service_without_auth_is_asked_without_a_key(
     ragexp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str
@@ -177,7 +173,6 @@ def test_a_service_without_auth_is_asked_without_a_key(
     assert refused.code == 1 and "is not set" in refused.stderr  # without the override, the preset's key
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_validate_refuses_what_run_refuses_before_any_work(
     ragexp: Any, store_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ragexp.config.models import ResponseMapping
 from ragexp.errors import ConfigError
 from tests.conftest import ROOT, invoke, write_jsonl
 from tests.test_compare import replay_rows
@@ -250,6 +251,23 @@ def test_an_unknown_key_names_the_closest_known_key(ragexp: Any, override: str, 
     assert result.stderr.splitlines() == [f"ragexp: error: config: {said}"]
 
 
+def test_a_block_the_config_does_not_set_is_added_with_a_plus_and_its_keys_are_named(ragexp: Any) -> None:
+    http = ("system=http", "provider.system.url=http://127.0.0.1:9/q")
+    block = ragexp("validate", *http, "provider.system.response={answer: data.text}")
+    assert block.code == 1
+    keys = sorted(ResponseMapping.model_fields)
+    assert block.stderr.splitlines() == [
+        "ragexp: error: config: provider.system.response: this config does not set it, so there is nothing to "
+        "override: add it with '+provider.system.response=...', or set some of its keys "
+        f"({', '.join(keys)}) with 'provider.system.response.KEY=...'"
+    ]
+    one = ragexp("validate", *http, "provider.system.response.answer=data.text")
+    assert "config:" not in one.stderr and "retrieved_ids" in one.stderr  # taken: ranked_ids is not mapped now
+    # As the hint says: with '+' the block is taken (the run then checks what the mapping gives).
+    added = ragexp("validate", *http, "+provider.system.response={answer: data.text}")
+    assert added.stderr == one.stderr
+
+
 def test_an_unknown_option_of_a_group_lists_the_options(ragexp: Any) -> None:
     result = ragexp("validate", "system=htp")
     assert result.code == 1 and len(result.stderr.splitlines()) == 1
@@ -291,7 +309,6 @@ def test_plain_ragexp_prints_help_and_exits_0_and_version_exists() -> None:
 # --- what a run says after its tables --------------------------------------------------------------
 
 
-@pytest.mark.system  # a whole run: `make test`, not the edit loop
 def test_a_run_says_what_it_evaluated_what_the_numbers_mean_and_what_to_try_next(ragexp: Any, tmp_path: Path) -> None:
     shown = ragexp("run")  # what `make run` runs
     assert shown.code == 0, shown.stderr

@@ -92,6 +92,8 @@ def run_calls(store: Store, artifacts: Path) -> list[str]:
     store.log_metrics(first, {"mrr": 0.1, "odd": 0.3}, step=3)  # a newer one: the latest
     store.set_tags(first, {"ragexp.status": "finished", "mlflow.runName": "renamed", "new": "v" * 8000})
     store.delete_tags(first, ["team", "absent"])
+    for _ in range(2):  # a param known only at the end; the same value again changes nothing
+        store.log_params(first, {"judge.served": "chat=m@fp|prompts=ab", "judge.served_count": "1"})
     store.log_dir(first, artifacts, tables=["cases_table.json"])
     store.log_files(first, {"checkpoint/cases.jsonl": b'{"id": "a"}\n'})
     store.end_run(first, "FAILED")
@@ -140,6 +142,12 @@ def test_a_run_writes_the_rows_mlflow_writes(tmp_path: Path) -> None:
         assert sorted(d.dataset.digest for d in second.inputs.dataset_inputs) == ["abc12def", "other"]
         found = client.search_runs([run.info.experiment_id], "tags.`ragexp.status` = 'finished'")
         assert [r.info.run_id for r in found] == [ids[side][0]]
+
+    # A param keeps its first value: both refuse another, and the row stays.
+    for side, store in stores.items():
+        with pytest.raises(TrackingError, match=r"judge\.served"):
+            store.log_params(ids[side][0], {"judge.served": "chat=other@fp|prompts=ab"})
+        assert MlflowClient(uris[side]).get_run(ids[side][0]).data.params["judge.served"] == "chat=m@fp|prompts=ab"
 
     # The same files, byte for byte, where MLflow keeps them.
     trees = {}

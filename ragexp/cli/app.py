@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 import typer
-from typer import _click  # typer's own click: the types its group methods are declared with
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 from typer.main import get_command_from_info
@@ -29,27 +28,31 @@ from ragexp.secrets import scrub
 class LazyCommands(TyperGroup):
     """The commands of :data:`~ragexp.cli.commands.COMMANDS`, each built from its module on first use."""
 
-    def list_commands(self, ctx: _click.Context) -> list[str]:
+    # Contexts and commands are of typer's vendored click, a private module: left unnamed (Any),
+    # made and read only through typer's public functions and their own methods.
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in COMMANDS:
             return None
         if cmd_name not in self.commands:
             module = importlib.import_module(f"ragexp.cli.commands.{cmd_name}")
-            self.commands[cmd_name] = self._built(cmd_name, getattr(module, cmd_name))
+            modes = getattr(module, "MODES", {})
+            self.commands[cmd_name] = self._built(cmd_name, getattr(module, cmd_name), _modes_list(cmd_name, modes))
         return self.commands[cmd_name]
 
-    def _built(self, name: str, callback: Any) -> _click.Command:
-        return get_command_from_info(
-            CommandInfo(name=name, callback=callback),
+    def _built(self, name: str, callback: Any, epilog: str | None = None) -> Any:
+        command = get_command_from_info(
+            CommandInfo(name=name, callback=callback, epilog=epilog),
             pretty_exceptions_short=True,
             rich_markup_mode=self.rich_markup_mode,
         )
+        # click cuts a help's first sentence to fit the command list ("..."); given whole, it wraps.
+        command.short_help = " ".join((command.help or "").split("\n\n")[0].split())
+        return command
 
-    def resolve_command(
-        self, ctx: _click.Context, args: list[str]
-    ) -> tuple[str | None, _click.Command | None, list[str]]:
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         # `ragexp draft review FILE`: a command's MODES are commands of their own, named by two words.
         named = len(args) > 1 and args[0] in COMMANDS
         modes = getattr(importlib.import_module(f"ragexp.cli.commands.{args[0]}"), "MODES", {}) if named else {}
@@ -60,13 +63,24 @@ class LazyCommands(TyperGroup):
             return name, self.commands[name], args[2:]
         try:
             return super().resolve_command(ctx, args)
-        except _click.exceptions.UsageError as exc:
+        except TyperException as exc:  # a usage error: the only error resolving a command raises
             # typer suggests from the commands built so far; here that is none of them.
+            message = exc.format_message()
             matches = get_close_matches(args[0], COMMANDS) if args else []
-            if not matches or "Did you mean" in exc.message:
+            if not matches or "Did you mean" in message:
                 raise
-            suggested = f"{exc.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
-            raise _click.exceptions.UsageError(suggested, exc.ctx) from None
+            ctx.fail(f"{message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?")
+
+
+def _modes_list(command: str, modes: dict[str, Any]) -> str | None:
+    """The ``Commands:`` lines of a command's help: each of its modes and what it does."""
+    if not modes:
+        return None
+    lines = [
+        f"ragexp {command} {mode}: {(function.__doc__ or '').strip().splitlines()[0]}"
+        for mode, function in modes.items()
+    ]
+    return "Commands (each with its own --help):\n\n" + "\n\n".join(lines)
 
 
 app = typer.Typer(
@@ -77,6 +91,9 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
+    # click's plain help: a flag shows no value type, a paragraph rewraps to the terminal, and a long
+    # default wraps instead of being cut to the width of rich's help column.
+    rich_markup_mode=None,
 )
 
 

@@ -102,6 +102,13 @@ def interrupt_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def continue_with(exc: Exception, command: str, args: list[str]) -> None:
+    """End a stopped run's line with the rerun that continues it: ``ragexp COMMAND ARGS...``."""
+    import shlex
+
+    exc.args = (f"{exc}; continue with: {shlex.join(['ragexp', command, *args])}",)
+
+
 @contextlib.contextmanager
 def resumable(command: str, args: list[str], *, replaying: bool) -> Iterator[None]:
     """While a command replays cases (``replaying``: ``--attribute``): SIGTERM as Ctrl-C, and a
@@ -109,17 +116,15 @@ def resumable(command: str, args: list[str], *, replaying: bool) -> Iterator[Non
     if not replaying:
         yield
         return
-    import shlex
     import signal
 
     from ragexp.errors import Stopped
 
-    again = " ".join(["ragexp", command, *map(shlex.quote, args)])
     previous = signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         yield
     except Stopped as exc:
-        exc.args = (f"{exc}; continue with: {again}",)
+        continue_with(exc, command, args)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 from ragexp.compare.figures import fmt, signed
 from ragexp.escape import terminal
+from ragexp.metrics.registry import lookup
 from ragexp.tables import Table, to_terminal
 
 __all__ = ["fmt", "signed", "table", "terminal", "to_terminal"]
@@ -25,6 +26,34 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = ""
     """Columns padded to width; ``align`` holds one 'l' or 'r' per column (default: left). Cells
     are shown with :func:`~ragexp.escape.terminal` (case ids, names and messages come from data)."""
     return to_terminal(Table.plain(headers, rows, align))
+
+
+def scorer(names: Sequence[str]) -> str:
+    """What scored these metrics, as ``judge`` or ``automatic`` before "scores" or "mean": ``judge`` only
+    when an LLM judge scored every one of them (a rule such as answer_accuracy's fact match is no judge)."""
+    judged = [lookup(name) for name in names]
+    return "judge" if judged and all(spec is not None and spec.judge for spec in judged) else "automatic"
+
+
+def _ppi_lines(trust: Trust) -> list[str]:
+    """The prediction-powered means, worded by what scored them."""
+    if not trust.ppi:
+        return []
+    lines: list[str] = []
+    by = scorer(list(trust.ppi))
+    lines += ["", f"prediction-powered means ({by} scores corrected by human scores):"]
+    rows = [
+        [
+            name,
+            fmt(e.judge_mean),
+            fmt(e.mean),
+            f"[{fmt(e.ci_low)}, {fmt(e.ci_high)}]",
+            f"{e.n_labelled}/{e.n_total}",
+        ]
+        for name, e in trust.ppi.items()
+    ]
+    lines.append(table(["metric", f"{by} mean", "PPI mean", "CI", "labelled"], rows, "lrrll"))
+    return lines
 
 
 def trust_lines(
@@ -59,26 +88,15 @@ def trust_lines(
         )
         if any(c.spearman is None for c in trust.calibration.values()):
             lines.append(
-                "— under spearman: the judge's or the people's scores are all the same (no ranks to correlate)"
+                f"— under spearman: the {scorer(list(trust.calibration))} scores or the people's are all the "
+                "same (no ranks to correlate)"
             )
         if any(c.kappa is None for c in trust.calibration.values()):
             lines.append(
-                "— under kappa: judge and people make one and the same pass/fail call on every case "
-                "(agreement by chance is total, so kappa is undefined)"
+                f"— under kappa: {scorer(list(trust.calibration))} scores and people make one and the same "
+                "pass/fail call on every case (agreement by chance is total, so kappa is undefined)"
             )
-    if trust.ppi:
-        lines += ["", "prediction-powered means (judge corrected by human scores):"]
-        rows = [
-            [
-                name,
-                fmt(e.judge_mean),
-                fmt(e.mean),
-                f"[{fmt(e.ci_low)}, {fmt(e.ci_high)}]",
-                f"{e.n_labelled}/{e.n_total}",
-            ]
-            for name, e in trust.ppi.items()
-        ]
-        lines.append(table(["metric", "judge mean", "PPI mean", "CI", "labelled"], rows, "lrrll"))
+    lines += _ppi_lines(trust)
     if labels_note is not None:
         lines += ([] if trust.calibration or trust.ppi else [""]) + [terminal(labels_note)]
     if findings is not None:

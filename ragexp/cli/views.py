@@ -219,16 +219,17 @@ def missed_lines(evaluation: Evaluation) -> list[str]:
 def cases_file(tracking_uri: str, run_id: str) -> str:
     """Where a run's ``cases.jsonl`` can be read: its path in a local store's artifacts, else the
     command that downloads it."""
+    from ragexp.artifacts import CASES
     from ragexp.tracking.store import run_artifact_path
 
-    local = run_artifact_path(tracking_uri, run_id, "cases.jsonl")
+    local = run_artifact_path(tracking_uri, run_id, CASES)
     if local is not None:
         try:
             return str(local.relative_to(Path.cwd()))
         except ValueError:
             return str(local)
     uri = shlex.quote(mask_url(tracking_uri))
-    return f"MLFLOW_TRACKING_URI={uri} {program('mlflow')} artifacts download -r {run_id} -a cases.jsonl"
+    return f"MLFLOW_TRACKING_URI={uri} {program('mlflow')} artifacts download -r {run_id} -a {CASES}"
 
 
 def _short(value: Any, limit: int = 100) -> str:
@@ -251,10 +252,10 @@ def show_sequential(outcome: SequentialOutcome) -> None:
 
 def report_line(run_id: str, published: Published) -> str:
     folder = published.folder
-    return (
-        f"report ({published.used}) written to {folder}/report.html and {folder}/report.md; logged to run {run_id} "
-        "under report/"
-    )
+    logged = f"logged to run {run_id} under report/"
+    if published.not_logged is not None:  # one line: where it is, and why it is not in the run
+        logged = f"not logged to run {run_id} ({published.not_logged})"
+    return f"report ({published.used}) written to {folder}/report.html and {folder}/report.md; {logged}"
 
 
 def run_warning(outcome: RunOutcome) -> None:

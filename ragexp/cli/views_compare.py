@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ragexp.cli.render import fmt, signed, table, terminal, to_terminal
+from ragexp.cli.render import fmt, scorer, signed, table, terminal, to_terminal
 from ragexp.cli.views_shadow import show_strata
 from ragexp.compare.missing import case_legend, metric_legend
 from ragexp.compare.power import POWER, POWER_ASSUMPTION, detectable_words
@@ -108,11 +108,12 @@ def _show_breakdowns(result: DiffResult) -> None:
     """``diff``'s figures beside the metric table: prediction-powered deltas, hops, turn positions."""
     with_ppi = [(m.name, m.ppi) for m in result.metrics if m.ppi is not None]
     if with_ppi:
-        print("\nprediction-powered difference (judge corrected by human scores on shared labelled cases):")
+        by = scorer([name for name, _ in with_ppi])
+        print(f"\nprediction-powered difference ({by} scores corrected by human scores on shared labelled cases):")
         for name, ppi in with_ppi:
             print(
                 f"  {terminal(name):22} {signed(ppi.mean)}  CI [{signed(ppi.ci_low)}, {signed(ppi.ci_high)}]  "
-                f"judge alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
+                f"{by} alone {signed(ppi.judge_mean)}  ({ppi.n_labelled} labelled of {ppi.n_total} pairs)"
             )
     if result.hops is not None:
         print(f"\nfirst failing hop, cases by baseline (rows) and candidate (columns), {result.hops.paired} paired:")
@@ -127,13 +128,18 @@ def _show_breakdowns(result: DiffResult) -> None:
 
 def _show_regressed_cases(result: DiffResult) -> None:
     """``diff``'s most regressed cases: what each run retrieved and answered, and why it scored so."""
-    written = {run.record.tag("language") for run in (result.baseline, result.candidate)} - {""}
-    reasons = written <= {"en"}  # this output is English: reasons in another language are not mixed in
+    # This output is English: a reason is shown rendered in English from its code, or as recorded
+    # by a run written in English; a recorded reason in another language is not mixed in.
+    runs = (("baseline", result.baseline), ("candidate", result.candidate))
+    language = {side: run.record.tag("language") for side, run in runs}
+    hidden = sorted(
+        {language[side] for case in result.cases for side in language if case[side]["rationale_recorded"]} - {"en", ""}
+    )
     print(f"\nmost regressed cases (top {len(result.cases)}):")
-    if not reasons:
+    if hidden:
         print(
-            f"  (the runs wrote their reasons in {', '.join(sorted(written))}, report.language: "
-            "`ragexp report --language` shows them; RAGEXP_LANGUAGE=en before a run writes them in English)"
+            f"  (reasons recorded in {', '.join(hidden)} by runs made before reasons kept their codes are not shown: "
+            "`ragexp report --language` shows them as recorded)"
         )
     for case in result.cases:
         changes = ", ".join(
@@ -149,7 +155,8 @@ def _show_regressed_cases(result: DiffResult) -> None:
             print(terminal(f"    {side:9} retrieved {did['retrieved_ids'][:5]}  answer {answer!r}{error}"))
             for name, v in case["metrics"].items():
                 said = did["rationale"].get(name)
-                if reasons and said and v["baseline"] != v["candidate"]:
+                english = name not in did["rationale_recorded"] or language[side] in ("en", "")
+                if english and said and v["baseline"] != v["candidate"]:
                     print(terminal(f"      {name}: {said}"))
     for line in case_legend(result.cases):
         print(f"  {line}")

@@ -15,9 +15,15 @@ if TYPE_CHECKING:
 def show_sweep(outcome: SweepOutcome) -> None:
     headline = headline_metrics()
     shown = [name for name in headline if any(name in r.metrics for r in outcome.runs)]
+    from ragexp.compare.sweeps import override_words, shown_override, varying_overrides
+
+    varying, common = varying_overrides([r.tag("sweep.point") for r in outcome.runs])
+    if common:
+        print(f"every point: {' '.join(map(shown_override, common))}")
     rows = [
-        [r.tag("sweep.num"), r.tag("sweep.point"), r.run_id, *(fmt(r.metrics.get(n)) for n in shown)]
-        for r in outcome.runs
+        [r.tag("sweep.num"), " ".join(map(shown_override, override_words(point))), r.run_id]
+        + [fmt(r.metrics.get(n)) for n in shown]
+        for r, point in zip(outcome.runs, varying, strict=True)
     ]
     print(table(["#", "point", "run", *shown], rows, "lll" + "r" * len(shown)))
     if any(r.metrics.get(n) is None for r in outcome.runs for n in shown):
@@ -62,7 +68,7 @@ def show_sweep_points(analysis: SweepAnalysis) -> None:
         rows.append(
             [
                 str(point.number) if point.number >= 0 else "-",
-                point.overrides or point.run_id,
+                point.shown or point.run_id,
                 fmt(point.metrics.get(analysis.metric)),
                 *delta_cells(analysis, point, on_baseline="baseline"),
                 *(fmt(point.metrics.get(name)) for name in shown),

@@ -163,6 +163,7 @@ def _recorded_config(store: Store, run: RunData) -> RagexpConfig:
 
 
 def _rejudge(store: Store, baseline: RunData, candidate: RunData) -> tuple[RunData, Bridge]:
+    from ragexp.conversations import histories
     from ragexp.datasets.loader import load_dataset, resolve_path
     from ragexp.metrics.judge.scorer import JudgeScorer
     from ragexp.paths import data_roots
@@ -193,7 +194,10 @@ def _rejudge(store: Store, baseline: RunData, candidate: RunData) -> tuple[RunDa
         else:
             answer, contexts = str(output.get("answer") or ""), list(output.get("contexts") or [])
             results.append(CaseResult(case_id, SystemOutput(contexts=contexts, answer=answer)))
-    outcome = scorer.score(cases, results, progress=None)
+    # A turn is graded after the conversation so far, as the baseline's own judge read it: the
+    # earlier turns' questions and the baseline's answers (or references, by conversation.history).
+    asked_after = histories(cases, results, config.conversation.history) if dataset.has_conversations else None
+    outcome = scorer.score(cases, results, progress=None, histories=asked_after)
     served = identity.joined(outcome.served)
     recorded = candidate.record.tag("judge.served")
     if recorded and served and identity.served_difference(served, recorded) is not None:

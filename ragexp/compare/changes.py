@@ -19,6 +19,7 @@ from ragexp.compare.data import RunData
 from ragexp.compare.diff import TOLERANCE
 from ragexp.metrics.population import covered
 from ragexp.metrics.registry import METRICS, case_values_metric
+from ragexp.metrics.wording import rendered
 
 SHOWN_MAX = 1000
 """Cases listed per direction; beyond it the rest are counted (cases.jsonl has them all)."""
@@ -41,17 +42,30 @@ class Side:
     answer: str | None
     error: str | None
     rationale: dict[str, str]
-    """Metric -> why it scored what it did (the row's ``rationale``, when the run wrote one)."""
+    """Metric -> why it scored what it did (the row's ``rationale``, when the run wrote one),
+    rendered in the reader's language where the row kept its code."""
+    recorded: tuple[str, ...] = ()
+    """The metrics whose rationale is the recorded text, not rendered in the reader's language."""
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> Side:
+    def of(cls, row: dict[str, Any], language: str | None = None) -> Side:
+        """``language``: render the rationales in it (:func:`ragexp.metrics.wording.rendered`);
+        None: as the run wrote them."""
         output = row.get("output") or {}
         rationale = row.get("rationale")
+        if language is not None:
+            texts, recorded = rendered(row, language)
+        else:
+            texts = (
+                {str(k): str(v) for k, v in rationale.items() if v is not None} if isinstance(rationale, dict) else {}
+            )
+            recorded = list(texts)
         return cls(
             [str(i) for i in output.get("ranked_ids") or []],
             output.get("answer"),
             row.get("error"),
-            {str(k): str(v) for k, v in rationale.items() if v is not None} if isinstance(rationale, dict) else {},
+            texts,
+            tuple(recorded),
         )
 
 
@@ -104,8 +118,9 @@ def _side_json(side: Side) -> dict[str, Any]:
     }
 
 
-def case_changes(baseline: RunData, candidate: RunData) -> Changes:
-    """Every case of the shared ones that moved, worse then better (module docstring)."""
+def case_changes(baseline: RunData, candidate: RunData, language: str | None = None) -> Changes:
+    """Every case of the shared ones that moved, worse then better (module docstring); their
+    rationales in ``language`` where the runs kept their codes (None: as the runs wrote them)."""
     candidate_ids = set(candidate.case_ids)
     shared = [case_id for case_id in baseline.case_ids if case_id in candidate_ids]
     base, cand = baseline.select(shared), candidate.select(shared)
@@ -140,7 +155,12 @@ def case_changes(baseline: RunData, candidate: RunData) -> Changes:
             )
             cases.append(
                 CaseChange(
-                    shared[i], str(c_row.get("question") or ""), moves, float(total[i]), Side.of(b_row), Side.of(c_row)
+                    shared[i],
+                    str(c_row.get("question") or ""),
+                    moves,
+                    float(total[i]),
+                    Side.of(b_row, language),
+                    Side.of(c_row, language),
                 )
             )
         lists.append((cases, len(picked)))

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ragexp import strict_json
+from ragexp import artifacts, strict_json
 from ragexp.errors import ConfigError, TrackingError
 from ragexp.tracking.store import Store
 
@@ -31,15 +31,15 @@ def record_comparison(
     ``ragexp.gate.*`` tags only hold the latest verdict)."""
     data = strict_json.dumps(payload, indent=1).encode("utf-8")
     try:
-        store.log_files(candidate, {f"comparisons/{baseline}/{name}": data})
+        store.log_files(candidate, {artifacts.comparison(baseline, name): data})
     except TrackingError as exc:  # a read-only copy of a store: the result stands, unrecorded
         say(f"warning: the comparison is not recorded on run {candidate}: {exc}")
 
 
 def read_comparison(store: Store, candidate: str, baseline: str, name: str) -> dict[str, Any] | None:
     """The comparison :func:`record_comparison` kept on ``candidate`` (None: none was recorded)."""
-    path = f"comparisons/{baseline}/{name}"
-    if path not in store.list_artifacts(candidate, f"comparisons/{baseline}"):
+    path = artifacts.comparison(baseline, name)
+    if path not in store.list_artifacts(candidate, artifacts.comparison(baseline)):
         return None
     found = json.loads(store.read_artifact(candidate, path))
     return found if isinstance(found, dict) else None

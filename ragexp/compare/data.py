@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ragexp import artifacts
 from ragexp.errors import StoreUnreachable, TrackingError
@@ -47,6 +48,9 @@ class RunData:
     restricted: bool = False
     """Cut to some of its cases for a comparison (``--common-cases``): a mean or a percentile of
     per-case values is taken over the cases kept, not read from the run's logged summary."""
+    canaries: dict[str, Any] | None = None
+    """The run's ``canaries.json`` (each canary's judge grade and human score), read when the run
+    graded canaries (its ``ragexp.judge.canaries`` tag); None otherwise."""
 
     @property
     def unit(self) -> str:
@@ -140,6 +144,7 @@ class RunData:
             self.ttft[order] if self.ttft is not None else None,
             [self.conversations[i] for i in order.tolist()] if self.conversations is not None else None,
             self.restricted,
+            canaries=self.canaries,
         )
 
     def restrict(self, case_ids: list[str]) -> RunData:
@@ -173,7 +178,22 @@ def load_run(store: Store, run: str | RunRecord) -> RunData:
         custom=custom_specs(store, record),
         ttft=columns.ttft,
         conversations=columns.conversations,
+        canaries=canary_grades(store, record),
     )
+
+
+def canary_grades(store: Store, record: RunRecord) -> dict[str, Any] | None:
+    """The run's ``canaries.json`` when it graded canaries; None when it did not, or its artifact
+    is gone or not an object (its logged agreement figures still compare, unpaired)."""
+    if not record.tag("judge.canaries"):
+        return None
+    try:
+        found = orjson.loads(store.read_artifact(record.run_id, artifacts.CANARIES))
+    except StoreUnreachable:
+        raise
+    except (TrackingError, orjson.JSONDecodeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def custom_specs(store: Store, record: RunRecord) -> dict[str, MetricSpec]:

@@ -22,6 +22,7 @@ from ragexp.metrics.calibration import PpiEstimate, ppi_mean
 from ragexp.metrics.custom_spec import definition_change
 from ragexp.metrics.population import Population, population
 from ragexp.metrics.registry import METRICS, MetricSpec, Stage
+from ragexp.metrics.wording import rendered
 from ragexp.phrases import t
 from ragexp.stats.paired import paired, paired_by_unit, unit_means
 from ragexp.stats.strata import MetricStrata
@@ -219,7 +220,11 @@ class DiffResult:
             **({"ledger": self.ledger.summary_json()} if self.ledger is not None else {}),
             **({"bridge": self.bridge} if self.bridge is not None else {}),
             **({"strata": [m.to_json() for m in self.strata]} if self.strata is not None else {}),
-            **({"judge_agreement": moved} if (moved := agreement_changes(self.baseline, self.candidate)) else {}),
+            **(
+                {"judge_agreement": moved}
+                if (moved := agreement_changes(self.baseline, self.candidate, confidence=self.confidence))
+                else {}
+            ),
         }
 
 
@@ -434,13 +439,16 @@ def _worst_cases(base: RunData, cand: RunData, top: int, apart: set[str]) -> lis
 
 
 def _what_it_did(row: dict[str, Any]) -> dict[str, Any]:
+    """What a run did for a case, its rationales in diff's language (English) where the run kept
+    their codes; ``rationale_recorded``: the metrics whose rationale is the text as recorded."""
     output = row.get("output") or {}
-    rationale = row.get("rationale")
+    texts, recorded = rendered(row, "en")
     return {
         "retrieved_ids": output.get("ranked_ids", []),
         "answer": output.get("answer"),
         "error": row.get("error"),
-        "rationale": {str(k): str(v) for k, v in rationale.items()} if isinstance(rationale, dict) else {},
+        "rationale": texts,
+        "rationale_recorded": recorded,
     }
 
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragexp.compare.agreement import Check, checks
+from ragexp.compare.agreement import Check, checks, judge_rules
 from ragexp.compare.data import RunData
 from ragexp.compare.diff import DiffResult, MetricDiff, below_noise_floor, compute_diff
 from ragexp.compare.figures import fmt, rounds_to_zero, signed
@@ -196,12 +196,13 @@ class GateResult:
 
 
 def check_gate(gates: GatesConfig) -> None:
-    """Refuse a gate that bounds no metric: it would pass any candidate, however much worse.
+    """Refuse a gate that bounds no metric and sets no judge rule (``judge_agreement``,
+    ``judge_bias``): it would pass any candidate, however much worse.
 
     ``max_error_rate`` alone is not enough: it says nothing about the scores of the cases that
     did answer. Checked before any work, and again by :func:`evaluate_gate`, so no verdict can
     come from a gate without rules."""
-    if not any(_bounds(rule) for rule in gates.rules.values()):
+    if not any(_bounds(rule) for rule in gates.rules.values()) and not judge_rules(gates):
         what = "has no rules" if not gates.rules else "has rules that set no bound"
         raise ConfigError(
             f"gates {gates.name}: {what}, so it would pass any candidate; "
@@ -250,7 +251,15 @@ def gate_runs(
 def _canary_rule(check: Check) -> RuleResult:
     outcome: Outcome = "failed" if check.outcome == "failed" else "passed" if check.outcome == "passed" else "undecided"
     return RuleResult(
-        check.metric, check.rule, check.baseline, check.candidate, check.threshold, check.message, outcome, "canaries"
+        check.metric,
+        check.rule,
+        check.baseline,
+        check.candidate,
+        check.threshold,
+        check.message,
+        outcome,
+        "canaries",
+        underpowered=check.cannot_tell,
     )
 
 

@@ -161,6 +161,14 @@ def swap_tag(store: Store, tag: PromotionTag, run_id: str, experiment_id: str, *
     return Swap([other for other in found if other != run_id], lock.release())
 
 
+class _Held(Exception):
+    """The promotion lock is another process's (``run``: the run holding it, when known)."""
+
+    def __init__(self, run: str) -> None:
+        super().__init__(run)
+        self.run = run
+
+
 class _Lock:
     """A registered model as a lock, tagged with a nonce of the process that holds it."""
 
@@ -169,60 +177,66 @@ class _Lock:
         self.nonce = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
     def acquire(self, wait_s: float) -> None:
-        from ragexp.transport import backoff  # imports httpx: only when a promotion runs
+        from ragexp.transport import retry_within  # imports httpx: only when a promotion runs
 
-        deadline = time.monotonic() + wait_s
+        try:
+            # Polled at a steady short pause (cap = base): the holder may let go at any moment.
+            retry_within(self._take, timeout_s=wait_s, base=0.2, cap=0.2, again=lambda exc: isinstance(exc, _Held))
+        except _Held as held:
+            by = f" by run {held.run}" if held.run else ""
+            raise TrackingError(
+                f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
+                f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
+            ) from None
+
+    def _take(self) -> None:
+        """Create the lock; raises _Held while another process holds it."""
         tags = {"ragexp.lock.holder": self.holder, LOCK_NONCE: self.nonce}
         description = f"ragexp: promotion of {self.what} in progress (deleted when it ends)"
-        while True:
-            failure: TrackingError | StorageError | None = None
-            try:
-                if self.store.create_lock(self.name, {**tags, "ragexp.lock.since": str(int(time.time()))}, description):
-                    return
-            except (TrackingError, StorageError) as exc:
-                failure = exc
-            owner = self._owner()
-            if owner is not None and owner[0] == self.nonce:
-                return  # this process created it: the reply was lost and MLflow's retry found it
-            if owner is None and failure is not None:
-                raise type(failure)(f"locking {self.what}: {failure}") from None
-            if time.monotonic() > deadline:
-                by = f" by run {owner[1]}" if owner is not None and owner[1] else ""
-                raise TrackingError(
-                    f"another promotion of {self.what} has held its lock{by} for over {wait_s:g} s (registered "
-                    f"model '{self.name}'); if that pipeline is gone, delete the registered model and promote again"
-                )
-            time.sleep(backoff(0.2, 0))
+        failure: TrackingError | StorageError | None = None
+        try:
+            if self.store.create_lock(self.name, {**tags, "ragexp.lock.since": str(int(time.time()))}, description):
+                return
+        except (TrackingError, StorageError) as exc:
+            failure = exc
+        owner = self._owner()
+        if owner is not None and owner[0] == self.nonce:
+            return  # this process created it: the reply was lost and MLflow's retry found it
+        if owner is None and failure is not None:
+            raise type(failure)(f"locking {self.what}: {failure}") from None
+        raise _Held(owner[1] if owner is not None else "")
 
     def release(self) -> str | None:
         """Delete the lock, retried within ``tracking.timeout_s``; a lock that is gone (a retried
         delete whose first reply was lost) or that is not this process's counts as deleted.
         Returns None, or a warning naming what is left."""
-        from ragexp.transport import backoff
+        from ragexp.transport import retry_within
 
-        deadline = time.monotonic() + self.store.timeout_s
-        last = ""
-        for attempt in range(RELEASE_ATTEMPTS):
-            try:
-                self.store.delete_lock(self.name)
-                return None
-            except (TrackingError, StorageError) as exc:
-                last = str(exc)
-            try:
-                owner = self._owner()
-            except (TrackingError, StorageError) as exc:
-                last = str(exc)
-            else:
-                if owner is None or owner[0] != self.nonce:
-                    return None
-            pause = backoff(0.5, attempt)
-            if time.monotonic() + pause >= deadline:
-                break
-            time.sleep(pause)
-        return (
-            f"the promotion lock (registered model '{self.name}') could not be removed ({last}); delete it "
-            f"if no promotion of {self.what} is running, or the next one waits for it"
-        )
+        try:
+            retry_within(
+                self._delete,
+                timeout_s=self.store.timeout_s,
+                base=0.5,
+                again=lambda exc: isinstance(exc, (TrackingError, StorageError)),
+                attempts=RELEASE_ATTEMPTS,
+            )
+        except (TrackingError, StorageError) as exc:
+            return (
+                f"the promotion lock (registered model '{self.name}') could not be removed ({exc}); delete it "
+                f"if no promotion of {self.what} is running, or the next one waits for it"
+            )
+        return None
+
+    def _delete(self) -> None:
+        """Delete the lock; a lock that is gone or another's counts as deleted."""
+        try:
+            self.store.delete_lock(self.name)
+            return
+        except (TrackingError, StorageError) as exc:
+            failed = exc
+        owner = self._owner()  # a failure here is the one reported
+        if owner is not None and owner[0] == self.nonce:
+            raise failed
 
     def _owner(self) -> tuple[str, str] | None:
         """(nonce, run) of the lock that exists now; None when there is none."""

@@ -92,11 +92,11 @@ def identity_differences(baseline: RunRecord, candidate: RunRecord, *, same_case
     for tag, what in IDENTITY:
         if tag == "dataset_hash" and same_cases:
             continue
-        if tag == "dataset_hash" and both:
-            tag = "cases_hash"
-        a, b = baseline.tag(tag), candidate.tag(tag)
-        if a != b:
-            found.append(f"{what} differs ({short(a)} vs {short(b)})")
+        compared = "cases_hash" if tag == "dataset_hash" and both else tag
+        if baseline.tag(compared) != candidate.tag(compared):
+            # Named by the hash each run printed (ragexp.dataset_hash), never by the one compared.
+            aside = ", human scores aside" if compared != tag else ""
+            found.append(f"{what} differs ({short(baseline.tag(tag))} vs {short(candidate.tag(tag))}{aside})")
     served = served_difference(baseline.tag("judge.served"), candidate.tag("judge.served"))
     if served is not None:
         found.append(served)

@@ -15,6 +15,7 @@ are compared as measured.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +41,47 @@ Status = Literal["front", "dominated", "indistinguishable"]
 ``dominated``: a point of the front is no slower and no dearer, and better on the quality axis
 with the pairwise family's confidence; ``indistinguishable``: dominated as measured, but not
 with confidence ("not distinguishable from the front")."""
+
+
+def override_words(label: str) -> list[str]:
+    """A point's overrides, as ``ragexp.sweep.point`` joins them with spaces, one by one: a space a
+    value escapes (``a\\ b``) or quotes (``'a b'``) stays inside its override."""
+    words: list[str] = []
+    word, quote, escaped = "", "", False
+    for ch in label:
+        if escaped:
+            word, escaped = word + ch, False
+            continue
+        if ch == "\\":
+            escaped = True
+        elif quote and ch == quote:
+            quote = ""
+        elif not quote and ch in "'\"":
+            quote = ch
+        elif not quote and ch.isspace():
+            words += [word] if word else []
+            word = ""
+            continue
+        word += ch
+    return [*words, word] if word else words
+
+
+def varying_overrides(labels: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(each point's overrides without those every point shares, the shared ones in order): a sweep's
+    fixed overrides are said once, not on every point."""
+    items = [override_words(label) for label in labels]
+    shared = set.intersection(*(set(i) for i in items)) if len(items) > 1 else set()
+    common = [word for word in items[0] if word in shared] if items else []
+    return [" ".join(word for word in i if word not in shared) for i in items], common
+
+
+_ESCAPED = re.compile(r"\\(.)|('[^']*'|\"[^\"]*\")")
+
+
+def shown_override(override: str) -> str:
+    """An override as a person reads it: Hydra's backslash escapes (``run_name=a\\,b``: ``a,b``)
+    undone outside quotes. For reading only: what a command takes is the override as it was."""
+    return _ESCAPED.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), override)
 
 
 @dataclass
@@ -89,8 +131,13 @@ class Point:
         return self.run.run_id
 
     @property
+    def shown(self) -> str:
+        """Its overrides as a person reads them (:func:`shown_override`)."""
+        return " ".join(shown_override(word) for word in override_words(self.overrides))
+
+    @property
     def label(self) -> str:
-        return f"point {self.number} [{self.overrides}]" if self.number >= 0 else f"run {self.run_id}"
+        return f"point {self.number} [{self.shown}]" if self.number >= 0 else f"run {self.run_id}"
 
     def to_json(self) -> dict[str, Any]:
         return {

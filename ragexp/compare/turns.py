@@ -49,6 +49,8 @@ def positions(run: RunData) -> np.ndarray | None:
 
 def by_turn(baseline: RunData, candidate: RunData, names: list[str]) -> list[TurnRow]:
     """Per turn position, each per-case metric's paired means over the cases both runs hold."""
+    if baseline.conversations is None:
+        return []  # before narrowing the runs to their shared ids, which costs a pass over every case
     shared_ids = set(candidate.case_ids)
     shared = [case_id for case_id in baseline.case_ids if case_id in shared_ids]
     base, cand = baseline.select(shared), candidate.select(shared)

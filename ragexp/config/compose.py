@@ -193,11 +193,18 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
         unknown = re.fullmatch(r"Could not override '([^']+)'\.", message)
         if unknown:
             # Hydra's struct mode refuses a key no config file sets; its wording names no cause.
-            message = f"{unknown.group(1)}: no such key{closest_key_hint(unknown.group(1))}"
+            key = unknown.group(1)
+            message = unset_key(key) or f"{key}: no such key{closest_key_hint(key)}"
         missing = re.search(r"Could not find '(\w+)/([^']+)'", message)
         if missing:
             message += option_hint(directory, missing.group(1), missing.group(2))
-        if "LexerNoViableAlt" in message or "mismatched input" in message:
+        indexed = _indexed_key(overrides) if unknown or "LexerNoViableAlt" in message else None
+        if indexed:
+            message = (
+                f"{indexed[0]}: an override cannot reach into a list ({indexed[1]}): set the whole list, "
+                f"'{indexed[2]}=[...]' in quotes, or write it in a config file of yours (docs/config.md)"
+            )
+        elif "LexerNoViableAlt" in message or "mismatched input" in message:
             message += " (quote a value with spaces or other special characters: key='value')"
         raise ConfigError(f"config: {message}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -209,6 +216,20 @@ def compose_raw(overrides: Sequence[str] = ()) -> dict[str, Any]:
     for note in replaced_packaged(directory, name, choices if isinstance(choices, dict) else {}):
         sys.stderr.write(note + "\n")
     return plain
+
+
+_INDEX = re.compile(r"(?:\[\d+\]|\.\d+)(?=[.\[]|$)")
+
+
+def _indexed_key(overrides: Sequence[str]) -> tuple[str, str, str] | None:
+    """The first override whose key indexes a list (``metrics.custom[0].path``, ``metrics.custom.0.path``):
+    the override, its key and the list's key. Hydra's grammar has no index, and a list's items are no keys."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        found = _INDEX.search(key)
+        if found:
+            return override, key, key[: found.start()]
+    return None
 
 
 _SAID: set[Path] = set()
@@ -391,6 +412,24 @@ def known_keys(model: type[BaseModel] = RagexpConfig, prefix: str = "") -> dict[
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             found.update(known_keys(annotation, key + "."))
     return found
+
+
+def unset_key(key: str) -> str | None:
+    """The message for a key of the typed models that this composition does not set (a block such
+    as ``provider.system.response`` that the system's file leaves out): it is added with ``+``, not
+    overridden; a block's keys are named. None for a key the models do not have."""
+    given = key.split(".")
+    concrete = {
+        ".".join(given[i] if part == "*" and i < len(given) else part for i, part in enumerate(known.split(".")))
+        for known in known_keys()
+    }
+    inside = sorted({k[len(key) + 1 :].split(".")[0] for k in concrete if k.startswith(key + ".")})
+    if key not in concrete:
+        return None
+    message = f"{key}: this config does not set it, so there is nothing to override: add it with '+{key}=...'"
+    if inside:
+        message += f", or set some of its keys ({', '.join(inside)}) with '{key}.KEY=...'"
+    return message
 
 
 def closest_key_hint(key: str, kind: str | None = None) -> str:

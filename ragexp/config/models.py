@@ -628,7 +628,8 @@ class RagexpConfig(Model):
     sequential: SequentialConfig = runtime(SequentialConfig())
     """Batches of ``run --until-decided`` (not part of the config hash)."""
     run_name: str | None = runtime(None, min_length=1, max_length=250)
-    """MLflow run name (default: provider-dataset-kK-<short config hash>)."""
+    """MLflow run name (default: ``<config hash[:12]>-<provider.name>-<dataset.name>-k<k>``, cut to
+    250 characters; the hash first, as the UI shows a name's first characters)."""
     tags: dict[str, str | int | float | bool] = Field(default_factory=dict, json_schema_extra=dict(RUNTIME_ONLY))
     """Extra MLflow tags, e.g. ``+tags.role=baseline``; they label a run, never change its hash."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)

@@ -138,6 +138,10 @@ class _Documents:
             else:
                 self.chunks.setdefault(doc, []).append(text)
         self._known: list[str] | None = None
+        self._joined: dict[str, str] = {}
+        self._loose: dict[str, list[str]] = {}
+        """Document -> its texts as a span is compared when not written in them (NFKC, case-folded,
+        white space dropped): made once per document, however many spans name it."""
 
     def unknown(self, doc: str) -> str | None:
         if doc in self.whole or doc in self.chunks:
@@ -150,10 +154,19 @@ class _Documents:
 
     def not_verbatim(self, doc: str, span: str) -> str | None:
         texts = [self.whole[doc]] if doc in self.whole else self.chunks[doc]
-        if any(span in text for text in texts) or (len(texts) > 1 and span in "".join(texts)):
+        if any(span in text for text in texts):
             return None
+        if len(texts) > 1:
+            joined = self._joined.get(doc)
+            if joined is None:
+                joined = self._joined[doc] = "".join(texts)
+            if span in joined:
+                return None
+        loose = self._loose.get(doc)
+        if loose is None:
+            loose = self._loose[doc] = ["".join(normalize(text).split()) for text in texts]
         wanted = "".join(normalize(span).split())
-        if any(wanted in "".join(normalize(text).split()) for text in texts):
+        if any(wanted in text for text in loose):
             return f"not written as in document {doc!r}: it differs in white space, width or case (spans are verbatim)"
         return f"not in the text of document {doc!r} (spans are verbatim text of their document)"
 
@@ -176,13 +189,31 @@ def sentences(text: str) -> list[tuple[int, int]]:
 
 
 def fact_span(text: str, facts: Iterable[str]) -> str | None:
-    """From the first to the last sentence of ``text`` that holds one of the expected facts (as
-    ``answer_accuracy`` finds facts: NFKC, case-folded); None when no sentence holds one."""
-    wanted = [normalize(fact) for fact in facts if fact.strip()]
+    """From the first to the last sentence of ``text`` that holds part of an expected fact, so
+    the span holds every fact found in ``text``. A fact is found where it is written verbatim (it
+    may run over several sentences), else in a single sentence as ``answer_accuracy`` finds facts
+    (NFKC, case-folded); None when none is found."""
+    bounds = sentences(text)
+    wanted = [fact.strip() for fact in facts if fact.strip()]
+    covered: list[tuple[int, int]] = []
+    loose: list[str] = []
+    for fact in wanted:
+        at = text.find(fact)
+        if at < 0:
+            loose.append(normalize(fact))
+        else:
+            covered.append((at, at + len(fact)))
     holding = [
-        (start, end) for start, end in sentences(text) if any(fact in normalize(text[start:end]) for fact in wanted)
+        (start, end)
+        for start, end in bounds
+        if any(start < stop and at < end for at, stop in covered)
+        or any(fact in normalize(text[start:end]) for fact in loose)
     ]
-    return text[holding[0][0] : holding[-1][1]] if holding else None
+    if not holding and not covered:
+        return None
+    first = min([start for start, _ in holding] + [at for at, _ in covered])
+    last = max([end for _, end in holding] + [stop for _, stop in covered])
+    return text[first:last]
 
 
 def anchor_span(text: str, facts: Iterable[str]) -> str:

@@ -44,6 +44,7 @@ def case_hashes(cases: Sequence[Case]) -> dict[str, dict[str, str]]:
         if case.conversation is not None:
             earlier.setdefault(case.conversation, []).append((case.turn, case.question, case.reference))
     found = {}
+    alone = _digest(None)  # the history of every single question
     for case in cases:
         history = None
         if case.conversation is not None:
@@ -55,7 +56,7 @@ def case_hashes(cases: Sequence[Case]) -> dict[str, dict[str, str]]:
         labels = case.labels(human=False)
         parts = {
             "question": _digest(case.question),
-            "history": _digest(history),
+            "history": alone if history is None else _digest(history),
             "gold": _digest({key: value for key, value in labels.items() if key not in _NOT_GOLD}),
         }
         found[case.id] = {"case": _digest([parts[part] for part in PARTS]), **parts}

@@ -39,6 +39,7 @@ from ragexp.datasets.fields import (
     unknown_field,
 )
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors
+from ragexp.escape import folded, look_alike, other_code_points
 from ragexp.metrics.registry import labelled_metric
 from ragexp.records import Case, Evidence, Hop, SystemOutput, graded_hash
 
@@ -156,7 +157,9 @@ def only_cases(dataset: Dataset, case_ids: Sequence[str]) -> Dataset:
     known = {case.id for case in dataset.cases}
     unknown = [case_id for case_id in case_ids if case_id not in known and case_id not in turns]
     if unknown:
-        raise ConfigError(f"config: dataset.case_ids: no case {unknown[0]!r} in {dataset.path}")
+        alike = look_alike(unknown[0], [*known, *turns])
+        hint = f"; it has {alike!r}, which looks the same, {other_code_points(alike, unknown[0])}" if alike else ""
+        raise ConfigError(f"config: dataset.case_ids: no case {unknown[0]!r} in {dataset.path}{hint}")
     wanted = {turn.id for case_id in case_ids if case_id not in known for turn in turns[case_id]}
     wanted.update(case_id for case_id in case_ids if case_id in known)
     for case in dataset.cases:
@@ -490,6 +493,8 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
     problems = _Problems(name)
     cases: list[Case] = []
     first_line: dict[str, int] = {}
+    seen: dict[str, str] = {}
+    """An id as it looks (:func:`ragexp.escape.folded`) -> the first id that looks so."""
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
@@ -528,6 +533,11 @@ def _parse_jsonl(name: str, data: bytes) -> list[Case]:
             continue
         if case.id in first_line:
             problems.add(number, "id", f"duplicate id {case.id!r} (first on line {first_line[case.id]})")
+            continue
+        twin = seen.setdefault(folded(case.id), case.id)
+        if twin != case.id:  # every table and message would show the two as one id
+            seen_as = f"looks the same as the id on line {first_line[twin]} ({twin!r})"
+            problems.add(number, "id", f"id {case.id!r} {seen_as} but is {other_code_points(case.id, twin)}")
             continue
         first_line[case.id] = number
         cases.append(case)

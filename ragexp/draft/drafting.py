@@ -24,7 +24,15 @@ from ragexp.config.models import JudgeConfig
 from ragexp.datasets.evidence import anchor_span
 from ragexp.draft.cache import DraftCache
 from ragexp.draft.corpus import Chunk
-from ragexp.draft.rules import RETRIEVE_K, Retriever, found_in, missing_facts, near_duplicates, stratified
+from ragexp.draft.rules import (
+    RETRIEVE_K,
+    Retriever,
+    found_in,
+    loosely_written,
+    missing_facts,
+    near_duplicates,
+    stratified,
+)
 from ragexp.errors import ConfigError, ProviderError
 from ragexp.escape import prompt_attribute, prompt_block
 from ragexp.metrics.judge.cache import cache_key
@@ -33,12 +41,14 @@ from ragexp.metrics.judge.usage import Usage
 from ragexp.transport import check_reachable, ssl_context
 
 KINDS = ("single", "multi", "unanswerable")
+KIND_WORDS = {"single": "single-chunk", "multi": "two-chunk (--multi)", "unanswerable": "unanswerable"}
 REFUSAL_REFERENCE = {"english": "The documents do not answer this question.", "chinese": "知识库中没有相关信息。"}
 """The reference of an unanswerable case: the refusal a system should give."""
 
 REASONS = {
     "unusable_reply": "the model's reply was not the expected JSON, twice",
     "fact_not_in_source": "an expected fact was not a verbatim span of its chunk, twice",
+    "fact_not_verbatim": "an expected fact was in its chunk only rewritten (width, case or white space), twice",
     "no_fact_from_each_chunk": "a two-chunk question without a fact from each chunk, twice",
     "answer_in_corpus": "an 'unanswerable' question whose answer candidate the corpus holds",
     "near_duplicate": "a near-duplicate of an earlier question",
@@ -109,6 +119,28 @@ class Summary:
     first_failure: str | None = None
     usage: Usage = field(default_factory=Usage)
     cache_hits: int = 0
+    planned_by_kind: dict[str, int] = field(default_factory=dict)
+    dropped_by_kind: dict[str, Counter[str]] = field(default_factory=dict)
+    """Kind of case -> why its planned cases gave none (the counts of ``dropped``, split)."""
+    examples: dict[str, str] = field(default_factory=dict)
+    """Reason -> the first fact it rejected, as the model wrote it."""
+
+    def drop(self, kind: str, reason: str, example: str | None = None, count: int = 1) -> None:
+        """Count ``count`` planned cases of ``kind`` that gave no case, for ``reason``."""
+        if count:
+            self.dropped[reason] += count
+            self.dropped_by_kind.setdefault(kind, Counter())[reason] += count
+            if example is not None:
+                self.examples.setdefault(reason, example)
+
+    def none_of(self, kind: str) -> str | None:
+        """Why no case of ``kind`` was drafted though some were planned (None: some were)."""
+        planned = self.planned_by_kind.get(kind, 0)
+        if not planned or self.by_kind[kind]:
+            return None
+        reasons = self.dropped_by_kind.get(kind, Counter())
+        why = "; ".join(f"{count} {REASONS[reason]}" for reason, count in reasons.most_common())
+        return f"no {KIND_WORDS[kind]} case of the {planned} planned: {why or 'none was asked'}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +149,8 @@ class Summary:
             "written": self.written,
             "by_kind": dict(self.by_kind),
             "dropped": dict(self.dropped),
+            "dropped_by_kind": {kind: dict(reasons) for kind, reasons in self.dropped_by_kind.items() if reasons},
+            "rejected_facts": dict(self.examples),
             "chunks_with_cases": self.chunks_with_cases,
             "model_calls": self.usage.chat_calls,
             "prompt_tokens": self.usage.prompt_tokens,
@@ -130,7 +164,9 @@ class Summary:
             f"({', '.join(f'{k} {self.by_kind[k]}' for k in KINDS)}); {self.planned} planned",
         ]
         for reason, count in sorted(self.dropped.items()):
-            out.append(f"  {count} not kept: {REASONS[reason]}")
+            example = self.examples.get(reason)
+            out.append(f"  {count} not kept: {REASONS[reason]}" + (f" (the first: {example!r})" if example else ""))
+        out.extend(f"  {line}" for kind in KINDS if (line := self.none_of(kind)) is not None)
         out.append(
             f"model calls {self.usage.chat_calls} (cache hits {self.cache_hits}), tokens "
             f"{self.usage.prompt_tokens} prompt + {self.usage.completion_tokens} completion"
@@ -231,6 +267,7 @@ class Drafter:
         from ragexp.metrics.judge.client import JudgeHTTP, JudgeLLM
 
         summary = Summary(chunks=len(chunks), planned=total)
+        summary.planned_by_kind = {kind: len(positions) for kind, positions in planned.items()}
         self._turn = asyncio.Semaphore(self.config.concurrency)
         # The BM25 index (pairs and the unanswerable check need it) is built on the loop, a slice
         # at a time, while the single-chunk questions, which do not need it, are being asked.
@@ -244,7 +281,7 @@ class Drafter:
             tasks = [Task("single", (i,)) for i in planned["single"]]
             running = [start(task) for task in tasks]
             multi, lonely = pairs(await retriever, planned["multi"])
-            summary.dropped["no_related_chunk"] += lonely
+            summary.drop("multi", "no_related_chunk", count=lonely)
             tasks += multi + [Task("unanswerable", (i,)) for i in planned["unanswerable"]]
             running += [start(task) for task in tasks[len(running) :]]
             results = await asyncio.gather(*running)
@@ -252,7 +289,8 @@ class Drafter:
         summary.cache_hits = self.cache.hits
         kept = [(task, case) for task, case in zip(tasks, results, strict=True) if case is not None]
         duplicates = near_duplicates([case["question"] for _, case in kept])
-        summary.dropped["near_duplicate"] += len(duplicates)
+        for position in duplicates:
+            summary.drop(kept[position][0].kind, "near_duplicate")
         cases = [case for position, (_, case) in enumerate(kept) if position not in duplicates]
         summary.written = len(cases)
         summary.by_kind = Counter(case["draft"]["kind"] for case in cases)
@@ -301,28 +339,30 @@ class Drafter:
             reason = "unusable_reply" if unusable else "call_failed"
             if not unusable:
                 summary.first_failure = summary.first_failure or str(exc)
-        summary.dropped[reason] += 1
+        summary.drop(task.kind, reason)
         return None
 
     async def _answerable(
         self, llm: Any, kind: str, prompt: str, sources: list[Chunk], summary: Summary
     ) -> dict[str, Any] | None:
         texts = [chunk.text for chunk in sources]
-        reason = ""
+        reason, example = "", None
         for attempt in range(2):
             reply = await self._ask(llm, kind, prompt, DraftCase)
             facts = [fact.strip() for fact in reply["expected_facts"] if fact.strip()]
             missing = missing_facts(facts, texts) if facts else ["(no fact given)"]
             if missing:
-                reason = "fact_not_in_source"
+                rewritten = loosely_written(missing, texts)
+                reason = "fact_not_verbatim" if rewritten else "fact_not_in_source"
+                example = (rewritten or missing)[0]
             elif kind == "multi" and any(len(missing_facts(facts, [text])) == len(facts) for text in texts):
-                reason = "no_fact_from_each_chunk"
+                reason, example = "no_fact_from_each_chunk", None
             else:
                 return self._case(kind, sources, reply["question"], facts, reply["reference"], False)
             if attempt == 0:
                 named = ", ".join(repr(fact) for fact in missing) or "(none from one of the chunks)"
                 prompt = prompt + "\n\n" + retry_text(self.language).replace("{{missing}}", named)
-        summary.dropped[reason] += 1
+        summary.drop(kind, reason, example)
         return None
 
     async def _unanswerable(
@@ -340,10 +380,10 @@ class Drafter:
         # The retriever's top chunks first, then every chunk: a candidate written anywhere in the
         # corpus means the corpus may hold the answer.
         if not candidates:
-            summary.dropped["unusable_reply"] += 1
+            summary.drop("unanswerable", "unusable_reply")
             return None
         if found_in(candidates, retrieved) or retriever.holds(candidates):
-            summary.dropped["answer_in_corpus"] += 1
+            summary.drop("unanswerable", "answer_in_corpus")
             return None
         return self._case(
             "unanswerable", sources, reply["question"], [], REFUSAL_REFERENCE[self.language], True, candidates

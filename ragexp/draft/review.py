@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragexp import artifacts
 from ragexp.errors import ConfigError, DatasetError, DatasetErrors, TrackingError
 from ragexp.labels import answers as reviewed
 from ragexp.labels.queue import PASS_FAIL, check_queue_name
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 EXPERIMENT = "ragexp-draft-review"
 """The experiment holding every review of drafted cases (apart from the runs' own experiments)."""
-ARTIFACT = "draft.jsonl"
+ARTIFACT = artifacts.DRAFT
 """The draft file as it was queued, kept on the review run: ``draft accept`` rebuilds the cases from it."""
 KEEP = "draft_keep"
 """Label schema: keep this case? (pass/fail)."""

@@ -118,10 +118,16 @@ def _collector_paused() -> Iterator[None]:
 
 
 def missing_facts(facts: Sequence[str], sources: Sequence[str]) -> list[str]:
-    """The facts that are not verbatim spans (NFKC, case-folded, as the label audit matches) of
-    any of the source texts."""
-    texts = [normalize(text) for text in sources]
-    return [fact for fact in facts if not fact.strip() or not any(normalize(fact) in text for text in texts)]
+    """The facts that are not verbatim spans (character for character) of any of the source
+    texts: a drafted fact is text a person finds in its chunk as it is written."""
+    return [fact for fact in facts if not fact.strip() or not any(fact in text for text in sources)]
+
+
+def loosely_written(facts: Sequence[str], sources: Sequence[str]) -> list[str]:
+    """Those of ``facts`` that are in a source text only up to width, case or white space (NFKC,
+    case-folded, white space dropped): a fact the model rewrote, such as "," for "，"."""
+    texts = ["".join(normalize(text).split()) for text in sources]
+    return [fact for fact in facts if fact.strip() and any("".join(normalize(fact).split()) in t for t in texts)]
 
 
 def found_in(candidates: Sequence[str], texts: Sequence[str]) -> str | None:

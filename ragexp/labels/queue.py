@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragexp import artifacts
 from ragexp.compare.data import custom_specs
 from ragexp.errors import ConfigError, TrackingError
 from ragexp.labels import answers as reviewed
@@ -134,7 +135,7 @@ def run_language(store: Store, record: RunRecord) -> str:
     import yaml
 
     try:
-        config = yaml.safe_load(store.read_artifact(record.run_id, "config.yaml"))
+        config = yaml.safe_load(store.read_artifact(record.run_id, artifacts.CONFIG))
     except Exception:  # an older run without the artifact: the default language
         return "zh"
     language = (config or {}).get("report", {}).get("language") if isinstance(config, dict) else None

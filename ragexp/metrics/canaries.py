@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from ragexp.errors import ConfigError
-from ragexp.metrics.calibration import calibrate, normal_quantile
+from ragexp.metrics.calibration import calibrate, cohen_kappa, normal_quantile
 from ragexp.metrics.registry import MetricSpec
 from ragexp.records import Case, CaseResult, SystemOutput
 
@@ -154,7 +154,9 @@ def agreement_metrics(found: Mapping[str, Agreement]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class AgreementChange:
-    """Two judges graded the same canaries: how far the candidate's bias moved from the baseline's."""
+    """Two judges graded the same canaries: how far the candidate's agreement with people moved
+    from the baseline's, each figure paired canary by canary (the canaries, their answers and
+    human scores are the same in both runs, so only the judge moved)."""
 
     n: int
     change: float
@@ -162,39 +164,94 @@ class AgreementChange:
     ci_low: float
     ci_high: float
     p_value: float
+    """Two-sided, of no change of bias (a paired normal test on the per-canary shifts)."""
     kappa_change: float | None
+    mae_change: float | None = None
+    """Mean (|candidate judge - human| - |baseline judge - human|) over the canaries both graded
+    and people scored; None under 2 of them."""
+    mae_ci_low: float | None = None
+    mae_ci_high: float | None = None
+    mae_p_value: float | None = None
+    """Two-sided, of no change of MAE (the same paired test on the per-canary errors)."""
+    kappa_ci_low: float | None = None
+    kappa_ci_high: float | None = None
+    """Percentile interval of the κ change over paired resamples of the canaries (None: no
+    resamples asked, or κ undefined)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _paired_mean(shift: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
+    """Mean of paired differences, its normal interval and the two-sided p-value of a zero mean."""
+    mean = float(shift.mean())
+    se = float(shift.std(ddof=1)) / math.sqrt(shift.size)
+    if se == 0.0:
+        return mean, mean, mean, 1.0 if mean == 0.0 else 0.0
+    half = normal_quantile(confidence) * se
+    return mean, mean - half, mean + half, 2.0 * (1.0 - NormalDist().cdf(abs(mean) / se))
+
+
+def _kappa_change_interval(
+    baseline: np.ndarray, candidate: np.ndarray, human: np.ndarray, *, resamples: int, confidence: float, seed: int
+) -> tuple[float | None, float | None]:
+    """Percentile interval of κ(candidate) - κ(baseline) over resamples of the canaries, the same
+    canaries drawn for both judges (a resample where either κ is undefined is left out)."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, human.size, size=(resamples, human.size))
+    found = []
+    for rows in draws:
+        cand = cohen_kappa(candidate[rows], human[rows])
+        base = cohen_kappa(baseline[rows], human[rows])
+        if cand is not None and base is not None:
+            found.append(cand - base)
+    if not found:
+        return None, None
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(np.array(found), [alpha, 1.0 - alpha])
+    return float(low) + 0.0, float(high) + 0.0
+
+
 def agreement_change(
-    baseline: np.ndarray, candidate: np.ndarray, human: np.ndarray, *, threshold: float, confidence: float = 0.95
+    baseline: np.ndarray,
+    candidate: np.ndarray,
+    human: np.ndarray,
+    *,
+    threshold: float,
+    confidence: float = 0.95,
+    resamples: int = 0,
+    seed: int = 0,
 ) -> AgreementChange | None:
-    """The paired change of bias between two judges on the same canaries (aligned arrays, NaN:
-    not graded), a normal interval and a two-sided p-value (of no change); None under 2 pairs."""
+    """The paired change of agreement between two judges on the same canaries (aligned arrays,
+    NaN: not graded): of bias (over the canaries both graded), of MAE (over those people scored
+    too), each with a normal interval and a two-sided p-value of no change; of κ, with a paired
+    bootstrap interval when ``resamples`` > 0. None under 2 pairs."""
     both = np.isfinite(baseline) & np.isfinite(candidate)
     n = int(both.sum())
     if n < 2:
         return None
-    shift = candidate[both] - baseline[both]
-    mean = float(shift.mean())
-    se = float(shift.std(ddof=1)) / math.sqrt(n)
-    if se == 0.0:
-        low = high = mean
-        p_value = 1.0 if mean == 0.0 else 0.0
-    else:
-        half = normal_quantile(confidence) * se
-        low, high = mean - half, mean + half
-        p_value = 2.0 * (1.0 - NormalDist().cdf(abs(mean) / se))
+    mean, low, high, p_value = _paired_mean(candidate[both] - baseline[both], confidence)
     kappa_change = None
+    mae: tuple[float | None, float | None, float | None, float | None] = (None, None, None, None)
+    kappa_ci: tuple[float | None, float | None] = (None, None)
     labelled = both & np.isfinite(human)
     if labelled.sum() >= 2:
-        base = calibrate(baseline[labelled], human[labelled], threshold=threshold, resamples=100, min_labelled=2)
-        cand = calibrate(candidate[labelled], human[labelled], threshold=threshold, resamples=100, min_labelled=2)
+        b, c, h = baseline[labelled], candidate[labelled], human[labelled]
+        mae = _paired_mean(np.abs(c - h) - np.abs(b - h), confidence)
+        base = calibrate(b, h, threshold=threshold, resamples=100, min_labelled=2)
+        cand = calibrate(c, h, threshold=threshold, resamples=100, min_labelled=2)
         if base and cand and base.kappa is not None and cand.kappa is not None:
             kappa_change = cand.kappa - base.kappa
-    return AgreementChange(n, mean, low, high, p_value, kappa_change)
+            if resamples > 0:
+                kappa_ci = _kappa_change_interval(
+                    b >= threshold,
+                    c >= threshold,
+                    h >= threshold,
+                    resamples=resamples,
+                    confidence=confidence,
+                    seed=seed,
+                )
+    return AgreementChange(n, mean, low, high, p_value, kappa_change, *mae, *kappa_ci)
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,10 @@ class Provider(ABC):
     def generation_missing(self) -> str | None:
         """What this system lacks to answer from given contexts (``diff --attribute``), in a
         few words naming the key to set; None when it can."""
-        return f"provider kind {self.config.kind} cannot answer from given contexts"
+        return (
+            f"a {self.config.kind} system has no answer stage of its own to call (the sample system has one; "
+            "an http or python system, once provider.system.generate is set)"
+        )
 
     def retrieval(self, case: Case, output: SystemOutput) -> Retrieval:
         """What this system's retrieval gave for ``case``, from the case's recorded ``output``

@@ -21,6 +21,9 @@ import orjson
 import yaml
 
 from ragexp import __version__, artifacts
+from ragexp.compare.bridge import Bridge
+from ragexp.compare.bridge import apply_to_gate as bridged_gate
+from ragexp.compare.bridge import bridge_judge as bridge_runs
 from ragexp.compare.changes import CaseChange, Changes, case_changes
 from ragexp.compare.comparisons import read_comparison
 from ragexp.compare.data import RunData, load_run
@@ -34,7 +37,14 @@ from ragexp.compare.versions import on_versions
 from ragexp.config.models import GatesConfig
 from ragexp.escape import html, markdown
 from ragexp.metrics.population import covered, population
-from ragexp.metrics.registry import FIRST_FAILING_HOP, MetricSpec, case_values_metric, headline_metrics, hop_of
+from ragexp.metrics.registry import (
+    FIRST_FAILING_HOP,
+    REASON_KINDS,
+    MetricSpec,
+    case_values_metric,
+    headline_metrics,
+    hop_of,
+)
 from ragexp.phrases import t
 from ragexp.report import plots
 from ragexp.stats.strata import MetricStrata
@@ -92,10 +102,12 @@ def build_report(
     attribution: dict[str, Any] | None = None,
     common_cases: bool = False,
     strata: list[MetricStrata] | None = None,
+    bridge_judge: str | None = None,
 ) -> tuple[Report, str]:
     """The report of ``run_id`` (against ``baseline_id`` if given); returns it and its language.
     ``attribution``: what ``diff --attribute`` found for the pair (its JSON), shown as a section;
-    ``strata``: a shadow pair's comparison by stratum (:func:`ragexp.workflows.shadow.pair_strata`)."""
+    ``strata``: a shadow pair's comparison by stratum (:func:`ragexp.workflows.shadow.pair_strata`);
+    ``bridge_judge``: compare runs judged differently as ``diff --bridge-judge`` does."""
     run = load_run(store, run_id)
     config = yaml.safe_load(store.read_artifact(run_id, artifacts.CONFIG)) or {}
     language = language or config.get("report", {}).get("language") or "zh"
@@ -103,6 +115,7 @@ def build_report(
     diff: DiffResult | None = None
     gate: Gate | None = None
     ledger = None
+    bridge: Bridge | None = None
     compared = run
     if base is not None:
         # Across dataset versions (--common-cases) the comparison is over the unchanged cases;
@@ -111,7 +124,12 @@ def build_report(
             store, base, run, common_cases=common_cases, allow_incomparable=allow_incomparable
         )
         gates = GatesConfig.model_validate(config.get("gates", {"name": "release"}))
+        if bridge_judge is not None:
+            base, bridge = bridge_runs(store, base, compared, bridge_judge, confidence=gates.confidence)
         diff, verdict = gate_runs(gates, base, compared, allow_incomparable=allow_incomparable, ledger=ledger)
+        if bridge is not None:
+            diff.bridge = bridge.to_json()
+            verdict = bridged_gate(verdict, bridge, {m.name: m.spec.direction for m in diff.metrics if m.spec})
         gate = Gate.of(store, base, compared, verdict, gates)
     specs = [spec for name in run.metrics if (spec := run.spec(name)) is not None]
     doc = Doc()
@@ -120,8 +138,10 @@ def build_report(
         _verdict(doc, gate, language)
     if ledger is not None:
         doc.para(ledger_line(ledger, language))
+    for line in bridge.lines() if bridge is not None else []:
+        doc.para(line)
     if base is not None:
-        _what_changed(doc, case_changes(base, compared), base, language)
+        _what_changed(doc, case_changes(base, compared, language), base, compared, language)
     _identity(doc, run, base, language)
     _columns(doc, run, base, config, specs, language, gate)
     _results(doc, run, specs, language)
@@ -154,8 +174,8 @@ class Gate:
 
     @classmethod
     def of(cls, store: Store, base: RunData, run: RunData, configured: GateResult, gates: GatesConfig) -> Gate:
-        path = f"comparisons/{base.run_id}/gate.json"
-        recorded = read_comparison(store, run.run_id, base.run_id, "gate.json")
+        path = artifacts.comparison(base.run_id, artifacts.GATE)
+        recorded = read_comparison(store, run.run_id, base.run_id, artifacts.GATE)
         if recorded is not None and recorded.get("rules") is not None:
             config = recorded.get("config") or {}
             return cls(GateResult.from_json(recorded), True, path, config)
@@ -167,8 +187,9 @@ class Gate:
         return cls(configured, False, path, config)
 
 
-def _what_changed(doc: Doc, changes: Changes, base: RunData, language: str) -> None:
-    """Every case that got worse, then every case that got better, with what both runs did."""
+def _what_changed(doc: Doc, changes: Changes, base: RunData, run: RunData, language: str) -> None:
+    """Every case that got worse, then every case that got better, with what both runs did; the
+    rationales in the report's language, but for runs that kept no code of them (said once)."""
     doc.heading(t("what_changed", language))
     doc.para(
         t(
@@ -211,6 +232,25 @@ def _what_changed(doc: Doc, changes: Changes, base: RunData, language: str) -> N
         doc.table(headers, rows)
         if count > len(listed):
             doc.para(t("more_cases", language, n=count - len(listed)))
+    recorded = _as_recorded(changes, base, run, language)
+    if recorded:
+        doc.para(t("reasons_recorded", language, runs=", ".join(recorded)))
+
+
+def _as_recorded(changes: Changes, base: RunData, run: RunData, language: str) -> list[str]:
+    """The runs (``id (language)``) whose offline rationales the report shows as they were
+    recorded, in another language: runs written before rationales kept their codes."""
+    found = []
+    for side, data in (("baseline", base), ("candidate", run)):
+        written = data.record.tag("language") or "?"
+        if written == language:
+            continue
+        for change in (*changes.worse, *changes.better):
+            recorded = getattr(change, side).recorded
+            if any(m.metric in recorded and m.metric in REASON_KINDS for m in change.moves):
+                found.append(f"{data.run_id} ({written})")
+                break
+    return found
 
 
 def _change_row(change: CaseChange, language: str) -> list[str]:

@@ -336,6 +336,18 @@ class Store:
         for start in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[start : start + 100])
 
+    def log_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        """Params known only once the run has worked (a param keeps its first value: MLflow refuses
+        another), masked and cut as :meth:`create_run`'s."""
+        cut = {key: value[: limits.PARAM_VALUE.chars] for key, value in scrub_mapping(params).items()}
+        self.log_params_in(run_id, cut)
+
+    @native("log_params")
+    def log_params_in(self, run_id: str, params: Mapping[str, str]) -> None:
+        """``log_params`` with params MLflow takes as they are."""
+        with self.calling(f"logging params of run {run_id}"):
+            self._log_params(run_id, params)
+
     @native("log_metrics")
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         import time

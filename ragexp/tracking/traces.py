@@ -17,6 +17,7 @@ writing with a :class:`~ragexp.errors.TrackingError`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -409,7 +410,7 @@ class _Flow:
     ``SERVER_THREADS``), halved each time the server shows it is saturated: a server on SQLite
     writes one request at a time, and many parallel runs opening with every request at once
     send it into lock convoys and pool timeouts. A saturated call is asked again, with
-    :func:`ragexp.transport.backoff`, within ``tracking.timeout_s``; any other failure fails the
+    :func:`ragexp.transport.retry_within`, within ``tracking.timeout_s``; any other failure fails the
     call, and one that means the server no longer answers fails every call still waiting too,
     rather than each waiting out its own deadline. MLflow's client has already retried
     transport failures and 429/5xx answers (within ``Store._bound_http_retries``)."""
@@ -436,33 +437,30 @@ class _Flow:
                 self._changed.wait()
             self.used += 1
         try:
-            deadline = time.monotonic() + self.timeout_s
-            attempt = 0
-            while True:
-                if self.gone is not None:
-                    raise self.gone
-                try:
-                    answer = call(*args)
-                except Exception as exc:  # HTTP and MLflow errors alike
-                    lost, text = connection_lost(exc), str(exc)
-                    busy = self.ANSWERED_BUSY.search(text) is not None or (
-                        not lost and self.BUSY.search(text) is not None
-                    )
-                    self._answered(busy=busy, gone=exc if lost and not busy else None)
-                    from ragexp.transport import backoff  # imports httpx: only on a failure
+            from ragexp.transport import retry_within  # imports httpx: only when a trace goes to a server
 
-                    pause = backoff(0.5, attempt)
-                    if not busy or time.monotonic() + pause >= deadline:
-                        raise
-                    time.sleep(pause)
-                    attempt += 1
-                else:
-                    self._answered(ok=True)
-                    return answer
+            attempt = functools.partial(self._attempt, call, *args)
+            return retry_within(attempt, timeout_s=self.timeout_s, base=0.5, again=self._busy)
         finally:
             with self._changed:
                 self.used -= 1
                 self._changed.notify_all()
+
+    def _attempt(self, call: Callable[..., Any], *args: Any) -> Any:
+        if self.gone is not None:
+            raise self.gone
+        answer = call(*args)
+        self._answered(ok=True)
+        return answer
+
+    def _busy(self, exc: Exception) -> bool:
+        """Whether a failed call is asked again: only when the server said it is saturated."""
+        if exc is self.gone:
+            return False
+        lost, text = connection_lost(exc), str(exc)
+        busy = self.ANSWERED_BUSY.search(text) is not None or (not lost and self.BUSY.search(text) is not None)
+        self._answered(busy=busy, gone=exc if lost and not busy else None)
+        return busy
 
     def _answered(self, *, ok: bool = False, busy: bool = False, gone: Exception | None = None) -> None:
         """One answer (``ok``), a saturated server (``busy``), or a server that is ``gone``."""

@@ -54,7 +54,7 @@ CELL_TAG = TAG_PREFIX + "attribution.cell"
 INPUTS_TAG = TAG_PREFIX + "attribution.inputs"
 """The hash of what a cell run replays (:func:`cell_inputs`): a rerun finds its cell run by it."""
 BASELINE_TAG = TAG_PREFIX + "attribution.baseline"
-ARTIFACT = "attribution.json"
+ARTIFACT = artifacts.ATTRIBUTION
 """Kept on the candidate as ``comparisons/<baseline>/attribution.json``."""
 ANSWER_OUTPUTS = frozenset({"response", "citations"})
 """Output fields of the answer stage: a metric reading one of them is split three ways."""
@@ -243,7 +243,7 @@ def attribute(
             ("candidate/baseline", base, c_found),
             ("baseline/candidate", cand, b_found),
         ):
-            run_id, data = _replay(
+            run_id, data, why = _replay(
                 store,
                 generator,
                 {case_id: retrievals[case_id] for case_id in to_replay},
@@ -255,7 +255,7 @@ def attribute(
             cell_runs[cell] = run_id
             if data is None:
                 for case_id in to_replay:
-                    errors.setdefault(case_id, f"every replay of cell {cell} failed (run {run_id})")
+                    errors.setdefault(case_id, f"every replay of cell {cell} failed (run {run_id}): {why}")
             else:
                 cell_scores[cell] = data
                 for position, case_id in enumerate(data.case_ids):
@@ -330,9 +330,10 @@ def _replay(
     cell: str,
     pair: tuple[str, str],
     say: Say,
-) -> tuple[str, RunData | None]:
+) -> tuple[str, RunData | None, str]:
     """One swapped cell as a run of the generator's config over the replayed cases: the earlier
-    one with the same inputs reused when finished, resumed when not, else a new one."""
+    one with the same inputs reused when finished, resumed when not, else a new one. No data
+    when every replay errored, and then why (the first error, as ``run`` words it)."""
     from ragexp.errors import AllCasesErrored, Stopped
     from ragexp.workflows.run import execute
 
@@ -347,7 +348,7 @@ def _replay(
             f"attribution: cell {cell}: run {earlier.run_id} replayed these {len(cases)} cases with the same inputs "
             "before: reused as it is (no replay calls)"
         )
-        return earlier.run_id, load_run(store, earlier)
+        return earlier.run_id, load_run(store, earlier), ""
     cell_plan = dataclasses.replace(
         plan,
         config=config,
@@ -369,13 +370,12 @@ def _replay(
     tags = {OF_TAG: of, CELL_TAG: cell, INPUTS_TAG: inputs, BASELINE_TAG: pair[0]}
     try:
         outcome = execute(cell_plan, store, resume=resume, tags=tags)
-    except AllCasesErrored:
-        made = earlier_cell(store, config.experiment, of, cell, inputs) if resume is None else None
-        return resume or (made.run_id if made is not None else "?"), None
+    except AllCasesErrored as exc:
+        return exc.outcome.run_id, None, str(exc)
     except Stopped as exc:
         exc.args = (f"attribution cell {cell}: {exc}",)
         raise
-    return outcome.run_id, load_run(store, outcome.run_id)
+    return outcome.run_id, load_run(store, outcome.run_id), ""
 
 
 def _decomposed(

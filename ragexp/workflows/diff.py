@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ragexp import artifacts
 from ragexp.compare.agreement import changes as agreement_changes
 from ragexp.compare.agreement import line as agreement_line
 from ragexp.compare.bridge import bridge_judge as bridge_judge_runs
@@ -124,7 +125,7 @@ def compare_runs(
         from ragexp.workflows.shadow import pair_strata
 
         result.strata = pair_strata(store, base, cand, confidence=confidence, resamples=resamples, seed=seed)
-    for row in agreement_changes(base, cand):
+    for row in agreement_changes(base, cand, confidence=confidence):
         say(agreement_line(row))
     if summary_path:
         text = diff_summary(
@@ -144,7 +145,7 @@ def compare_runs(
         )
         result.attribution = found.to_json()
         record_comparison(writer, cand.run_id, base.run_id, ARTIFACT, result.attribution, say)
-    record_comparison(store, cand.run_id, base.run_id, "diff.json", result.to_json(), say)
+    record_comparison(store, cand.run_id, base.run_id, artifacts.DIFF, result.to_json(), say)
     return DiffOutcome(result, base, cand)
 
 

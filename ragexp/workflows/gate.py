@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragexp import artifacts
 from ragexp.compare.bridge import apply_to_gate as bridged_gate
 from ragexp.compare.bridge import bridge_judge as bridge_judge_runs
 from ragexp.compare.comparisons import Say, not_the_baseline, record_comparison, silent
@@ -194,7 +195,7 @@ def run_gate(
         store,
         cand.run_id,
         base.run_id,
-        "gate.json",
+        artifacts.GATE,
         {
             "verdict": "passed" if result.passed else "failed",
             **result.to_json(),

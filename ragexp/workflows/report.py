@@ -20,6 +20,8 @@ class Published:
     """Where report.md, report.html and the plots are."""
     used: str
     """What the report compares (as :func:`build_report` words it)."""
+    not_logged: str | None = None
+    """Why the report is not logged to its run (a read-only copy of a store); None: it is."""
 
 
 def publish_report(
@@ -33,10 +35,13 @@ def publish_report(
     say: Callable[[str], None] = lambda line: None,
     attribute: bool = False,
     common_cases: bool = False,
+    bridge_judge: str | None = None,
 ) -> Published:
     """Write the report to ``out`` (default ``reports/RUN_ID``) and log it to the run under ``report/``;
     ``attribute`` adds the pair's attribution by replay (the one ``diff --attribute`` recorded, else
-    measured now)."""
+    measured now); ``bridge_judge`` compares runs judged differently (``--bridge-judge``)."""
+    if bridge_judge is not None and baseline is None:
+        raise ConfigError("--bridge-judge bridges a comparison: add --baseline RUN_ID")
     language = user_language(language)
     found = None
     if attribute:
@@ -55,7 +60,15 @@ def publish_report(
         base, run = load_run(store, baseline), load_run(store, run_id)
         strata = pair_strata(store, base, run, confidence=PAIR_CONFIDENCE, resamples=10_000, seed=0)
     built, used = build_report(
-        store, run_id, baseline, language, allow_incomparable, found, common_cases, strata=strata
+        store,
+        run_id,
+        baseline,
+        language,
+        allow_incomparable,
+        found,
+        common_cases,
+        strata=strata,
+        bridge_judge=bridge_judge,
     )
     folder = Path(out) if out else Path("reports") / run_id
     written = write_report(built, folder)
@@ -63,7 +76,7 @@ def publish_report(
     try:
         store.log_files(run_id, files)
     except TrackingError as exc:  # a read-only copy of a store: the report is on disk all the same
-        say(f"warning: the report is not logged to run {run_id}: {exc}")
+        return Published(folder, used, str(exc))
     return Published(folder, used)
 
 
@@ -88,8 +101,9 @@ def publish_sweep_report(
     folder = Path(out) if out else Path("reports") / parent
     written = write_report(built, folder)
     files = {f"report/{path.relative_to(folder)}": path.read_bytes() for path in written}
+    used = f"sweep of {len(analysis.points)} points against {analysis.baseline.label}"
     try:
         store.log_files(parent, files)
     except TrackingError as exc:
-        say(f"warning: the report is not logged to run {parent}: {exc}")
-    return Published(folder, f"sweep of {len(analysis.points)} points against {analysis.baseline.label}")
+        return Published(folder, used, str(exc))
+    return Published(folder, used)

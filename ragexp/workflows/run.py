@@ -47,6 +47,7 @@ from ragexp.workflows.run_log import (
     log_artifacts,
     log_case_traces,
     log_dataset,
+    log_served_params,
     run_metrics,
     served_tags,
     stage_timings,
@@ -101,25 +102,22 @@ class RunOutcome:
 def finish_run(store: Store, run_id: str) -> None:
     """Mark the run finished, the call retried within the store's ``timeout_s``: a run whose data
     is complete is never left RUNNING by one failed call, nor said to be finished when it is not."""
-    from ragexp.transport import backoff
+    from ragexp.transport import retry_within
 
-    deadline = time.monotonic() + store.timeout_s
-    attempt = 0
-    while True:
-        try:
-            store.end_run(run_id, FINISHED)
-            return
-        except RagexpError as exc:
-            pause = backoff(0.5, attempt)
-            if time.monotonic() + pause >= deadline:
-                raise NotFinished(
-                    f"run {run_id}: every case was evaluated and logged (its data is complete), but the store did "
-                    f"not mark it finished ({exc}); it stays RUNNING until a resume finishes it, which asks no case "
-                    "again",
-                    run_id,
-                ) from None
-        time.sleep(pause)
-        attempt += 1
+    try:
+        retry_within(
+            lambda: store.end_run(run_id, FINISHED),
+            timeout_s=store.timeout_s,
+            base=0.5,
+            again=lambda exc: isinstance(exc, RagexpError),
+        )
+    except RagexpError as exc:
+        raise NotFinished(
+            f"run {run_id}: every case was evaluated and logged (its data is complete), but the store did "
+            f"not mark it finished ({exc}); it stays RUNNING until a resume finishes it, which asks no case "
+            "again",
+            run_id,
+        ) from None
 
 
 def execute(
@@ -429,6 +427,7 @@ def _score_and_log(
         store.log_metrics(run_id, figures)
         if scored.judge_served:
             store.set_tags(run_id, served_tags(scored.judge_served))
+            log_served_params(store, run_id, scored.judge_served, resumed)
         if scored.canaries is not None:
             store.set_tags(run_id, {TAG_PREFIX + "judge.canaries": scored.canaries.canaries.digest[:SHORT_HASH]})
         log_artifacts(plan, store, run_id, results, scored, human, trust, timings, chats)

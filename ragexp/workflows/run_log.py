@@ -71,6 +71,27 @@ def served_tags(served: str) -> dict[str, str]:
     }
 
 
+def served_params(served: str) -> dict[str, str]:
+    """The params naming what served the run's judge grades (``judge.served``: the set, whole when
+    it fits a param, else its start and a hash of the whole; ``judge.served_count``): a fixed
+    length, so the store cannot refuse them after the run's work."""
+    return {
+        "judge.served": limits.shortened(limits.PARAM_VALUE, served),
+        "judge.served_count": str(len(judge_identity.split(served))),
+    }
+
+
+def log_served_params(store: Store, run_id: str, served: str, resumed: bool) -> None:
+    params = served_params(served)
+    if resumed:  # the attempt before may have logged them, and a param keeps its first value
+        kept = store.get_run(run_id).params
+        if any(kept.get(key) not in (None, value) for key, value in params.items()):
+            info(f"warning: run {run_id} keeps the judge's served identities its first attempt recorded as params")
+        params = {key: value for key, value in params.items() if key not in kept}
+    if params:
+        store.log_params(run_id, params)
+
+
 def stage_rows(timings: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """``timings.json``'s rows: each stage's name, the key prefix of its metrics, its figures."""
     return [{"stage": stage, "metric_prefix": timing_prefix(stage), **figures} for stage, figures in timings.items()]

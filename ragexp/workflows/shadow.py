@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ragexp import strict_json
+from ragexp import artifacts, strict_json
 from ragexp.compare.data import RunData, load_run
 from ragexp.compare.shadow_pair import PAIR_TAG, compare_pair, is_pair, traffic_strata
 from ragexp.config.compose import compose
@@ -44,7 +44,7 @@ ROLE_TAG = TAG_PREFIX + "shadow.role"
 """``production`` (the replay of what production answered) or ``candidate``."""
 WORST_TAG = TAG_PREFIX + "shadow.worst_stratum"
 """On the candidate: the stratum with the largest credible regression of the first metric."""
-SHADOW_ARTIFACT = "shadow.json"
+SHADOW_ARTIFACT = artifacts.SHADOW
 SUFFIX = "-shadow"
 
 

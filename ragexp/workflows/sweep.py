@@ -21,7 +21,10 @@ from ragexp.compare.sweeps import (
     analyse,
     check_same_cases,
     delta_cells,
+    override_words,
+    shown_override,
     subset_metrics,
+    varying_overrides,
 )
 from ragexp.errors import TrackingError
 from ragexp.metrics.registry import case_values_metric
@@ -30,9 +33,7 @@ from ragexp.report.build import Doc, Report, page
 from ragexp.report.plots import figure_svg
 from ragexp.tracking.store import FINISHED, TAG_PREFIX, Store
 
-SWEEP_JSON = "sweep/sweep.json"
-FRONT_PNG = "sweep/front.png"
-"""What ``ragexp sweep`` logs to the parent run: the analysis (as ``--json`` prints it) and the plot."""
+SWEEP_JSON, FRONT_PNG = artifacts.SWEEP, artifacts.SWEEP_FRONT
 
 
 def sweep_analysis(
@@ -63,7 +64,7 @@ def sweep_analysis(
     for run_id, why in skipped.items():
         say(f"left out: run {run_id}: {why}")
     finished = [r for r in records if r.run_id not in skipped]
-    swept = _swept([r.tag("sweep.point") for r in finished])
+    swept, _ = varying_overrides([r.tag("sweep.point") for r in finished])
     points = [
         _point(load_run(store, r), int(r.tag("sweep.num", "0") or 0), label)
         for r, label in zip(finished, swept, strict=True)
@@ -98,19 +99,11 @@ def sweep_analysis(
 
         analysis.confirm = confirm_winner(analysis, confirmation, store, say=say)
     with tempfile.TemporaryDirectory(prefix="ragexp-sweep-") as tmp:
-        folder = Path(tmp) / "sweep"
-        folder.mkdir()
-        (folder / "sweep.json").write_text(strict_json.dumps(analysis.to_json(), indent=2), encoding="utf-8")
-        front_plot(analysis, folder / "front.png")
+        (Path(tmp) / SWEEP_JSON).parent.mkdir()
+        (Path(tmp) / SWEEP_JSON).write_text(strict_json.dumps(analysis.to_json(), indent=2), encoding="utf-8")
+        front_plot(analysis, Path(tmp) / FRONT_PNG)
         store.log_dir(parent, Path(tmp))
     return analysis
-
-
-def _swept(labels: list[str]) -> list[str]:
-    """Each point's overrides without those every point shares (the sweep's fixed overrides)."""
-    items = [label.split() for label in labels]
-    shared = set.intersection(*(set(i) for i in items)) if len(items) > 1 else set()
-    return [" ".join(item for item in i if item not in shared) for i in items]
 
 
 def _subset(point: Point, case_ids: list[str]) -> Point:
@@ -180,7 +173,7 @@ def _short_label(point: Point) -> str:
     """A point's overrides with each key cut to its last part (``chunking=doc``), to fit a plot."""
     if not point.overrides:
         return point.run_id[:8]
-    parts = [item.partition("=") for item in point.overrides.split()]
+    parts = [shown_override(item).partition("=") for item in override_words(point.overrides)]
     return " ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, _, value in parts)
 
 
@@ -202,7 +195,7 @@ def sweep_report(analysis: SweepAnalysis, language: str) -> Report:
         rows.append(
             [
                 str(point.number) if point.number >= 0 else "-",
-                point.overrides or point.run_id,
+                point.shown or point.run_id,
                 point.run_id,
                 *delta_cells(analysis, point),
                 *(fmt(point.metrics.get(name)) for name in shown),

@@ -10,6 +10,13 @@ from which both the p-value and the inverted interval come), the median of ``--r
 Targets (issue 14): diff and gate <= 3 s each, runs <= 1.5 s, --help < 0.5 s. Side by side, in
 the same run: the same diff and gate read through MLflow (ragexp's SQLite reader switched off,
 as for a store it does not know), and a bare `python -c "import numpy"` as the floor.
+
+``--against REF`` adds an A/B on the same store: the same diff and gate run by the source tree of
+git commit REF (``git archive`` into the temporary folder; the same interpreter and packages,
+that tree first on ``PYTHONPATH``) and by this tree, alternating which goes first in each
+repetition, with each command's median ratio (this tree / REF) of wall time and of CPU time.
+The Makefile passes the commit before issue 45's pairing (``make bench-compare BENCH_AGAINST=``
+leaves the A/B out); ``--ab-only`` times nothing else.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runs import fill_store, time_runs
 
 RAGEXP = [sys.executable, "-m", "ragexp.cli.app"]
+HERE = Path(__file__).resolve().parents[2]
 TARGETS = {"diff": 3.0, "gate": 3.0, "runs": 1.5, "help": 0.5}
 
 
@@ -58,9 +67,9 @@ def generate(path: Path, count: int, *, shift: float, seed: int) -> None:
             out.write(json.dumps(row) + "\n")
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def run(cmd: list[str], env: dict[str, str], cwd: Path = HERE) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     return time.perf_counter() - started, done
 
 
@@ -88,7 +97,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=1_000, help="runs in the store `ragexp runs` lists")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per command (median)")
+    parser.add_argument("--against", metavar="REF", help="also time diff and gate of commit REF's tree (A/B)")
+    parser.add_argument("--ab-only", action="store_true", help="time only the A/B of --against")
     args = parser.parse_args()
+    if args.ab_only and not args.against:
+        parser.error("--ab-only needs --against REF")
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min)")
     with tempfile.TemporaryDirectory(prefix="ragexp-bench-") as tmp:
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlruns/mlflow.db"}
@@ -101,6 +114,11 @@ def main() -> None:
                 raise SystemExit(done.stderr)
             ids.append(json.loads(done.stdout)["run_id"])
         gate_args = ["gate", "--baseline", ids[0], "--candidate", ids[1], "gates=release_stat", "--json"]
+        if args.against:
+            a_b(args.against, Path(tmp), env, ids, gate_args, args.repeat)
+            if args.ab_only:
+                print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+                return
         diff_wall, diff_out = timed([*RAGEXP, "diff", *ids, "--json"], env, args.repeat)
         gate_wall, gate_out = timed([*RAGEXP, *gate_args], env, args.repeat, ok=(0, 2))
         # The same CLI with every call sent through MlflowClient: what diff and gate cost through MLflow.
@@ -138,6 +156,44 @@ def main() -> None:
         print(f"  {m['name']:20} delta {m['delta']:+.4f}  CI {ci}  p {m['p_value']}")
     statistics_alone(args.cases)
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min)")
+
+
+def a_b(ref: str, tmp: Path, env: dict[str, str], ids: list[str], gate_args: list[str], repeat: int) -> None:
+    """diff and gate of the same two runs by commit ``ref``'s tree (A) and this tree (B), in
+    fresh processes, alternating A-B and B-A by repetition so a load that drifts falls on both."""
+    tree = tmp / "against"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(HERE), "archive", ref], capture_output=True, check=False)
+    if archive.returncode:
+        raise SystemExit(f"--against {ref}: git archive failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    sides = {"A": (tree, {**env, "PYTHONPATH": str(tree)}), "B": (HERE, {**env, "PYTHONPATH": str(HERE)})}
+    commands = {"diff": ([*RAGEXP, "diff", *ids, "--json"], (0,)), "gate": ([*RAGEXP, *gate_args], (0, 2))}
+    walls: dict[tuple[str, str], list[float]] = {(c, s): [] for c in commands for s in sides}
+    cpus: dict[tuple[str, str], list[float]] = {(c, s): [] for c in commands for s in sides}
+    outs: dict[tuple[str, str], str] = {}
+    for rep in range(repeat):
+        for command, (cmd, ok) in commands.items():
+            for side in ("A", "B") if rep % 2 == 0 else ("B", "A"):
+                cwd, side_env = sides[side]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall, done = run(cmd, side_env, cwd)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if done.returncode not in ok:
+                    raise SystemExit(f"{side} {' '.join(cmd)}: exit {done.returncode}\n{done.stderr}")
+                walls[command, side].append(wall)
+                cpus[command, side].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                outs[command, side] = done.stdout
+    deltas = {side: {m["name"]: m["delta"] for m in json.loads(outs["diff", side])["metrics"]} for side in sides}
+    same = all(abs(deltas["A"][name] - deltas["B"][name]) < 1e-9 for name in deltas["A"].keys() & deltas["B"].keys())
+    print(f"A/B on one store, {repeat} alternating repetitions: A = {ref}, B = this tree")
+    # CPU seconds (user + system of the process) move less with the machine's load than wall time.
+    for command in commands:
+        for kind, times in (("wall", walls), ("CPU", cpus)):
+            a, b = statistics.median(times[command, "A"]), statistics.median(times[command, "B"])
+            each = " ".join(f"{side} " + "/".join(f"{t:.2f}" for t in times[command, side]) for side in sides)
+            print(f"  {command} {kind:4}: A {a:5.2f} s  B {b:5.2f} s  B/A {b / a:.2f}  ({each})")
+    print(f"  the same delta of each metric both sides compute: {'yes' if same else 'NO'}")
 
 
 def statistics_alone(count: int) -> None:

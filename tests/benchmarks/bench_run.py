@@ -5,7 +5,7 @@ compute the same offline metrics and write every case out. The loop is the RAG e
 (per-case functions, a JSON report written with indent=2); ragexp also validates the dataset and
 logs the run, every case and the table to a SQLite MLflow store.
 
-    .venv/bin/python tests/benchmarks/bench_run.py [--cases 100000] [--repeat 3]
+    .venv/bin/python tests/benchmarks/bench_run.py [--cases 100000] [--repeat 3] [--against REV]
 
 Prints wall times, peak memory (RSS of each child process), and the issue-14 targets, each with a
 met / NOT MET verdict: the per-case cost as a ratio to the loop's (the 100,000-case run less the
@@ -17,6 +17,11 @@ difference of two runs can even come out negative, while CPU time stays what the
 an idle machine the two agree (both sides are single processes). The start-up is the fastest
 10-case run: other load only ever adds time. Every timed run goes into a store that exists (the
 first run, which lets MLflow create the store, is timed apart), as at a user's desk.
+
+``--against REV`` runs a git revision (extracted with ``git archive``, first on the path of a
+child started with ``python -P``) as a third side in the same alternation, into a store of its
+own: its per-case ratio to the same loop runs and its peak memory are printed beside this tree's,
+an A/B measured in one run.
 """
 
 from __future__ import annotations
@@ -160,12 +165,24 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3, help="alternating repetitions")
+    parser.add_argument("--against", default=None, help="a git revision run as a third side (an A/B in one run)")
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
     load_before = os.getloadavg()[0]
     runs: dict[str, list[Timing]] = {name: [] for name in ("loop_small", "loop_big", "ours_small", "ours_big")}
-    runs.update(mlflow=[], help=[])
+    runs.update(mlflow=[], help=[], other_small=[], other_big=[])
     with tempfile.TemporaryDirectory(prefix="ragexp-bench-") as tmp:
+        other_env: dict[str, str] = {}
+        if args.against:
+            other = Path(tmp, "other")
+            other.mkdir()
+            archive = subprocess.run(["git", "archive", args.against], cwd=ROOT, capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(other)], input=archive.stdout, check=True)
+            other_env = {
+                **os.environ,
+                "PYTHONPATH": str(other),
+                "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/other-mlruns/mlflow.db",
+            }
         big, small = Path(tmp, "cases.jsonl"), Path(tmp, "small.jsonl")
         generate(big, args.cases)
         generate(small, 10)
@@ -175,27 +192,36 @@ def main() -> None:
         def ours(path: Path) -> Timing:
             return timed([*RAGEXP, "run", f"dataset.path={path}", "provider=fake", f"k={args.k}", "--json"], env)
 
+        def theirs(path: Path) -> Timing:
+            command = [sys.executable, "-P", "-m", "ragexp.cli.app", "run", f"dataset.path={path}", "provider=fake"]
+            return timed([*command, f"k={args.k}", "--json"], other_env)
+
         def loop(path: Path) -> Timing:
             return timed([sys.executable, "-c", LOOP, str(path), f"{tmp}/report.json", str(args.k)], env)
 
         # The first run on a new store pays MLflow's schema migrations once; time it apart.
         first = ours(small)
+        if args.against:
+            theirs(small)
         # Alternate the sides so a burst of other load hits both alike.
         for _ in range(args.repeat):
             runs["loop_small"].append(loop(small))
             runs["ours_small"].append(ours(small))
             runs["loop_big"].append(loop(big))
             runs["ours_big"].append(ours(big))
+            if args.against:
+                runs["other_small"].append(theirs(small))
+                runs["other_big"].append(theirs(big))
             runs["mlflow"].append(timed([sys.executable, "-c", IMPORT_MLFLOW], env))
             runs["help"].append(timed([str(bin_dir / "ragexp"), "--help"], env))
     load_after = os.getloadavg()[0]
-    b = {name: best(timings) for name, timings in runs.items()}
+    b = {name: best(timings) for name, timings in runs.items() if timings}
     summary = json.loads(b["ours_big"].stdout)
 
-    def paired(figure: str) -> list[float]:
+    def paired(figure: str, side: str = "ours") -> list[float]:
         """Per repetition, ragexp's per-case part over the loop's, from runs seconds apart."""
         ratios = []
-        sides = (runs[name] for name in ("loop_small", "ours_small", "loop_big", "ours_big"))
+        sides = (runs[name] for name in ("loop_small", f"{side}_small", "loop_big", f"{side}_big"))
         for ls, os_, lb, ob in zip(*sides, strict=True):
             ours_part = getattr(ob, figure) - getattr(os_, figure)
             ratios.append(ours_part / (getattr(lb, figure) - getattr(ls, figure)))
@@ -236,6 +262,14 @@ def main() -> None:
         ("peak memory", f"{peak:.0f} MB", "< 600 MB", peak < 600),
         ("ragexp --help", f"{help_wall:.2f} s", "< 0.5 s", help_wall < 0.5),
     ]
+    if args.against:
+        other_cpu = paired("cpu", "other")
+        print(
+            f"A/B, {args.against} in the same alternation: per-case CPU ratio "
+            + " ".join(f"{r:.2f}x" for r in other_cpu)
+            + f" (median {statistics.median(other_cpu):.2f}x; this tree {cpu_ratio:.2f}x), "
+            f"peak RSS {b['other_big'].rss:.0f} MB (this tree {peak:.0f} MB)"
+        )
     print()
     print(f"{'target':<16}{'measured':<48}{'wanted':<10}verdict")
     for name, measured, wanted, ok in rows:

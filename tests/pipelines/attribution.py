@@ -67,6 +67,11 @@ def generate_candidate_failing(question: str, contexts: list[str]) -> dict[str, 
     return generate_candidate(question, contexts)
 
 
+def generate_candidate_down(question: str, contexts: list[str]) -> dict[str, Any]:
+    """The candidate's answer stage, failing on every case."""
+    raise RuntimeError(f"the model is down ({len(contexts)} contexts)")
+
+
 CALLS: Counter[tuple[str, str]] = Counter()
 """(generator, question) -> how many times a replay asked it (the ``*_counted`` answer stages)."""
 INTERRUPT_AFTER: dict[str, int] = {}

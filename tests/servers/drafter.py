@@ -10,6 +10,11 @@ two-chunk one does that for both; an unanswerable one asks for a made-up code, a
 the answer candidate. Markers in a chunk's text change the reply: DRAFT-PARAPHRASE gives a fact
 that is not a span until the re-ask, DRAFT-NEVER-SPAN never gives a span, DRAFT-ANSWERABLE gives
 an "unanswerable" question whose candidate is in the chunk, JUDGE-BROKEN gives prose, not JSON.
+With --like-llm, answerable replies behave as a real model's do, chosen by a hash of the chunks:
+facts copied verbatim (clauses of two sentences, one of them across a "；"), facts written with
+half-width punctuation ("，" as ","), facts joining both chunks of a two-chunk question, or facts
+all from one of its chunks; every one but the verbatim kind is corrected on the re-ask for half of
+the prompts and repeated for the rest, and the question is written out in full.
 With --fail-after N, every chat call after the N-th is closed without
 a reply. GET /stats counts chat calls.
 """
@@ -43,6 +48,27 @@ def key_sentence(text: str) -> str:
     return max(sentences, key=len)[:60] if sentences else text.strip()[:60]
 
 
+def clauses(text: str) -> list[str]:
+    """The chunk's sentences, longest first (end punctuation off)."""
+    return sorted((s.strip(" .;；，,") for s in SENTENCE.findall(text) if s.strip(" .;；，,")), key=len, reverse=True)
+
+
+def like_llm(texts: list[str], retry: bool) -> Any:
+    """An answerable reply as a real model writes one (see the module docstring)."""
+    digest = hashlib.md5("\0".join(texts).encode()).digest()
+    habit, stubborn = digest[0] % 4, digest[1] % 2 == 0
+    facts = [sentence for text in texts for sentence in clauses(text)[:2]]
+    if habit and not (retry and not stubborn):
+        if habit == 1:
+            facts = [fact.replace("，", ",").replace("；", ";") for fact in facts]
+        elif habit == 2 or len(texts) == 1:
+            facts = [clauses(texts[0])[0] + "，" + clauses(texts[-1])[-1]]
+        else:
+            facts = clauses(texts[0])[:2]
+    question = "请问" + "；另外".join(facts) + "，具体是怎样的？"
+    return {"question": question, "expected_facts": facts, "reference": "；".join(facts) + "。"}
+
+
 def draft(title: str, prompt: str) -> Any:
     chunks = CHUNK.findall(prompt)
     texts = [text for _, text in chunks]
@@ -58,6 +84,8 @@ def draft(title: str, prompt: str) -> Any:
                 "answer_candidates": [key_sentence(text)[:8]],
             }
         return {"question": f"「{key_sentence(text)[:12]}」对应的内部编号 {code} 是什么？", "answer_candidates": [code]}
+    if Handler.like_llm:
+        return like_llm(texts, retry)
     facts = [key_sentence(text) for text in texts]
     paraphrase = any("DRAFT-NEVER-SPAN" in t for t in texts) or (
         any("DRAFT-PARAPHRASE" in t for t in texts) and not retry
@@ -73,6 +101,7 @@ class Handler(JsonHandler):
     disable_nagle_algorithm = True
     delay = 0.0
     fail_after: int | None = None
+    like_llm = False
 
     def do_GET(self) -> None:
         with LOCK:
@@ -121,8 +150,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--fail-after", type=int, help="close every chat call after this many without a reply")
+    parser.add_argument("--like-llm", action="store_true", help="answer as a real model would (module docstring)")
     args = parser.parse_args()
-    Handler.delay, Handler.fail_after = args.delay_ms / 1000, args.fail_after
+    Handler.delay, Handler.fail_after, Handler.like_llm = args.delay_ms / 1000, args.fail_after, args.like_llm
     server = Backlogged(("127.0.0.1", args.port), Handler)
     print(f"listening on http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     with contextlib.suppress(KeyboardInterrupt):

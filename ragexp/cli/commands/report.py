@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from ragexp.cli.options import AllowIncomparable, CommonCases, StoreOverrides, TrackingUri, resumable, store_option
+from ragexp.cli.options import (
+    AllowIncomparable,
+    BridgeJudge,
+    CommonCases,
+    StoreOverrides,
+    TrackingUri,
+    resumable,
+    store_option,
+)
 from ragexp.errors import ConfigError
 from ragexp.outputs import info
 
@@ -27,6 +35,7 @@ def report(
     tracking_uri: TrackingUri = None,
     allow_incomparable: AllowIncomparable = False,
     common_cases: CommonCases = False,
+    bridge_judge: BridgeJudge = None,
     attribute: Annotated[
         bool,
         typer.Option(
@@ -53,10 +62,9 @@ def report(
     if run_id is None or sweep is not None:
         raise ConfigError("ragexp report: give a run id, or --sweep PARENT_RUN (one of them)")
     given = [run_id, *(overrides or []), *(["--tracking-uri", tracking_uri] if tracking_uri else [])]
-    for option, value in (("--baseline", baseline), ("--out", out), ("--language", language)):
-        given += [option, value] if value else []
-    given += ["--allow-incomparable"] if allow_incomparable else []
-    given += ["--common-cases"] if common_cases else []
+    options = {"--baseline": baseline, "--out": out, "--language": language, "--bridge-judge": bridge_judge}
+    given += [part for option, value in options.items() if value for part in (option, value)]
+    given += ["--allow-incomparable"] * allow_incomparable + ["--common-cases"] * common_cases
     with resumable("report", [*given, "--attribute"], replaying=attribute):
         done = publish_report(
             run_id,
@@ -68,5 +76,6 @@ def report(
             say=info,
             attribute=attribute,
             common_cases=common_cases,
+            bridge_judge=bridge_judge,
         )
     print(report_line(run_id, done))

@@ -18,6 +18,7 @@ from ragexp.cli.options import (
     RetryErrors,
     TrackingUri,
     UntilDecided,
+    continue_with,
     interrupt_on_sigterm,
     use_config_dir,
 )
@@ -44,7 +45,6 @@ def run(
             raise ConfigError("--until-decided decides one run against its baseline; it cannot be combined with -m")
         _sweep(overrides or [], resume, as_json, tracking_uri)
         return
-    import shlex
     import signal
 
     from ragexp.cli.views import run_warning, show_next, show_run, show_sequential
@@ -68,8 +68,7 @@ def run(
             emit_json({"status": "interrupted", "run_id": exc.run_id})
         store = ["--tracking-uri", tracking_uri] if tracking_uri else []
         words = [*(overrides or []), *store, *(["--until-decided"] if until_decided else [])]
-        command = " ".join(["ragexp", "run", *map(shlex.quote, words), "--resume", exc.run_id])
-        exc.args = (f"{exc}; continue with: {command}",)
+        continue_with(exc, "run", [*words, "--resume", exc.run_id])
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

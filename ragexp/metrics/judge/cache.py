@@ -15,7 +15,6 @@ the first model's grades still there.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,10 @@ from typing import Any
 
 import orjson
 
+from ragexp.sqlite_cache import SqliteCache
+
 COMMIT_EVERY = 1.0
+"""Seconds of grades that may wait for a commit: a judged run writes many, and each commit syncs."""
 
 
 def cache_key(metric: str, judge: str, inputs: dict[str, Any], repeat: int) -> str:
@@ -40,26 +42,21 @@ class Graded:
     rationale: str | None
 
 
-class JudgeCache:
+class JudgeCache(SqliteCache):
     def __init__(self, path: Path | None) -> None:
-        self.hits = 0
-        self._db: sqlite3.Connection | None = None
-        self._committed = time.monotonic()
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), timeout=30, isolation_level="DEFERRED")
-            self._db.execute("pragma journal_mode=wal")
-            self._db.execute("create table if not exists scores (key text primary key, value real, at real)")
-            self._db.execute("create table if not exists rationales (key text primary key, rationale text)")
-            self._db.execute(
+        super().__init__(
+            path,
+            [
+                "create table if not exists scores (key text primary key, value real, at real)",
+                "create table if not exists rationales (key text primary key, rationale text)",
                 "create table if not exists graded (key text, served text, value real, rationale text, at real, "
-                "primary key (key, served))"
-            )
+                "primary key (key, served))",
+            ],
+            commit_every=COMMIT_EVERY,
+        )
 
     def get(self, key: str) -> float | None:
-        if self._db is None:
-            return None
-        row = self._db.execute("select value from scores where key = ?", (key,)).fetchone()
+        row = self.row("select value from scores where key = ?", (key,))
         if row is None:
             return None
         self.hits += 1
@@ -67,45 +64,20 @@ class JudgeCache:
 
     def rationale(self, key: str) -> str | None:
         """The rationale kept with the score of ``key`` (None: none was)."""
-        if self._db is None:
-            return None
-        row = self._db.execute("select rationale from rationales where key = ?", (key,)).fetchone()
+        row = self.row("select rationale from rationales where key = ?", (key,))
         return None if row is None else str(row[0])
 
     def put(self, key: str, value: float, rationale: str | None = None) -> None:
-        if self._db is None:
-            return
-        self._db.execute("insert or replace into scores values (?, ?, ?)", (key, value, time.time()))
         if rationale:
-            self._db.execute("insert or replace into rationales values (?, ?)", (key, rationale))
-        if time.monotonic() - self._committed > COMMIT_EVERY:
-            self.commit()
+            self.write("insert or replace into rationales values (?, ?)", (key, rationale))
+        self.write("insert or replace into scores values (?, ?, ?)", (key, value, time.time()))
 
     def graded(self, key: str) -> list[Graded]:
         """Every grade kept for ``key``, one per served identity, the newest first."""
-        if self._db is None:
-            return []
-        rows = self._db.execute(
-            "select served, value, rationale from graded where key = ? order by at desc", (key,)
-        ).fetchall()
+        rows = self.rows("select served, value, rationale from graded where key = ? order by at desc", (key,))
         return [Graded(str(served), float(value), rationale) for served, value, rationale in rows]
 
     def put_graded(self, key: str, served: str, value: float, rationale: str | None = None) -> None:
-        if self._db is None:
-            return
-        self._db.execute(
+        self.write(
             "insert or replace into graded values (?, ?, ?, ?, ?)", (key, served, value, rationale or None, time.time())
         )
-        if time.monotonic() - self._committed > COMMIT_EVERY:
-            self.commit()
-
-    def commit(self) -> None:
-        if self._db is not None:
-            self._db.commit()
-            self._committed = time.monotonic()
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.commit()
-            self._db.close()
-            self._db = None

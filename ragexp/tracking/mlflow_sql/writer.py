@@ -167,6 +167,26 @@ class SqliteWriter(SqliteReader):
             )
         return run_id
 
+    def log_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        """``log_batch(params=...)``: a param the run has already is kept when the value is the
+        same and refused when it differs, as in MLflow."""
+        if not all(valid_key(key) and len(value) <= limits.PARAM_VALUE.chars for key, value in params.items()):
+            raise Declined()
+        with self._writing(f"logging params of run {run_id}") as db:
+            if self._active_run(db, run_id) is None:
+                raise Declined()
+            for key, value in params.items():
+                kept = db.execute("SELECT value FROM params WHERE run_uuid = ? AND key = ?", (run_id, key)).fetchone()
+                if kept is not None and kept[0] != value:
+                    raise TrackingError(
+                        f"logging params of run {run_id}: param {key!r} is {kept[0]!r} already; "
+                        "a param's value cannot be changed"
+                    )
+            db.executemany(
+                "INSERT OR IGNORE INTO params (key, value, run_uuid) VALUES (?, ?, ?)",
+                [(key, value, run_id) for key, value in params.items()],
+            )
+
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         """``log_batch(metrics=...)``: each metric's row, and ``latest_metrics`` moved forward
         where the new (step, timestamp, value) is greater, as MLflow compares them."""
