@@ -284,6 +284,7 @@ def test_shadow_judged_by_a_no_gold_judge_metric(production: str, monkeypatch: A
     assert tags[0] == tags[1]
 
 
+@pytest.mark.system
 @pytest.mark.timeout(3600)  # writing 2,000 autologged traces one by one takes minutes
 def test_shadow_on_2000_questions_in_10_strata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's size: 2,000 autologged production questions in 10 strata, the regression
