@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from ragexp.datasets.ledger import KEY as CONTENT_HASH
-from ragexp.datasets.ledger import case_hashes
+from ragexp.datasets.ledger import iter_case_hashes
 from ragexp.errors import TrackingError
 from ragexp.metrics.custom_spec import spec_from_json, spec_json
 from ragexp.metrics.registry import MetricSpec
@@ -106,7 +106,7 @@ def write_cases(
     turn of a conversation also its ``conversation`` id and 1-based ``turn``; every case its
     content hashes (:func:`ragexp.datasets.ledger.case_hashes`), which tell dataset versions apart."""
     names = list(columns)
-    hashes = case_hashes(cases)
+    hashes = iter_case_hashes(cases)
     # One pass over the rows of a transposed table instead of a dict lookup per metric and case,
     # and one write per chunk instead of one per case: this file is written for every case.
     n = len(cases)
@@ -116,7 +116,9 @@ def write_cases(
     dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
     chunk: list[bytes] = []
     with path.open("wb") as out:
-        for case, result, values, seconds, spread_values in zip(cases, results, scores, latency, spreads, strict=True):
+        for case, result, values, seconds, spread_values, hashed in zip(
+            cases, results, scores, latency, spreads, hashes, strict=True
+        ):
             output = result.output
             row: dict[str, Any] = {
                 "id": case.id,
@@ -126,7 +128,7 @@ def write_cases(
                 "error": error_text(result) if result.error is not None or result.metric_errors else None,
                 "output": output.to_json() if output is not None else None,
                 "latency_seconds": seconds,
-                CONTENT_HASH: hashes[case.id],
+                CONTENT_HASH: hashed,
             }
             if result.metric_errors:
                 row["metric_errors"] = result.metric_errors

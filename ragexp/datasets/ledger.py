@@ -15,7 +15,7 @@ of two versions of a dataset can be compared on the cases both versions hold unc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,28 +39,41 @@ def _digest(value: Any) -> str:
 def case_hashes(cases: Sequence[Case]) -> dict[str, dict[str, str]]:
     """Each case's hashes by id: ``question``, ``history``, ``gold`` and ``case`` (the three
     together). A turn's history is the turns before it in the same sequence of cases."""
+    return {case.id: hashes for case, hashes in zip(cases, iter_case_hashes(cases), strict=True)}
+
+
+def iter_case_hashes(cases: Sequence[Case]) -> Iterator[dict[str, str]]:
+    """:func:`case_hashes`' values, one case at a time in the order of ``cases``: a writer of
+    every case keeps one case's hashes at a time, not every case's."""
     earlier: dict[str, list[tuple[int, str, str | None]]] = {}
     for case in cases:
         if case.conversation is not None:
             earlier.setdefault(case.conversation, []).append((case.turn, case.question, case.reference))
-    found = {}
     alone = _digest(None)  # the history of every single question
+    blake2b, dumps, sort_keys = hashlib.blake2b, orjson.dumps, orjson.OPT_SORT_KEYS
     for case in cases:
-        history = None
+        history = alone
         if case.conversation is not None:
-            history = [
-                [question, reference]
-                for turn, question, reference in sorted(earlier[case.conversation])
-                if turn < case.turn
-            ]
-        labels = case.labels(human=False)
-        parts = {
-            "question": _digest(case.question),
-            "history": alone if history is None else _digest(history),
-            "gold": _digest({key: value for key, value in labels.items() if key not in _NOT_GOLD}),
+            history = _digest(
+                [
+                    [question, reference]
+                    for turn, question, reference in sorted(earlier[case.conversation])
+                    if turn < case.turn
+                ]
+            )
+        gold = case.labels(human=False)
+        for key in _NOT_GOLD:
+            gold.pop(key, None)
+        question = blake2b(dumps(case.question), digest_size=_DIGEST).hexdigest()
+        gold_hash = blake2b(dumps(gold, option=sort_keys), digest_size=_DIGEST).hexdigest()
+        # The JSON of the three hex digests (``_digest`` of the list), which need no escaping.
+        together = f'["{question}","{history}","{gold_hash}"]'.encode()
+        yield {
+            "case": blake2b(together, digest_size=_DIGEST).hexdigest(),
+            "question": question,
+            "history": history,
+            "gold": gold_hash,
         }
-        found[case.id] = {"case": _digest([parts[part] for part in PARTS]), **parts}
-    return found
 
 
 @dataclass
