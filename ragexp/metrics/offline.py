@@ -104,6 +104,7 @@ def build_inputs(
     refusals = [normalize(phrase) for phrase in refusal_phrases]
     # normalize() inlined with its two calls bound locally: it runs on every answer and fact.
     nfkc, fold = unicodedata.normalize, str.casefold
+    normals: dict[str, str] = {}  # per distinct fact: a dataset's facts repeat across its cases
     for i, (case, result) in enumerate(zip(cases, results, strict=True)):
         unanswerable[i] = case.unanswerable
         relevant = set(case.relevant_ids)
@@ -164,7 +165,13 @@ def build_inputs(
                     break
         else:
             facts = case.expected_facts
-            lacking = [j for j, fact in enumerate(facts) if fold(nfkc("NFKC", fact)) not in answer]
+            lacking: list[int] = []
+            for j, fact in enumerate(facts):
+                normal = normals.get(fact)
+                if normal is None:
+                    normal = normals[fact] = fold(nfkc("NFKC", fact))
+                if normal not in answer:
+                    lacking.append(j)
             correct[i] = bool(facts) and not lacking
             if lacking:
                 missing_facts[i] = lacking
