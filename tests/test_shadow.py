@@ -270,6 +270,50 @@ def test_focused_order_reaches_a_planted_stratum_before_the_proportional_order()
     assert chats.next({"x": 0.0, "y": 1.0}) == ("x", [3, 4, 5])
 
 
+def test_shadow_until_decided_asks_the_planted_stratum_after_the_warm_up(
+    production: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over every stratum, ``shadow --until-decided`` asks 10% of each first, then the batches go to
+    the planted stratum (the one nearest to failing) before any other, and each stratum is
+    decided on its own cases at the gate's level over the strata."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", production)
+    monkeypatch.chdir(ROOT)
+    pipeline.ASKED.clear()
+    result = invoke(
+        "shadow",
+        "dataset=traces",
+        "dataset.experiment=prod",
+        "dataset.stratify_by=route",
+        "--experiment",
+        "prod-focused",
+        *CANDIDATE,
+        GROUNDED,
+        "gates.rules={grounded: {max_drop: 0.02}}",
+        "sequential.batch=4",
+        "--until-decided",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    sequential = result.json()["sequential"]
+    strata = {row["stratum"]: row for row in sequential["strata"]}
+    assert set(pipeline.TOPICS) <= set(strata)
+    asked = [pipeline.topic_of(question) for question in pipeline.ASKED]
+    # the warm-up: 10% of each stratum (2 of 24), every stratum asked first
+    assert sorted(asked[:20]) == sorted(2 * [topic for topic in pipeline.TOPICS])
+    # two answers tell no stratum apart, so batches go round the strata; once the planted
+    # stratum's interval leans toward failing, every batch is its own until it is asked whole,
+    # while every other stratum has had at most 6 of its 24 questions asked
+    last = max(i for i, topic in enumerate(asked) if topic == pipeline.PLANTED)
+    assert asked[last - 17 : last + 1] == [pipeline.PLANTED] * 18
+    before = {topic: asked[: last + 1].count(topic) for topic in pipeline.TOPICS}
+    assert before.pop(pipeline.PLANTED) == 24 and max(before.values()) <= 6
+    # each stratum decided on its own cases (a session counts in its first turn's stratum)
+    assert strata[pipeline.PLANTED]["evaluated"] == 24
+    assert sum(row["evaluated"] for row in strata.values()) == len(asked)
+    assert {row["decision"] for row in strata.values()} == {"inconclusive"}  # 24 are few at 0.05 / 10 strata
+    assert sequential["evaluated"] == len(asked) == result.json()["candidate"]["case_count"]
+
+
 def test_allocation_is_proportional_with_one_per_stratum() -> None:
     assert allocate({"a": 90, "b": 9, "c": 1}, 10) == {"a": 8, "b": 1, "c": 1}
     assert allocate({"a": 50, "b": 50}, 10) == {"a": 5, "b": 5}

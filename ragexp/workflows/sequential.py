@@ -53,7 +53,7 @@ from ragexp.tracking.store import TAG_PREFIX, Store
 from ragexp.workflows.run import Evaluation, evaluate_cases, execute
 from ragexp.workflows.run_plan import Plan, plan_run
 from ragexp.workflows.run_score import score_results
-from ragexp.workflows.traffic import FocusedOrder, focused_order
+from ragexp.workflows.traffic import FocusedOrder, focused_order, passing_share
 
 PREFIX = TAG_PREFIX + "sequential."
 
@@ -416,8 +416,8 @@ class StratumOutcome:
     decision: str
     rules: list[RuleResult]
     margin: float | None
-    """How far its sequences still are from failing a rule (the smallest over its open rules;
-    None: no open rule): the stratum with the smallest is asked next."""
+    """How near its sequences are to failing a rule (:func:`failing_margin`; None: no open rule):
+    the open stratum with the smallest is asked next."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -441,8 +441,8 @@ class StratumOutcome:
 
 
 def failing_margin(rules: Sequence[RuleResult], specs: Mapping[str, MetricSpec | None]) -> float | None:
-    """The smallest distance, over the open rules, from the failing end of a rule's anytime-valid
-    interval to its threshold (in the metric's own unit): 0 would fail it."""
+    """How near the stratum is to failing: over its open rules, the smallest share of a rule's
+    anytime-valid interval still on the passing side of its threshold (:func:`passing_share`)."""
     margins = []
     for r in rules:
         bound, threshold = r.sequential, r.threshold
@@ -451,11 +451,10 @@ def failing_margin(rules: Sequence[RuleResult], specs: Mapping[str, MetricSpec |
         spec = specs.get(r.metric)
         if r.rule == "max_drop":
             lower_is_better = spec is not None and spec.direction == "lower"
-            margins.append(threshold - bound.low if lower_is_better else bound.high + threshold)
-        elif r.rule == "min":
-            margins.append(bound.high - threshold)
+            line = threshold if lower_is_better else -threshold
+            margins.append(passing_share(bound.low, bound.high, line, fails_above=lower_is_better))
         else:
-            margins.append(threshold - bound.low)
+            margins.append(passing_share(bound.low, bound.high, threshold, fails_above=r.rule == "max"))
     return min(margins) if margins else None
 
 

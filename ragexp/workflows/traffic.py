@@ -323,8 +323,8 @@ WARMUP = 0.1
 class FocusedOrder:
     """The order ``shadow --until-decided`` asks traffic in, chosen as the answers come: first a
     warm-up of every stratum (:data:`WARMUP` of its units, at least one), then each batch from the
-    one open stratum that is closest to a regression (the smallest margin the caller gives: how
-    far its anytime-valid sequence still is from failing). Units are handed out whole, each
+    one open stratum that is closest to a regression (the smallest margin the caller gives, e.g.
+    :func:`passing_share` of its anytime-valid interval). Units are handed out whole, each
     stratum's in its own shuffled order.
 
     Why the decision stays anytime-valid: each stratum's confidence sequence sees only that
@@ -359,9 +359,11 @@ class FocusedOrder:
 
     def next(self, margins: Mapping[str, float]) -> tuple[str, list[int]] | None:
         """The next batch, from the open stratum (one ``margins`` names) with units left whose
-        margin is smallest (ties: by name); units to at least ``step`` cases. None: nothing open
-        is left to ask."""
-        name = most_suspicious(margins, {name: self.left(name) for name in self.units})
+        margin is smallest (ties: the one asked least, then by name); units to at least ``step``
+        cases. None: nothing open is left to ask."""
+        name = most_suspicious(
+            margins, {name: self.left(name) for name in self.units}, {name: self.asked(name) for name in self.units}
+        )
         if name is None:
             return None
         found: list[int] = []
@@ -375,11 +377,27 @@ class FocusedOrder:
         return [index for unit in self.units[name][start : self.taken[name]] for index in unit]
 
 
-def most_suspicious(margins: Mapping[str, float], left: Mapping[str, int]) -> str | None:
+def most_suspicious(
+    margins: Mapping[str, float], left: Mapping[str, int], asked: Mapping[str, int] | None = None
+) -> str | None:
     """The stratum asked next: of those open (in ``margins``) with units left, the one whose margin
-    to failing is smallest (ties by name); None when none is."""
+    to failing is smallest; None when none is. Ties (early on, when every sequence still spans the
+    whole range) go to the stratum asked least, then by name, so that no stratum is asked whole
+    while the others wait only because its name sorts first."""
     open_ = [name for name in sorted(margins) if left.get(name, 0) > 0]
-    return min(open_, key=lambda name: margins[name]) if open_ else None
+    counts = asked or {}
+    return min(open_, key=lambda name: (margins[name], counts.get(name, 0), name)) if open_ else None
+
+
+def passing_share(low: float, high: float, line: float, *, fails_above: bool = False) -> float:
+    """The share of an interval [low, high] that lies on the passing side of ``line`` (a rule fails
+    once the whole interval is beyond it: below it, or above it with ``fails_above``); 0 or less:
+    failed. Measured in widths of the interval, not in the metric's unit, so that a stratum asked
+    many times, whose interval has narrowed around no change, does not look nearer to failing
+    than one barely asked; a stratum whose interval has narrowed around a drop does."""
+    width = high - low
+    side = (line - low) if fails_above else (high - line)
+    return side / width if width > 0 else (0.0 if side <= 0 else float("inf"))
 
 
 def focused_order(traffic: Traffic, seed: int, step: int) -> FocusedOrder:
