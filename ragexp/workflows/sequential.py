@@ -12,6 +12,15 @@ failed (the verdict is then known) or every such rule has passed, else when the 
 run is logged as any run, over the cases it evaluated, in the order it evaluated them, and tagged
 ``ragexp.sequential.*``; ``ragexp gate`` recomputes the same bounds from that order
 (:func:`ragexp.compare.gate.with_sequential`).
+
+Traffic (``dataset=traces``, ``ragexp shadow --until-decided``) is asked otherwise: a warm-up of
+every stratum, then each batch from the open stratum nearest to failing
+(:class:`ragexp.workflows.traffic.FocusedOrder`), and decided by stratum: each stratum's rules on
+its own cases at the gate's level over the strata (Bonferroni). That stays anytime-valid because
+each stratum's sequence sees only its own cases, in a random order fixed in advance; the choice of
+which stratum to ask next only decides when a sequence is looked at, and a confidence sequence
+holds at every look. The pooled rules are then over-weighted toward the suspicious strata: they are
+reported, not decided on.
 """
 
 from __future__ import annotations
