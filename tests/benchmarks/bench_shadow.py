@@ -130,7 +130,7 @@ def focused(
     sequences = {}
     first = {name: min(mine.size, max(1, round(args.start * mine.size))) for name, mine in members.items()}
     for name, mine in members.items():
-        # every count a look can fall on: the warm-up's, then one more batch at a time
+        # every count a look can fall on (the warm-up's, then one batch more at a time) is among these
         looks = np.unique(
             np.concatenate(
                 [np.arange(1, mine.size + 1, step), np.arange(step, mine.size, step), [first[name], mine.size]]
