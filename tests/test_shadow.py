@@ -17,7 +17,17 @@ from ragexp.compare.figures import signed
 from ragexp.config.models import DatasetConfig
 from ragexp.stats.paired import paired
 from ragexp.tracking.store import Store
-from ragexp.workflows.traffic import allocate, answer_of, documents_of, load_traffic, question_of, stratified_order
+from ragexp.workflows.traffic import (
+    FocusedOrder,
+    allocate,
+    answer_of,
+    documents_of,
+    focused_order,
+    interleave,
+    load_traffic,
+    question_of,
+    stratified_order,
+)
 from tests.conftest import ROOT, invoke
 from tests.pipelines import traffic as pipeline
 from tests.servers.procs import serve
@@ -224,6 +234,84 @@ def test_the_sample_is_its_identity(production: str) -> None:
     assert {whole.strata[whole.dataset.cases[i].id] for i in firsts} == set(pipeline.TOPICS)
     unknown = load_traffic(config.model_copy(update={"stratify_by": "tenant", "sample": None}), store)
     assert set(unknown.sampled()) == {"unknown"}
+
+
+def test_focused_order_reaches_a_planted_stratum_before_the_proportional_order() -> None:
+    """``shadow --until-decided`` asks a warm-up of every stratum, then each batch from the open
+    stratum nearest to failing: a planted stratum gets most of the questions asked."""
+    # four strata of 50 questions, each in its own shuffled order (positions 50k .. 50k + 49)
+    shuffles = {name: np.random.default_rng(k).permutation(50) + 50 * k for k, name in enumerate("abcd")}
+    units = {name: [[int(j)] for j in order] for name, order in shuffles.items()}
+    focus = FocusedOrder(units, step=10)
+    warm = focus.warmup()
+    assert warm == [u[0] for name in "abcd" for u in units[name][:5]]  # 10% of each, in its own order
+    margins = {"a": 0.05, "b": -0.01, "c": 0.04, "d": 0.05}
+    asked = list(warm)
+    for _ in range(3):
+        chosen = focus.next(margins)
+        assert chosen is not None and chosen[0] == "b"
+        asked.extend(chosen[1])
+    assert asked[20:] == [u[0] for u in units["b"][5:35]]  # the next 30 are b's, in b's order
+    assert focus.asked("b") == 35 and focus.asked("a") == 5
+    # the proportional order's first 50 cases hold about a quarter of b
+    proportional = interleave(units, np.random.default_rng(0))
+    in_b = sum(index in range(50, 100) for index in proportional[:50])
+    assert in_b <= 13 and sum(index in range(50, 100) for index in asked[:50]) == 35
+    # a stratum no longer open (decided) is never chosen; one whose units ran out neither
+    assert focus.next({"a": 0.05, "c": 0.04}) == ("c", [u[0] for u in units["c"][5:15]])
+    for _ in range(2):
+        focus.next({"b": -0.02})
+    assert focus.left("b") == 0
+    assert focus.next({"b": -0.02}) is None
+    assert focus.next({"b": -0.02, "d": 0.3}) == ("d", [u[0] for u in units["d"][5:15]])
+    # a conversation is handed out whole, even past the batch
+    chats = FocusedOrder({"x": [[0, 1, 2], [3], [4, 5]], "y": [[6], [7]]}, step=2, warmup=0.1)
+    assert chats.warmup() == [0, 1, 2, 6]
+    assert chats.next({"x": 0.0, "y": 1.0}) == ("x", [3, 4, 5])
+
+
+def test_shadow_until_decided_asks_the_planted_stratum_after_the_warm_up(
+    production: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over every stratum, ``shadow --until-decided`` asks 10% of each first, then the batches go to
+    the planted stratum (the one nearest to failing) before any other, and each stratum is
+    decided on its own cases at the gate's level over the strata."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", production)
+    monkeypatch.chdir(ROOT)
+    pipeline.ASKED.clear()
+    result = invoke(
+        "shadow",
+        "dataset=traces",
+        "dataset.experiment=prod",
+        "dataset.stratify_by=route",
+        "--experiment",
+        "prod-focused",
+        *CANDIDATE,
+        GROUNDED,
+        "gates.rules={grounded: {max_drop: 0.02}}",
+        "sequential.batch=4",
+        "--until-decided",
+        "--json",
+    )
+    assert result.code == 0, result.stderr
+    sequential = result.json()["sequential"]
+    strata = {row["stratum"]: row for row in sequential["strata"]}
+    assert set(pipeline.TOPICS) <= set(strata)
+    asked = [pipeline.topic_of(question) for question in pipeline.ASKED]
+    # the warm-up: 10% of each stratum (2 of 24), every stratum asked first
+    assert sorted(asked[:20]) == sorted(2 * [topic for topic in pipeline.TOPICS])
+    # two answers tell no stratum apart, so batches go round the strata; once the planted
+    # stratum's interval leans toward failing, every batch is its own until it is asked whole,
+    # while every other stratum has had at most 6 of its 24 questions asked
+    last = max(i for i, topic in enumerate(asked) if topic == pipeline.PLANTED)
+    assert asked[last - 17 : last + 1] == [pipeline.PLANTED] * 18
+    before = {topic: asked[: last + 1].count(topic) for topic in pipeline.TOPICS}
+    assert before.pop(pipeline.PLANTED) == 24 and max(before.values()) <= 6
+    # each stratum decided on its own cases (a session counts in its first turn's stratum)
+    assert strata[pipeline.PLANTED]["evaluated"] == 24
+    assert sum(row["evaluated"] for row in strata.values()) == len(asked)
+    assert {row["decision"] for row in strata.values()} == {"inconclusive"}  # 24 are few at 0.05 / 10 strata
+    assert sequential["evaluated"] == len(asked) == result.json()["candidate"]["case_count"]
 
 
 def test_allocation_is_proportional_with_one_per_stratum() -> None:
@@ -594,6 +682,16 @@ def test_until_decided_on_traffic_keeps_a_conversations_turns_together(
         for batch in (1, 2, 4, 5):
             for end in looks_of(len(asked), batch, units)[:-1]:
                 assert asked[end].conversation is None or asked[end].turn == 1  # never inside one
+        # the focused order (shadow --until-decided's): every batch holds whole conversations, in order
+        focus = focused_order(traffic, seed, 2)
+        batches = [focus.warmup()]
+        while (chosen := focus.next(dict.fromkeys(focus.units, 0.0))) is not None:
+            batches.append(chosen[1])
+        assert sorted(i for b in batches for i in b) == list(range(len(cases)))
+        for chosen_batch in batches:
+            for chat in sessions:
+                turns = [cases[i].turn for i in chosen_batch if cases[i].conversation == chat]
+                assert turns in ([], [1, 2, 3])
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(ROOT)

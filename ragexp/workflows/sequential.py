@@ -12,12 +12,21 @@ failed (the verdict is then known) or every such rule has passed, else when the 
 run is logged as any run, over the cases it evaluated, in the order it evaluated them, and tagged
 ``ragexp.sequential.*``; ``ragexp gate`` recomputes the same bounds from that order
 (:func:`ragexp.compare.gate.with_sequential`).
+
+Traffic (``dataset=traces``, ``ragexp shadow --until-decided``) is asked otherwise: a warm-up of
+every stratum, then each batch from the open stratum nearest to failing
+(:class:`ragexp.workflows.traffic.FocusedOrder`), and decided by stratum: each stratum's rules on
+its own cases at the gate's level over the strata (Bonferroni). That stays anytime-valid because
+each stratum's sequence sees only its own cases, in a random order fixed in advance; the choice of
+which stratum to ask next only decides when a sequence is looked at, and a confidence sequence
+holds at every look. The pooled rules are then over-weighted toward the suspicious strata: they are
+reported, not decided on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +62,7 @@ from ragexp.tracking.store import TAG_PREFIX, Store
 from ragexp.workflows.run import Evaluation, evaluate_cases, execute
 from ragexp.workflows.run_plan import Plan, plan_run
 from ragexp.workflows.run_score import score_results
-from ragexp.workflows.traffic import stratified_order
+from ragexp.workflows.traffic import FocusedOrder, focused_order, passing_share
 
 PREFIX = TAG_PREFIX + "sequential."
 
@@ -108,6 +117,11 @@ class SequentialOutcome:
     """``passed`` (every rule passed), ``failed`` (a rule failed) or ``inconclusive`` (the cases
     ran out with a rule still reaching both sides of its threshold)."""
     rules: list[RuleResult] = field(default_factory=list)
+    """The gate's rules on every case evaluated. With the focused order of traffic (``strata`` not
+    None) they describe the cases asked, over-weighted toward the suspicious strata, and do not
+    decide: the strata do."""
+    strata: list[StratumOutcome] | None = None
+    """Traffic asked in the focused order: each stratum's rules, which decide the run."""
 
     def to_json(self) -> dict[str, Any]:
         """``run --until-decided --json``'s ``sequential``."""
@@ -132,6 +146,7 @@ class SequentialOutcome:
                 }
                 for r in self.rules
             ],
+            **({"strata": [stratum.to_json() for stratum in self.strata]} if self.strata is not None else {}),
         }
 
     def tags(self) -> dict[str, str]:
@@ -247,13 +262,25 @@ def check_decidable(plan: Plan) -> None:
 
 
 class Batches:
-    """The evaluation of ``run --until-decided`` (a :class:`ragexp.workflows.run.Evaluate`)."""
+    """The evaluation of ``run --until-decided`` (a :class:`ragexp.workflows.run.Evaluate`): in a
+    fixed ``order``, or, given ``focus`` (traffic), in the order :class:`FocusedOrder` chooses from
+    each stratum's sequences, deciding by stratum."""
 
-    def __init__(self, baseline: RunData, order: list[int], batch: int, store: Store) -> None:
+    def __init__(
+        self,
+        baseline: RunData,
+        order: list[int],
+        batch: int,
+        store: Store,
+        focus: FocusedOrder | None = None,
+        strata: Mapping[str, str] | None = None,
+    ) -> None:
         self.baseline = baseline
         self.order = order
         self.batch = batch
         self.store = store
+        self.focus = focus
+        self.strata = dict(strata or {})
         self.outcome: SequentialOutcome | None = None
 
     def __call__(
@@ -266,18 +293,30 @@ class Batches:
     ) -> tuple[Plan, list[CaseResult]]:
         judge = RememberingJudge(plan.scorer) if plan.scorer is not None else None
         scoring = dataclasses.replace(plan, scorer=judge)
-        ordered = [plan.dataset.cases[i] for i in self.order]
-        total = len(ordered)
-        units = unit_labels(ordered)
-        ends = looks_of(total, self.batch, units)
+        total = len(plan.dataset.cases)
         specs: dict[str, MetricSpec | None] = {spec.name: spec for spec in plan.specs}
         errors_name = case_values_metric("errored").name
         specs.setdefault(errors_name, case_values_metric("errored"))
+        fixed = [plan.dataset.cases[i] for i in self.order]
+        units = unit_labels(fixed)
+        planned = looks_of(total, self.batch, units)
+        chunks = iter(zip([0, *planned[:-1].tolist()], planned.tolist(), strict=True))
+        ordered: list[Case] = []
+        ends: list[int] = []
         results: list[CaseResult] = []
         columns: dict[str, list[np.ndarray]] = {}
         rules: list[RuleResult] = []
-        for start, end in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True):
-            chunk = ordered[start:end]
+        by_stratum: dict[str, StratumOutcome] = {}
+        decision = "inconclusive"
+        while True:
+            if self.focus is None:
+                span = next(chunks, None)
+                chunk = fixed[span[0] : span[1]] if span is not None else []
+            else:
+                chunk = [plan.dataset.cases[i] for i in self._next_focused(by_stratum, not ends)]
+            if not chunk:
+                break
+            ordered.extend(chunk)
             got = evaluate_cases(scoring, chunk, done, checkpoint, arrived)
             results.extend(got)
             part = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=chunk))
@@ -286,29 +325,154 @@ class Batches:
                 columns.setdefault(name, []).append(values)
             columns.setdefault(errors_name, []).append(scored.errored.astype(np.float64))
             evaluated = len(results)
+            ends.append(evaluated)
             base = self.baseline.select([case.id for case in ordered[:evaluated]])
             candidate = {name: np.concatenate(parts) for name, parts in columns.items()}
+            looks = (
+                looks_of(evaluated, self.batch, units[:evaluated] if units is not None else None)
+                if self.focus is None
+                else np.array(ends, dtype=np.int64)
+            )
             paired = SequentialValues(
                 {name: found for name in candidate if (found := base.per_case(name)) is not None},
                 candidate,
                 specs,
                 base.unanswerable,
-                looks_of(evaluated, self.batch, units[:evaluated] if units is not None else None),
+                looks,
                 total,
             )
             rules = sequential_rules(plan.config.gates, paired)
-            decision = decision_of(rules)
+            if self.focus is None:
+                decision = decision_of(rules)
+            else:
+                by_stratum = self._by_stratum(plan, paired, [case.id for case in ordered])
+                decision = strata_decision(by_stratum)
             self.store.set_tags(run_id, {PREFIX + "evaluated": str(evaluated)})
-            info(f"until decided: {evaluated} of {total} cases evaluated, {_state(rules)}")
+            state = _state(rules) if self.focus is None else _strata_state(by_stratum)
+            info(f"until decided: {evaluated} of {total} cases evaluated, {state}")
             if decision in ("passed", "failed"):
                 break
-        outcome = SequentialOutcome(self.baseline.run_id, len(results), total, self.batch, decision_of(rules), rules)
+        outcome = SequentialOutcome(
+            self.baseline.run_id,
+            len(results),
+            total,
+            self.batch,
+            decision,
+            rules,
+            strata=[by_stratum[name] for name in sorted(by_stratum)] if self.focus is not None else None,
+        )
         self.outcome = outcome
         self.store.set_tags(run_id, outcome.tags())
         record = strict_json.dumps(outcome.to_json(), indent=1).encode("utf-8")
         self.store.log_files(run_id, {artifacts.SEQUENTIAL: record})
-        logged = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=ordered[: len(results)]))
+        logged = dataclasses.replace(scoring, dataset=dataclasses.replace(plan.dataset, cases=ordered))
         return logged, results
+
+    def _next_focused(self, by_stratum: Mapping[str, StratumOutcome], first: bool) -> list[int]:
+        """The next batch's positions: the warm-up first, then the open stratum nearest to failing."""
+        assert self.focus is not None  # only called with a focus
+        if first:
+            return self.focus.warmup()
+        margins = {
+            name: stratum.margin
+            for name, stratum in by_stratum.items()
+            if stratum.decision == "inconclusive" and stratum.margin is not None
+        }
+        chosen = self.focus.next(margins)
+        return chosen[1] if chosen is not None else []
+
+    def _by_stratum(self, plan: Plan, paired: SequentialValues, ids: Sequence[str]) -> dict[str, StratumOutcome]:
+        """Each stratum's rules on its own cases, in the order asked, at the gate's level shared out
+        over the strata (Bonferroni), looked at after every batch."""
+        assert self.focus is not None  # only called with a focus
+        names = sorted(self.focus.units)
+        level = (1.0 - plan.config.gates.confidence) / max(1, len(names))
+        gates = plan.config.gates.model_copy(update={"confidence": 1.0 - level})
+        of = np.array([self.strata.get(case_id, "") for case_id in ids])
+        found: dict[str, StratumOutcome] = {}
+        for name in names:
+            mine = of == name
+            counted = np.cumsum(mine)
+            looks = np.unique(counted[paired.looks - 1])
+            looks = looks[looks > 0]
+            size = sum(len(unit) for unit in self.focus.units[name])
+            if not looks.size:
+                found[name] = StratumOutcome(name, 0, size, "inconclusive", [], None)
+                continue
+            values = SequentialValues(
+                {metric: column[mine] for metric, column in paired.baseline.items()},
+                {metric: column[mine] for metric, column in paired.candidate.items()},
+                paired.specs,
+                paired.unanswerable[mine],
+                looks,
+                size,
+            )
+            rules = sequential_rules(gates, values)
+            found[name] = StratumOutcome(
+                name, int(mine.sum()), size, decision_of(rules), rules, failing_margin(rules, paired.specs)
+            )
+        return found
+
+
+@dataclass
+class StratumOutcome:
+    """One stratum of a focused sequential run: its cases asked and its rules, decided on its own
+    cases at the gate's level over the strata."""
+
+    stratum: str
+    evaluated: int
+    total: int
+    decision: str
+    rules: list[RuleResult]
+    margin: float | None
+    """How near its sequences are to failing a rule (:func:`failing_margin`; None: no open rule):
+    the open stratum with the smallest is asked next."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stratum": self.stratum,
+            "evaluated": self.evaluated,
+            "total": self.total,
+            "decision": self.decision,
+            "rules": [
+                {
+                    "metric": r.metric,
+                    "rule": r.rule,
+                    "threshold": r.threshold,
+                    "decision": r.sequential.decision if r.sequential else r.outcome,
+                    "low": r.sequential.low if r.sequential else None,
+                    "high": r.sequential.high if r.sequential else None,
+                    "pairs": r.sequential.pairs if r.sequential else None,
+                }
+                for r in self.rules
+            ],
+        }
+
+
+def failing_margin(rules: Sequence[RuleResult], specs: Mapping[str, MetricSpec | None]) -> float | None:
+    """How near the stratum is to failing: over its open rules, the smallest share of a rule's
+    anytime-valid interval still on the passing side of its threshold (:func:`passing_share`)."""
+    margins = []
+    for r in rules:
+        bound, threshold = r.sequential, r.threshold
+        if bound is None or bound.decision != "inconclusive" or threshold is None:
+            continue
+        spec = specs.get(r.metric)
+        if r.rule == "max_drop":
+            lower_is_better = spec is not None and spec.direction == "lower"
+            line = threshold if lower_is_better else -threshold
+            margins.append(passing_share(bound.low, bound.high, line, fails_above=lower_is_better))
+        else:
+            margins.append(passing_share(bound.low, bound.high, threshold, fails_above=r.rule == "max"))
+    return min(margins) if margins else None
+
+
+def strata_decision(strata: Mapping[str, StratumOutcome]) -> str:
+    """``failed`` once a stratum failed, ``passed`` when every stratum passed, else ``inconclusive``."""
+    decisions = [stratum.decision for stratum in strata.values()]
+    if "failed" in decisions:
+        return "failed"
+    return "passed" if decisions and all(d == "passed" for d in decisions) else "inconclusive"
 
 
 def _state(rules: Sequence[RuleResult]) -> str:
@@ -316,6 +480,13 @@ def _state(rules: Sequence[RuleResult]) -> str:
     for r in rules:
         counts[r.sequential.decision if r.sequential else "inconclusive"] += 1
     return f"{counts['failed']} rules failed, {counts['passed']} passed, {counts['inconclusive']} open"
+
+
+def _strata_state(strata: Mapping[str, StratumOutcome]) -> str:
+    counts = {"passed": 0, "failed": 0, "inconclusive": 0}
+    for stratum in strata.values():
+        counts[stratum.decision] += 1
+    return f"{counts['failed']} strata failed, {counts['passed']} passed, {counts['inconclusive']} open"
 
 
 @dataclass(frozen=True)
@@ -373,7 +544,7 @@ def run_until_decided(
     tags = _sequential_tags(plan, total, batch, seed, baseline_id)
     if unscreened(plan.dataset):
         tags[DRAFT_TAG] = "true"
-    batches = Batches(base, _order(plan, seed), batch, store)
+    batches = _batches(plan, seed, base, batch, store)
     outcome = execute(plan, store, resume=resume, retry_errors=retry_errors, tags=tags, evaluate=batches)
     if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
         raise RuntimeError("the sequential evaluation did not run")
@@ -392,7 +563,7 @@ def execute_until_decided(
     config = plan.config
     batch, seed = batch_size(config.sequential.batch, total), config.sequential.seed
     own = _sequential_tags(plan, total, batch, seed, baseline_id)
-    batches = Batches(base, _order(plan, seed), batch, store)
+    batches = _batches(plan, seed, base, batch, store)
     outcome = execute(plan, store, tags={**(tags or {}), **own}, evaluate=batches)
     if batches.outcome is None:  # pragma: no cover - execute returns only after evaluating
         raise RuntimeError("the sequential evaluation did not run")
@@ -411,9 +582,11 @@ def _sequential_tags(plan: Plan, total: int, batch: int, seed: int, baseline_id:
     }
 
 
-def _order(plan: Plan, seed: int) -> list[int]:
-    """The order a sequential run asks its cases in: traffic stratum by stratum in proportion (every
-    batch a small sample of each stratum), a dataset file a conversation at a time."""
+def _batches(plan: Plan, seed: int, baseline: RunData, batch: int, store: Store) -> Batches:
+    """How a sequential run asks its cases: traffic in the focused order (a warm-up of every
+    stratum, then batches to the stratum nearest to a regression, decided by stratum), a dataset
+    file in a seeded random order, a conversation at a time."""
     if plan.traffic is not None:
-        return stratified_order(plan.traffic, seed)
-    return evaluation_order(plan.dataset.cases, seed)
+        focus = focused_order(plan.traffic, seed, batch)
+        return Batches(baseline, [], batch, store, focus=focus, strata=plan.traffic.strata)
+    return Batches(baseline, evaluation_order(plan.dataset.cases, seed), batch, store)

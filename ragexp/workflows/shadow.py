@@ -101,8 +101,8 @@ def run_shadow(
 ) -> ShadowOutcome:
     """Read the traffic ``dataset.experiment`` names, run production's replay and the candidate
     on it, and compare them by stratum. ``until_decided``: the candidate is asked batch by batch
-    (strata interleaved in proportion) until its gate against production is decided; the strata
-    are then compared on the cases it was asked."""
+    (a warm-up of every stratum, then the stratum nearest to failing) until its gate against
+    production is decided by stratum; the strata are then compared on the cases it was asked."""
     config = compose(list(overrides))
     if config.dataset.experiment is None:
         raise ConfigError(

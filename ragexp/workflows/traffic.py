@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -276,13 +276,9 @@ def draw(units: dict[str, list[str]], n: int | None, seed: int) -> set[str]:
     return chosen
 
 
-def stratified_order(traffic: Traffic, seed: int) -> list[int]:
-    """The dataset positions in an order that interleaves the strata in proportion (each
-    stratum's units shuffled, its k-th unit placed near k/size of the way through), so that any
-    prefix of it is close to a proportional stratified sample (``run --until-decided`` evaluates
-    prefixes). A unit is a single question or a whole conversation, its turns together and in
-    order: a later turn is asked after the turns before it, and a batch ends between units."""
-    rng = np.random.default_rng(seed)
+def units_by_stratum(traffic: Traffic) -> dict[str, list[list[int]]]:
+    """Stratum -> its units in dataset order: a unit is a single question's position, or a whole
+    conversation's positions with its turns in order."""
     units: dict[str, list[list[int]]] = {}
     chats: dict[str, list[int]] = {}
     for index, case in enumerate(traffic.dataset.cases):
@@ -294,12 +290,119 @@ def stratified_order(traffic: Traffic, seed: int) -> list[int]:
         else:
             chats[case.conversation] = [index]
             units.setdefault(stratum, []).append(chats[case.conversation])
+    return units
+
+
+def shuffled_units(units: Mapping[str, Sequence[list[int]]], rng: np.random.Generator) -> dict[str, list[list[int]]]:
+    """Each stratum's units in a random order (a conversation's turns stay together and in order)."""
+    return {name: [list(units[name][i]) for i in rng.permutation(len(units[name]))] for name in sorted(units)}
+
+
+def interleave(units: Mapping[str, Sequence[list[int]]], rng: np.random.Generator) -> list[int]:
+    """The proportional order: each stratum's units shuffled, its k-th unit placed near k/size of
+    the way through, so that any prefix is close to a proportional stratified sample."""
     keyed: list[tuple[float, int, list[int]]] = []
     for name in sorted(units):
-        members = [units[name][i] for i in rng.permutation(len(units[name]))]
+        members = [list(units[name][i]) for i in rng.permutation(len(units[name]))]
         offset = float(rng.random())
         keyed.extend(((rank + offset) / len(members), unit[0], unit) for rank, unit in enumerate(members))
     return [index for _, _, unit in sorted(keyed, key=lambda item: item[:2]) for index in unit]
+
+
+def stratified_order(traffic: Traffic, seed: int) -> list[int]:
+    """The dataset positions in the proportional order (:func:`interleave`) of the traffic's
+    units. A unit is a single question or a whole conversation, its turns together and in order:
+    a later turn is asked after the turns before it, and a batch ends between units."""
+    return interleave(units_by_stratum(traffic), np.random.default_rng(seed))
+
+
+WARMUP = 0.1
+"""Of each stratum, the share of its units :class:`FocusedOrder` asks first."""
+
+
+class FocusedOrder:
+    """The order ``shadow --until-decided`` asks traffic in, chosen as the answers come: first a
+    warm-up of every stratum (:data:`WARMUP` of its units, at least one), then each batch from the
+    one open stratum that is closest to a regression (the smallest margin the caller gives, e.g.
+    :func:`passing_share` of its anytime-valid interval). Units are handed out whole, each
+    stratum's in its own shuffled order.
+
+    Why the decision stays anytime-valid: each stratum's confidence sequence sees only that
+    stratum's cases, which are drawn without replacement in a random order fixed in advance;
+    choosing WHICH stratum to ask next from the bounds so far only decides when each sequence
+    is looked at again, and a confidence sequence holds at every look, whenever it is made. So each
+    stratum's level (and a Bonferroni bound over the strata) is that of a fixed order. A mean over
+    all strata pooled would not be: the adaptive draw over-weights the suspicious stratum."""
+
+    def __init__(self, units: Mapping[str, Sequence[list[int]]], step: int, warmup: float = WARMUP) -> None:
+        self.units = {name: [list(unit) for unit in units[name]] for name in sorted(units)}
+        self.step = max(1, step)
+        self.warmup_share = warmup
+        self.taken = dict.fromkeys(self.units, 0)
+        """Stratum -> units handed out."""
+
+    def left(self, name: str) -> int:
+        """Units of the stratum not yet handed out."""
+        return len(self.units[name]) - self.taken[name]
+
+    def asked(self, name: str) -> int:
+        """Cases of the stratum handed out."""
+        return sum(len(unit) for unit in self.units[name][: self.taken[name]])
+
+    def warmup(self) -> list[int]:
+        """The first batch: every stratum's first :data:`WARMUP` of its units (at least one)."""
+        found: list[int] = []
+        for name, members in self.units.items():
+            count = min(len(members), max(1, round(self.warmup_share * len(members))))
+            found.extend(self._take(name, count))
+        return found
+
+    def next(self, margins: Mapping[str, float]) -> tuple[str, list[int]] | None:
+        """The next batch, from the open stratum (one ``margins`` names) with units left whose
+        margin is smallest (ties: the one asked least, then by name); units to at least ``step``
+        cases. None: nothing open is left to ask."""
+        name = most_suspicious(
+            margins, {name: self.left(name) for name in self.units}, {name: self.asked(name) for name in self.units}
+        )
+        if name is None:
+            return None
+        found: list[int] = []
+        while len(found) < self.step and self.left(name):
+            found.extend(self._take(name, 1))
+        return name, found
+
+    def _take(self, name: str, count: int) -> list[int]:
+        start = self.taken[name]
+        self.taken[name] = min(len(self.units[name]), start + count)
+        return [index for unit in self.units[name][start : self.taken[name]] for index in unit]
+
+
+def most_suspicious(
+    margins: Mapping[str, float], left: Mapping[str, int], asked: Mapping[str, int] | None = None
+) -> str | None:
+    """The stratum asked next: of those open (in ``margins``) with units left, the one whose margin
+    to failing is smallest; None when none is. Ties (early on, when every sequence still spans the
+    whole range) go to the stratum asked least, then by name, so that no stratum is asked whole
+    while the others wait only because its name sorts first."""
+    open_ = [name for name in sorted(margins) if left.get(name, 0) > 0]
+    counts = asked or {}
+    return min(open_, key=lambda name: (margins[name], counts.get(name, 0), name)) if open_ else None
+
+
+def passing_share(low: float, high: float, line: float, *, fails_above: bool = False) -> float:
+    """The share of an interval [low, high] that lies on the passing side of ``line`` (a rule fails
+    once the whole interval is beyond it: below it, or above it with ``fails_above``); 0 or less:
+    failed. Measured in widths of the interval, not in the metric's unit, so that a stratum asked
+    many times, whose interval has narrowed around no change, does not look nearer to failing
+    than one barely asked; a stratum whose interval has narrowed around a drop does."""
+    width = high - low
+    side = (line - low) if fails_above else (high - line)
+    return side / width if width > 0 else (0.0 if side <= 0 else float("inf"))
+
+
+def focused_order(traffic: Traffic, seed: int, step: int) -> FocusedOrder:
+    """:class:`FocusedOrder` over the traffic's units, each stratum's shuffled by ``seed``."""
+    return FocusedOrder(shuffled_units(units_by_stratum(traffic), np.random.default_rng(seed)), step)
 
 
 def load_traffic(config: DatasetConfig, store: Store) -> Traffic:

@@ -14,13 +14,15 @@ The sequential shadow looks after each batch at each stratum's anytime-valid bet
 10 strata; it stops when a stratum's sequence lies wholly below 0 (that stratum regressed) or, for
 all strata, above -0.05 (none did). Two ways to choose what is asked next:
 
-- ``--allocation focused`` (the default): every stratum's first ``--start`` share (10%) in random
-  order, then batches of ``--batch`` of a stratum's size (2%) each to the open stratum whose
-  sequence reaches lowest (the most suspicious one). Each stratum's sequence runs over its own
-  cases in random order and holds at every look, whatever chose the looks, so its level and the
-  Bonferroni bound over the strata are those of the proportional order.
-- ``--allocation proportional``: the stratified order of ``ragexp.workflows.traffic.stratified_order``
-  (``shadow --until-decided``'s), each batch ``--batch`` of the traffic, strata in proportion.
+- ``--allocation focused`` (the default; ``shadow --until-decided``'s): the product's own
+  allocation, ``ragexp.workflows.traffic.FocusedOrder``: every stratum's first ``--start`` share
+  (10%) in random order, then batches of ``--batch`` of a stratum's size (2%) each to the open
+  stratum nearest to failing (the smallest ``passing_share`` of its interval, ties to the stratum
+  asked least). Each stratum's sequence runs over its own cases in random order and holds at every
+  look, whatever chose the looks, so its level and the Bonferroni bound over the strata are those
+  of the proportional order.
+- ``--allocation proportional``: the proportional order (``ragexp.workflows.traffic.interleave``,
+  what ``shadow --until-decided`` asked before), each batch ``--batch`` of the traffic.
 
 A fixed run judges every question; judge calls are two per question asked (production's answer
 and the candidate's), so the share of a fixed run's calls is the share of questions asked.
@@ -49,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ragexp.compare.shadow_pair import ppi_by_stratum
 from ragexp.stats.sequential import difference_sequence
+from ragexp.workflows.traffic import FocusedOrder, interleave, passing_share, shuffled_units
 
 ALPHA = 0.05
 STRATA = 10
@@ -71,14 +74,9 @@ def sample(
 
 
 def stratified(strata: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The order of ragexp.workflows.traffic.stratified_order: strata interleaved in proportion."""
-    keyed: list[tuple[float, int]] = []
-    for name in range(STRATA):
-        members = np.flatnonzero(strata == name)
-        members = members[rng.permutation(members.size)]
-        offset = float(rng.random())
-        keyed.extend(((rank + offset) / members.size, int(index)) for rank, index in enumerate(members))
-    return np.array([index for _, index in sorted(keyed)])
+    """The proportional order (``ragexp.workflows.traffic.interleave``): strata interleaved."""
+    units = {str(name): [[int(i)] for i in np.flatnonzero(strata == name)] for name in range(STRATA)}
+    return np.array(interleave(units, rng))
 
 
 def verdict(low: float, high: float) -> str:
@@ -117,37 +115,45 @@ def proportional(
 def focused(
     strata: np.ndarray, judged: np.ndarray, rng: np.random.Generator, args: argparse.Namespace
 ) -> tuple[np.ndarray, int | None]:
-    """A proportional start (``--start`` of every stratum), then each batch to the open stratum
-    whose sequence reaches lowest: the most suspicious one is asked next. Each stratum's sequence
-    is over its own cases in random order and holds at every look whatever chose when to look
-    (anytime-valid), so the Bonferroni level over the strata holds as in the proportional order."""
+    """The product's allocation (``ragexp.workflows.traffic.FocusedOrder``, as ``shadow
+    --until-decided`` asks): a warm-up of ``--start`` of every stratum, then each batch to the open
+    stratum nearest to failing (``passing_share`` of its interval, the margin the product uses).
+    Each stratum's sequence is over its own cases in random order and holds at every look whatever
+    chose when to look (anytime-valid), so the Bonferroni level over the strata holds."""
     level = ALPHA / STRATA
-    members = [np.flatnonzero(strata == name) for name in range(STRATA)]
-    members = [m[rng.permutation(m.size)] for m in members]
+    units = shuffled_units(
+        {str(name): [[int(i)] for i in np.flatnonzero(strata == name)] for name in range(STRATA)}, rng
+    )
     step = max(1, round(args.batch * strata.size / STRATA))
-    first = max(step, round(args.start * strata.size / STRATA) // step * step)
-    sequences = []
-    for mine in members:
-        looks = np.unique(np.append(np.arange(step, mine.size, step), mine.size))
-        sequences.append(difference_sequence(judged[mine], 1.0, level, looks))
-
-    def bound(name: int, count: int) -> tuple[float, float]:
-        sequence = sequences[name]
-        j = int(np.searchsorted(sequence.looks, count))
-        return float(sequence.low[j]), float(sequence.high[j])
-
-    asked = [min(first, m.size) for m in members]
+    order = FocusedOrder(units, step, warmup=args.start)
+    members = {name: np.array([unit[0] for unit in found]) for name, found in units.items()}
+    sequences = {}
+    first = {name: min(mine.size, max(1, round(args.start * mine.size))) for name, mine in members.items()}
+    for name, mine in members.items():
+        # every count a look can fall on (the warm-up's, then one batch more at a time) is among these
+        looks = np.unique(
+            np.concatenate(
+                [np.arange(1, mine.size + 1, step), np.arange(step, mine.size, step), [first[name], mine.size]]
+            )
+        )
+        sequences[name] = difference_sequence(judged[mine], 1.0, level, looks)
+    order.warmup()
     while True:
-        states = [bound(name, asked[name]) for name in range(STRATA)]
-        verdicts = [verdict(*state) for state in states]
-        taken = np.concatenate([members[name][: asked[name]] for name in range(STRATA)])
-        if "regressed" in verdicts:
-            return taken, verdicts.index("regressed")
-        open_ = [name for name in range(STRATA) if verdicts[name] == "open" and asked[name] < members[name].size]
-        if not open_:
+        at = {name: int(np.searchsorted(sequences[name].looks, order.asked(name))) for name in members}
+        states = {name: sequences[name].low[at[name]] for name in members}
+        highs = {name: sequences[name].high[at[name]] for name in members}
+        verdicts = {name: verdict(float(states[name]), float(highs[name])) for name in members}
+        taken = np.concatenate([members[name][: order.asked(name)] for name in sorted(members)])
+        regressed = [name for name in sorted(members) if verdicts[name] == "regressed"]
+        if regressed:
+            return taken, int(regressed[0])
+        margins = {
+            name: passing_share(float(states[name]), float(highs[name]), 0.0)
+            for name in members
+            if verdicts[name] == "open"
+        }
+        if order.next(margins) is None:
             return taken, None
-        name = min(open_, key=lambda n: states[n][1])
-        asked[name] = min(asked[name] + step, members[name].size)
 
 
 def one(rng: np.random.Generator, args: argparse.Namespace) -> dict[str, float]:
