@@ -133,18 +133,7 @@ class SequentialOutcome:
             "batch": self.batch,
             "method": METHOD,
             "rules": [
-                {
-                    "metric": r.metric,
-                    "rule": r.rule,
-                    "threshold": r.threshold,
-                    "decision": r.sequential.decision if r.sequential else r.outcome,
-                    "low": r.sequential.low if r.sequential else None,
-                    "high": r.sequential.high if r.sequential else None,
-                    "pairs": r.sequential.pairs if r.sequential else None,
-                    "detectable_effect": r.detectable_effect,
-                    "message": r.message,
-                }
-                for r in self.rules
+                {**rule_json(r), "detectable_effect": r.detectable_effect, "message": r.message} for r in self.rules
             ],
             **({"strata": [stratum.to_json() for stratum in self.strata]} if self.strata is not None else {}),
         }
@@ -434,19 +423,22 @@ class StratumOutcome:
             "evaluated": self.evaluated,
             "total": self.total,
             "decision": self.decision,
-            "rules": [
-                {
-                    "metric": r.metric,
-                    "rule": r.rule,
-                    "threshold": r.threshold,
-                    "decision": r.sequential.decision if r.sequential else r.outcome,
-                    "low": r.sequential.low if r.sequential else None,
-                    "high": r.sequential.high if r.sequential else None,
-                    "pairs": r.sequential.pairs if r.sequential else None,
-                }
-                for r in self.rules
-            ],
+            "rules": [rule_json(r) for r in self.rules],
         }
+
+
+def rule_json(r: RuleResult) -> dict[str, Any]:
+    """A rule's sequential decision and bounds as ``--json`` gives them (the rule's own outcome
+    where it has no sequence)."""
+    return {
+        "metric": r.metric,
+        "rule": r.rule,
+        "threshold": r.threshold,
+        "decision": r.sequential.decision if r.sequential else r.outcome,
+        "low": r.sequential.low if r.sequential else None,
+        "high": r.sequential.high if r.sequential else None,
+        "pairs": r.sequential.pairs if r.sequential else None,
+    }
 
 
 def failing_margin(rules: Sequence[RuleResult], specs: Mapping[str, MetricSpec | None]) -> float | None:
